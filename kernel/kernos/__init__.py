@@ -1,0 +1,60 @@
+"""Kernos: a persistent, transactional Python image with a git-backed history.
+
+The core API (no Jupyter involved)::
+
+    from kernos import Image, Workspace
+
+    with Workspace.open("/path/to/workspace") as workspace:
+        namespace: dict = {}
+        image = Image(workspace, namespace)
+        image.restore()
+        op = image.begin(source="x = 1")
+        exec("x = 1", namespace)
+        op.commit()          # or op.abort() to put the namespace back
+
+The Jupyter kernel (``kernos.kernel``) runs every cell this way.
+"""
+
+from kernos._version import __version__
+from kernos.errors import (
+    CommitFailed,
+    KernosError,
+    RequestRejected,
+    RestoreError,
+    TransactionStateError,
+    UnknownRef,
+    UsageError,
+    WorkspaceCorrupt,
+    WorkspaceError,
+    WorkspaceFormatError,
+    WorkspaceLocked,
+)
+from kernos.image import Image, RestoreReport
+from kernos.op import AbortReport, CheckoutReport, CommitReport, Op
+from kernos.serialize.unpersisted import Unpersisted, UnpersistedValueError
+from kernos.store.workspace import Workspace, default_workspace
+
+__all__ = [
+    "AbortReport",
+    "CheckoutReport",
+    "CommitFailed",
+    "CommitReport",
+    "Image",
+    "KernosError",
+    "Op",
+    "RequestRejected",
+    "RestoreError",
+    "RestoreReport",
+    "TransactionStateError",
+    "UnknownRef",
+    "Unpersisted",
+    "UnpersistedValueError",
+    "UsageError",
+    "Workspace",
+    "WorkspaceCorrupt",
+    "WorkspaceError",
+    "WorkspaceFormatError",
+    "WorkspaceLocked",
+    "__version__",
+    "default_workspace",
+]

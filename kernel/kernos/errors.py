@@ -1,0 +1,135 @@
+"""Every error Kernos raises on purpose.
+
+The tree::
+
+    KernosError                   root: catch this to catch anything Kernos means to raise
+    ├── UsageError                the caller used the API wrongly; fix the call
+    │   ├── UnknownRef            a history reference that names no snapshot
+    │   ├── RequestRejected       a request Kernos refuses before running anything
+    │   └── TransactionStateError a transaction used after it finished or failed
+    ├── WorkspaceError            the workspace directory cannot be used as asked
+    │   ├── WorkspaceLocked       another process owns the workspace
+    │   ├── WorkspaceCorrupt      the history on disk is damaged or unreadable
+    │   └── WorkspaceFormatError  written by a newer Kernos, or not a workspace at all
+    ├── CommitFailed              an op could not be committed; the image was rolled back
+    └── RestoreError              a snapshot could not be loaded into the namespace
+
+Every message says what was wrong and what to do about it.  Errors carry the
+facts as attributes (``op``, ``name``, ``path``, ...) so that callers never parse
+messages.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitFailed",
+    "KernosError",
+    "RequestRejected",
+    "RestoreError",
+    "TransactionStateError",
+    "UnknownRef",
+    "UsageError",
+    "WorkspaceCorrupt",
+    "WorkspaceError",
+    "WorkspaceFormatError",
+    "WorkspaceLocked",
+]
+
+
+class KernosError(Exception):
+    """Root of every error Kernos raises on purpose."""
+
+
+class UsageError(KernosError):
+    """The API was called in a way it does not support."""
+
+
+class UnknownRef(UsageError):
+    """A history reference (commit, ``@op``, ``HEAD~n``) names no snapshot."""
+
+    def __init__(self, ref: str, workspace: str) -> None:
+        self.ref = ref
+        self.workspace = workspace
+        super().__init__(
+            f"{ref!r} names no snapshot in {workspace}. Use a commit id (or a prefix "
+            "of one), HEAD, HEAD~N, or @N for op N; `%kernos log` lists them."
+        )
+
+
+class RequestRejected(UsageError):
+    """A request was refused before anything ran; the image is untouched."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+    @classmethod
+    def oversized_source(cls, size: int, limit: int) -> RequestRejected:
+        return cls(
+            f"The code is {size:,} bytes, over the limit of {limit:,} bytes "
+            "(KERNOS_MAX_SOURCE_BYTES). Nothing ran and the image is unchanged. Put large "
+            "data in a file and load it from a short cell.",
+            reason="oversized-source",
+        )
+
+
+class TransactionStateError(UsageError):
+    """A transaction was used in a state that does not allow the call."""
+
+
+class WorkspaceError(KernosError):
+    """The workspace directory cannot be used as asked."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class WorkspaceLocked(WorkspaceError):
+    """Another process (usually another kernel) owns the workspace."""
+
+    def __init__(self, path: str, owner: str) -> None:
+        self.owner = owner
+        super().__init__(
+            f"The workspace {path} is in use by {owner}. A workspace belongs to one kernel "
+            "at a time. Stop that kernel, or point KERNOS_WORKSPACE at another directory.",
+            path=path,
+        )
+
+
+class WorkspaceCorrupt(WorkspaceError):
+    """The snapshot history on disk is damaged or cannot be read."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.problem = problem
+        super().__init__(
+            f"The workspace {path} is damaged: {problem}. Nothing was changed. Inspect it "
+            "with `kernos log` and `git -C <workspace>/history.git fsck`, or check out an "
+            "earlier snapshot with `kernos checkout REF`.",
+            path=path,
+        )
+
+
+class WorkspaceFormatError(WorkspaceError):
+    """The directory is not a Kernos workspace this version can read."""
+
+
+class CommitFailed(KernosError):
+    """Committing an op failed, so the op was rolled back."""
+
+    def __init__(self, op: int, cause: BaseException) -> None:
+        self.op = op
+        self.cause = cause
+        super().__init__(
+            f"Op {op} ran, but saving its snapshot failed ({type(cause).__name__}: {cause}). "
+            "The image was rolled back to its state before the op; run it again once the "
+            "cause is fixed."
+        )
+
+
+class RestoreError(KernosError):
+    """A snapshot, or part of one, could not be loaded."""
+
+    def __init__(self, message: str, *, names: tuple[str, ...] = ()) -> None:
+        self.names = names
+        super().__init__(message)

@@ -1,0 +1,235 @@
+"""Reading the history: log, show, diff; and checkout without a kernel.
+
+Everything here works on a workspace directory alone, so the CLI can browse
+(and check out) the history of a workspace whose kernel is not running.  It
+reads the small per-commit manifests only; no value is unpickled.  Browsing
+goes through GitPython; the one writing function reuses the snapshot writer,
+so an offline checkout has the same crash semantics as an op.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernos._time import utc_now
+from kernos.errors import UsageError
+from kernos.store.snapshots import (
+    MANIFEST,
+    ChunkCache,
+    SnapshotWriter,
+    commit_message,
+    read_group,
+    read_snapshot,
+)
+from kernos.store.workspace import Workspace
+
+__all__ = ["Diff", "LogEntry", "checkout_offline", "diff", "format_diff", "format_log",
+           "format_show", "log", "show"]
+
+
+@dataclass(kw_only=True)
+class LogEntry:
+    commit: str
+    op: int | None
+    principal: str
+    kind: str
+    committed_at: str
+    headline: str
+    changes: dict[str, list[str]] = field(default_factory=dict)
+
+
+def log(workspace: Workspace, *, limit: int | None = None) -> list[LogEntry]:
+    """The history, newest first, from the manifests of the commits."""
+    if workspace.head() is None:
+        return []
+    repo = workspace.repo
+    entries = []
+    for commit in repo.iter_commits("main", max_count=limit):
+        manifest = json.loads(commit.tree[MANIFEST].data_stream.read())
+        entries.append(LogEntry(
+            commit=commit.hexsha,
+            op=manifest.get("op"),
+            principal=manifest.get("principal", "?"),
+            kind=manifest.get("kind", "?"),
+            committed_at=manifest.get("committed_at", ""),
+            headline=str(commit.message).split("\n", 1)[0].partition(": ")[2],
+            changes=manifest.get("changes", {}),
+        ))
+    return entries
+
+
+def format_log(entries: list[LogEntry]) -> str:
+    if not entries:
+        return "The history is empty: no op has been committed yet."
+    rows = [("op", "commit", "when (UTC)", "who", "changes", "what")]
+    for entry in entries:
+        rows.append((
+            str(entry.op), entry.commit[:12], entry.committed_at.replace("T", " ")[:19],
+            entry.principal, _changes(entry.changes), entry.headline,
+        ))
+    return _table(rows)
+
+
+def _changes(changes: dict[str, list[str]]) -> str:
+    parts = ([f"+{n}" for n in changes.get("added", [])]
+             + [f"~{n}" for n in changes.get("changed", [])]
+             + [f"-{n}" for n in changes.get("deleted", [])])
+    text = " ".join(parts) or "(none)"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass(kw_only=True)
+class Diff:
+    a: str
+    b: str
+    added: dict[str, dict[str, Any]]
+    deleted: dict[str, dict[str, Any]]
+    changed: dict[str, tuple[dict[str, Any], dict[str, Any]]]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.deleted or self.changed)
+
+
+def diff(workspace: Workspace, ref_a: str, ref_b: str = "HEAD") -> Diff:
+    """Which names differ between two snapshots, with their summaries."""
+    a = read_snapshot(workspace, workspace.resolve(ref_a))
+    b = read_snapshot(workspace, workspace.resolve(ref_b))
+    names_a = a.manifest.get("names", {})
+    names_b = b.manifest.get("names", {})
+    return Diff(
+        a=a.commit.hex(),
+        b=b.commit.hex(),
+        added={n: names_b[n] for n in sorted(names_b.keys() - names_a.keys())},
+        deleted={n: names_a[n] for n in sorted(names_a.keys() - names_b.keys())},
+        changed={n: (names_a[n], names_b[n]) for n in sorted(names_a.keys() & names_b.keys())
+                 if names_a[n]["hash"] != names_b[n]["hash"]},
+    )
+
+
+def format_diff(result: Diff, ref_a: str = "", ref_b: str = "") -> str:
+    title = f"diff {ref_a or result.a[:12]} ({result.a[:12]}) -> {ref_b or result.b[:12]} " \
+            f"({result.b[:12]})"
+    if result.empty:
+        return title + "\n  no names differ"
+    rows = [("", "name", "type", "value")]
+    for name, meta in result.added.items():
+        rows.append(("+", name, meta["type"], meta["summary"]))
+    for name, meta in result.deleted.items():
+        rows.append(("-", name, meta["type"], meta["summary"]))
+    for name, (old, new) in result.changed.items():
+        kind = old["type"] if old["type"] == new["type"] else f"{old['type']} -> {new['type']}"
+        rows.append(("~", name, kind, f"{old['summary']}  ->  {new['summary']}"))
+    return title + "\n" + _table(rows, indent="  ")
+
+
+def show(workspace: Workspace, ref: str = "HEAD") -> dict[str, Any]:
+    """One snapshot: its op, its source, its names and what it could not persist."""
+    snapshot = read_snapshot(workspace, workspace.resolve(ref), with_source=True)
+    return {
+        "commit": snapshot.commit.hex(),
+        "message": snapshot.data.message,
+        "manifest": snapshot.manifest,
+        "source": snapshot.source,
+        "unpersisted": _unpersisted(workspace, snapshot.group_trees),
+    }
+
+
+def _unpersisted(workspace: Workspace, groups: dict[str, bytes]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for key, tree in groups.items():
+        found.extend(read_group(workspace, key, tree).unpersisted)
+    return found
+
+
+def format_show(shown: dict[str, Any]) -> str:
+    manifest = shown["manifest"]
+    lines = [
+        f"commit {shown['commit']}",
+        f"op {manifest.get('op')} by {manifest.get('principal')} ({manifest.get('kind')}) "
+        f"at {manifest.get('committed_at')}",
+    ]
+    if manifest.get("note"):
+        lines.append(manifest["note"])
+    changes = _changes(manifest.get("changes", {}))
+    lines.append(f"changes: {changes}")
+    if shown["source"]:
+        lines.append("source:")
+        lines += ["    " + line for line in shown["source"].splitlines()]
+    rows = [("name", "type", "size", "ver", "op", "value")]
+    for name, meta in sorted(manifest.get("names", {}).items()):
+        rows.append((name, meta["type"], _size(meta["size"]), str(meta["version"]),
+                     str(meta["op"]), meta["summary"]))
+    lines.append("names:")
+    lines.append(_table(rows, indent="    "))
+    if shown["unpersisted"]:
+        lines.append("not persisted (a restore puts a placeholder here):")
+        for info in shown["unpersisted"]:
+            lines.append(f"    {info['path']}: {info['type_name']}: {info['reason']}")
+    return "\n".join(lines)
+
+
+def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human") -> str:
+    """Record a new snapshot equal to ``ref``, without a kernel.  Returns the commit id."""
+    if not workspace.writable:
+        raise UsageError("checkout needs the workspace opened writable (it takes the lock)")
+    target = workspace.resolve(ref)
+    head = workspace.head()
+    assert head is not None
+    current = read_snapshot(workspace, head)
+    snapshot = read_snapshot(workspace, target)
+    op = int(current.manifest.get("op", 0)) + 1
+    old_names = current.manifest.get("names", {})
+    names = {}
+    changed = []
+    for name, meta in snapshot.manifest.get("names", {}).items():
+        previous = old_names.get(name)
+        if previous is not None and previous["hash"] == meta["hash"]:
+            names[name] = {**previous, "group": meta["group"]}
+            continue
+        changed.append(name)
+        version = previous["version"] + 1 if previous else 1
+        names[name] = {**meta, "version": version, "op": op, "principal": principal}
+    deleted = sorted(old_names.keys() - names.keys())
+    manifest = {
+        "format": 1, "op": op, "principal": principal, "kind": "checkout",
+        "note": f"checkout {target.hex()[:12]}", "committed_at": utc_now(),
+        "changes": {"added": sorted(n for n in changed if n not in old_names),
+                    "changed": sorted(n for n in changed if n in old_names),
+                    "deleted": deleted},
+        "names": names,
+    }
+    writer = SnapshotWriter(workspace, ChunkCache())
+    workspace.objects.begin()
+    try:
+        commit = writer.commit(
+            namespace_tree=snapshot.namespace_tree, manifest=manifest, source=None, parent=head,
+            message=commit_message(op=op, principal=principal, kind="checkout",
+                                   headline=f"checkout {target.hex()[:12]}"),
+            author=f"{principal} <{principal}@kernos.invalid>",
+        )
+        writer.publish(commit)
+    except BaseException:
+        workspace.objects.discard()
+        raise
+    return commit.hex()
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return str(size)
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "") -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+

@@ -1,0 +1,307 @@
+"""The image: a live namespace bound to its snapshot history.
+
+An :class:`Image` owns one namespace dict and one open, locked workspace.
+It restores the namespace from the head snapshot, and runs *ops* against it:
+``image.begin(...)`` returns an :class:`~kernos.op.Op` whose ``commit()``
+writes a new snapshot and whose ``abort()`` puts the namespace back exactly
+as the last snapshot had it.  One op runs at a time.
+
+What the image keeps in memory mirrors the head snapshot:
+
+* ``groups``: every stored group of variables (names that share objects are
+  stored together so that ``b['ref'] is a`` survives a restore);
+* ``meta``: per-name facts (type, summary, size, content hash, version, the op
+  and principal that last changed it);
+* ``committed``: the exact objects the head snapshot holds, so a rebinding or
+  a deletion is found by identity and undone without any unpickling.
+
+Nothing here imports Jupyter; the kernel is a thin adapter over this class.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernos.analysis import Reach
+from kernos.errors import RestoreError, UsageError
+from kernos.serialize.pickler import Serializer, Transient
+from kernos.serialize.unpersisted import Unpersisted
+from kernos.store.snapshots import (
+    ChunkCache,
+    Snapshot,
+    StoredGroup,
+    read_group,
+    read_part,
+    read_snapshot,
+)
+from kernos.store.workspace import Workspace
+
+__all__ = ["GroupState", "Image", "NameMeta", "RestoreReport"]
+
+Progress = Callable[[int, int], None]
+
+
+def default_is_persistent(name: str) -> bool:
+    return not (name.startswith("__") and name.endswith("__"))
+
+
+@dataclass(kw_only=True)
+class NameMeta:
+    """What the history knows about one name."""
+
+    group: str
+    type: str
+    summary: str
+    size: int
+    hash: str
+    version: int
+    op: int
+    principal: str
+    changed_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NameMeta:
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__})
+
+
+@dataclass(kw_only=True)
+class GroupState:
+    """A stored group plus the live objects it could not persist (for rollback)."""
+
+    stored: StoredGroup
+    live_transients: list[object] = field(default_factory=list)
+    load_error: str | None = None
+    """Set when a restore could not load this group; its names hold placeholders."""
+
+
+@dataclass(kw_only=True)
+class RestoreReport:
+    commit: str | None
+    op: int
+    names: int
+    bytes: int
+    seconds: float
+    failed: dict[str, str] = field(default_factory=dict)
+    recovery: str | None = None
+
+
+class Image:
+    """A namespace whose every op commits to, or rolls back from, a snapshot history."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        namespace: MutableMapping[str, Any],
+        *,
+        module: types.ModuleType | None = None,
+        module_name: str = "__main__",
+        is_persistent: Callable[[str], bool] = default_is_persistent,
+        is_alias: Callable[[str], bool] = lambda name: False,
+    ) -> None:
+        if not workspace.writable:
+            raise UsageError("an Image needs a workspace opened writable (it holds the lock)")
+        self.workspace = workspace
+        self.namespace = namespace
+        self.is_persistent = is_persistent
+        self.is_alias = is_alias
+        self.serializer = Serializer(namespace, module_name=module_name, module=module)
+        self.cache = ChunkCache()
+        self.head: bytes | None = None
+        self.head_op = 0
+        self.groups: dict[str, GroupState] = {}
+        self.group_of: dict[str, str] = {}
+        self.meta: dict[str, NameMeta] = {}
+        self.committed: dict[str, object] = {}
+        self.last_op = 0
+        self._busy = threading.Lock()
+        self.restored = threading.Event()
+
+    # -- restore ---------------------------------------------------------------
+
+    def restore(self, progress: Progress | None = None) -> RestoreReport:
+        """Load the head snapshot into the namespace (before any op runs)."""
+        started = time.perf_counter()
+        with self._busy:
+            try:
+                head = self.workspace.head()
+                if head is None:
+                    report = RestoreReport(commit=None, op=0, names=0, bytes=0, seconds=0.0)
+                else:
+                    report = self._restore(read_snapshot(self.workspace, head), progress)
+                report.seconds = time.perf_counter() - started
+                report.recovery = self.workspace.recovery_note
+                return report
+            finally:
+                self.restored.set()
+
+    def _restore(self, snapshot: Snapshot, progress: Progress | None) -> RestoreReport:
+        groups = {key: read_group(self.workspace, key, tree)
+                  for key, tree in snapshot.group_trees.items()}
+        loaded, failed = self.load_groups(groups, progress)
+        for name, value in loaded.items():
+            self.namespace[name] = value
+        self._adopt_snapshot(snapshot, groups, loaded, failed)
+        return RestoreReport(
+            commit=snapshot.commit.hex(), op=self.head_op, names=len(loaded),
+            bytes=sum(group.size for group in groups.values()), seconds=0.0,
+            failed={name: self.groups[self.group_of[name]].load_error or "" for name in failed},
+        )
+
+    def _adopt_snapshot(self, snapshot: Snapshot, groups: dict[str, StoredGroup],
+                        loaded: dict[str, object], failed: set[str]) -> None:
+        self.head = snapshot.commit
+        self.head_op = int(snapshot.manifest.get("op", 0))
+        self.last_op = max(self.last_op, self.head_op)
+        self.meta = {name: NameMeta.from_json(data)
+                     for name, data in snapshot.manifest.get("names", {}).items()}
+        self.groups = {}
+        self.group_of = {}
+        for key, stored in groups.items():
+            state = GroupState(stored=stored)
+            self.groups[key] = state
+            for name in stored.names:
+                self.group_of[name] = key
+        for name in failed:
+            self.groups[self.group_of[name]].load_error = getattr(
+                loaded[name], "reason", "could not be restored"
+            )
+        self.committed = dict(loaded)
+
+    def load_groups(
+        self,
+        groups: dict[str, StoredGroup],
+        progress: Progress | None = None,
+        *,
+        live: dict[str, list[object]] | None = None,
+    ) -> tuple[dict[str, object], set[str]]:
+        """Unpickle stored groups; a group that fails gets placeholders, never an exception."""
+        total = sum(group.size for group in groups.values())
+        done = 0
+
+        def advance(size: int) -> None:
+            nonlocal done
+            done += size
+            if progress is not None:
+                progress(done, total)
+
+        values: dict[str, object] = {}
+        failed: set[str] = set()
+        for key, group in groups.items():
+            try:
+                loaded = self._load_group(group, advance, (live or {}).get(key, []))
+            except Exception as error:
+                failed.update(group.names)
+                for name in group.names:
+                    values[name] = Unpersisted(
+                        name=name, path=name,
+                        type_name=self.meta[name].type if name in self.meta else "?",
+                        reason=(f"it could not be restored ({type(error).__name__}: {error}); "
+                                "it is still in the history: fix the cause (for example, "
+                                "install a missing module) and run `%kernos checkout HEAD`"),
+                    )
+                continue
+            values.update(zip(group.names, loaded, strict=True))
+        return values, failed
+
+    def _load_group(self, group: StoredGroup, advance: Callable[[int], None],
+                    live_transients: list[object]) -> tuple[object, ...]:
+        def note(data: bytes | bytearray) -> None:
+            advance(len(data))
+
+        stream = bytes(read_part(self.workspace, group.stream, on_chunk=advance))
+        self._remember_chunks(group.stream.chunks, stream, group.stream.sizes)
+        buffers = []
+        for part in group.buffers:
+            data = read_part(self.workspace, part, writable=not part.readonly, on_chunk=advance)
+            self._remember_chunks(part.chunks, data, part.sizes)
+            buffers.append(memoryview(bytes(data)) if part.readonly else data)
+        values = self.serializer.load(stream, buffers, live_transients=live_transients)
+        if len(values) != len(group.names):
+            raise RestoreError(f"group {group.key} holds {len(values)} values for "
+                               f"{len(group.names)} names", names=group.names)
+        return values
+
+    def _remember_chunks(self, chunks: tuple[bytes, ...], data: bytes | bytearray,
+                         sizes: tuple[int, ...]) -> None:
+        view = memoryview(data)
+        position = 0
+        entries = []
+        for sha, size in zip(chunks, sizes, strict=True):
+            if size >= 4096:
+                entries.append((self.cache.digest(view[position : position + size]), sha))
+            position += size
+        self.cache.update(entries)
+
+    # -- ops -------------------------------------------------------------------
+
+    def begin(self, *, source: str | None = None, principal: str = "human",
+              kind: str = "cell", reach: Reach | None = None,
+              blocking: bool = True) -> Op:
+        """Start an op.  Only one op runs at a time; the next one waits."""
+        from kernos.analysis import reach_of_source
+        from kernos.op import Op
+
+        if not self._busy.acquire(blocking=blocking):
+            raise UsageError("another op is running on this image; wait for it to finish")
+        try:
+            if reach is None:
+                reach = reach_of_source(source) if source is not None else Reach.all("no code")
+            self.last_op += 1
+            return Op(self, op=self.last_op, principal=principal, source=source, kind=kind,
+                      reach=reach)
+        except BaseException:
+            self._busy.release()
+            raise
+
+    def _release(self) -> None:
+        self._busy.release()
+
+    def persisted_names(self) -> dict[str, object]:
+        return {name: value for name, value in list(self.namespace.items())
+                if self.is_persistent(name)}
+
+    def expand(self, reach: Reach, current: dict[str, object]) -> Reach:
+        """Widen a reach through the code stored by value in the groups it touches."""
+        if reach.everything:
+            return reach
+        names = set(reach.names)
+        if any(self.is_alias(name) for name in names):
+            return Reach.all("the code uses IPython's output cache, which aliases values")
+        frontier = [name for name in names if name in current]
+        seen_groups: set[str] = set()
+        while frontier:
+            name = frontier.pop()
+            key = self.group_of.get(name)
+            if key is None or key in seen_groups:
+                continue
+            seen_groups.add(key)
+            refs = self.groups[key].stored.code_refs
+            from kernos.analysis import DYNAMIC_NAMES
+
+            dynamic = refs & DYNAMIC_NAMES
+            if dynamic:
+                return Reach.all(f"code stored with {name!r} uses {', '.join(sorted(dynamic))}")
+            for ref in refs - names:
+                names.add(ref)
+                if ref in current:
+                    frontier.append(ref)
+        return Reach(frozenset(names))
+
+    def transients(self) -> list[dict[str, Any]]:
+        """Every value in the image that a restore would replace by a placeholder."""
+        found = []
+        for state in self.groups.values():
+            found.extend(state.stored.unpersisted)
+        return found
+
+
+def live_transients(transients: list[Transient]) -> list[object]:
+    return [transient.obj for transient in transients]

@@ -1,0 +1,318 @@
+"""The Kernos kernel: IPython's kernel, with every cell run as an op.
+
+This is a thin adapter.  The image (``kernos.image``) decides what a cell
+changed, what to write and how to roll back; the kernel only
+
+* opens the workspace and restores its head image in the background at
+  start-up, showing progress in the first cell if the restore is still going;
+* wraps each ``execute_request`` in an op: the cell runs, then the op commits
+  before the reply is sent, or rolls back if the cell failed (any
+  ``BaseException``, interrupts included) or if the commit itself failed;
+* reports the op in the reply's ``metadata["kernos"]``;
+* keeps everything else out of the way of ops: comm messages wait for the
+  running op, kernel subshells and the debugger are not offered (they would
+  run code concurrently with a cell).
+
+Interrupts (SIGINT) are honoured while the cell runs and deferred while the
+op commits or rolls back, so a commit is never cut in half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ipykernel.ipkernel import IPythonKernel
+
+from kernos._version import __version__
+from kernos.errors import KernosError, RequestRejected
+from kernos.image import Image, RestoreReport
+from kernos.kernel.reach import cell_reach
+from kernos.op import CommitReport, Op
+from kernos.store.workspace import Workspace, default_workspace
+from kernos.transaction import Status
+
+__all__ = ["KernosKernel"]
+
+DEFAULT_MAX_SOURCE_BYTES = 4 * 1024 * 1024
+_IPYTHON_CACHE = re.compile(r"_+|_i+|_i?\d+")
+_ALIASES = frozenset({"_", "__", "___", "Out", "_oh"})
+_UNSUPPORTED_FEATURES = frozenset({"kernel subshells", "debugger"})
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[None]:
+    """Hold SIGINT off while the body runs (main thread only); a late interrupt is dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class KernosKernel(IPythonKernel):
+    implementation = "kernos"
+    implementation_version = __version__
+    banner = (
+        f"Kernos {__version__}: a persistent, transactional Python image.\n"
+        "Every cell commits to the workspace history or rolls back. `%kernos help` lists "
+        "the commands."
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.image: Image | None = None
+        self.current_op: Op | None = None
+        self.attach_error: KernosError | None = None
+        self.restore_report: RestoreReport | None = None
+        self.restore_error: BaseException | None = None
+        self.restore_progress = (0, 0)
+        self.max_source_bytes = int(
+            os.environ.get("KERNOS_MAX_SOURCE_BYTES", DEFAULT_MAX_SOURCE_BYTES))
+        self._op_lock = asyncio.Lock()
+        self._restore_done = threading.Event()
+        self._last_report: dict[str, Any] | None = None
+        self._hidden = frozenset(self.shell.user_ns_hidden)
+        for message_type in ("comm_open", "comm_msg", "comm_close"):
+            handler = self.shell_handlers.get(message_type)
+            if handler is not None:
+                self.shell_handlers[message_type] = self._after_ops(handler)
+        from kernos.kernel.magics import KernosMagics
+
+        self.shell.register_magics(KernosMagics(self.shell, kernel=self))
+        self._attach()
+
+    # -- the workspace ---------------------------------------------------------
+
+    def is_persistent(self, name: str) -> bool:
+        if name in self._hidden or _IPYTHON_CACHE.fullmatch(name):
+            return False
+        return not (name.startswith("__") and name.endswith("__"))
+
+    def _attach(self) -> None:
+        """Open the workspace and start restoring its image in the background."""
+        path = default_workspace()
+        try:
+            workspace = Workspace.open(path, purpose="kernos kernel")
+        except KernosError as error:
+            self.attach_error = error
+            self.log.error("Kernos: %s", error)
+            self._restore_done.set()
+            return
+        self.attach_error = None
+        self.image = Image(
+            workspace, self.shell.user_ns, module=self.shell.user_module,
+            module_name=self.shell.user_module.__name__,
+            is_persistent=self.is_persistent, is_alias=lambda name: name in _ALIASES
+            or bool(re.fullmatch(r"_\d+", name)),
+        )
+        self._restore_done.clear()
+        threading.Thread(target=self._restore, name="kernos-restore", daemon=True).start()
+
+    def _restore(self) -> None:
+        assert self.image is not None
+        try:
+            def progress(done: int, total: int) -> None:
+                self.restore_progress = (done, total)
+
+            self.restore_report = self.image.restore(progress)
+            report = self.restore_report
+            self.log.info("Kernos: restored %d names (%d bytes) from %s in %.2fs",
+                          report.names, report.bytes, report.commit, report.seconds)
+        except BaseException as error:  # the kernel must keep serving to explain it
+            self.restore_error = error
+            self.log.error("Kernos: restore failed: %s", error)
+        finally:
+            self._restore_done.set()
+
+    async def _ready(self) -> KernosError | None:
+        """Wait for the restore (showing progress); return the reason ops cannot run, if any."""
+        if self.image is None and self._restore_done.is_set():
+            self._attach()  # the workspace may have been released since
+        shown = False
+        started = time.perf_counter()
+        while not self._restore_done.is_set():
+            await asyncio.sleep(0.05)
+            if time.perf_counter() - started > 0.5:
+                done, total = self.restore_progress
+                percent = 100 * done // total if total else 0
+                sys.stdout.write(f"\rRestoring the image: {percent}% "
+                                 f"({done / 1e6:.0f} of {total / 1e6:.0f} MB)")
+                sys.stdout.flush()
+                shown = True
+        if shown and self.restore_report is not None:
+            report = self.restore_report
+            sys.stdout.write(f"\rRestored {report.names} names ({report.bytes / 1e6:.0f} MB) in "
+                             f"{report.seconds:.1f} s.{' ' * 20}\n")
+        if self.attach_error is not None:
+            return self.attach_error
+        if self.restore_error is not None:
+            error = self.restore_error
+            return error if isinstance(error, KernosError) else KernosError(
+                f"The image could not be restored ({type(error).__name__}: {error}). Nothing "
+                "was changed on disk; see the kernel log, or inspect with `kernos log`.")
+        return None
+
+    # -- execution -------------------------------------------------------------
+
+    async def do_execute(  # type: ignore[override]
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict[str, Any] | None = None,
+        allow_stdin: bool = False,
+        *,
+        cell_meta: dict[str, Any] | None = None,
+        cell_id: str | None = None,
+    ) -> dict[str, Any]:
+        self._last_report = None
+        problem = await self._ready()
+        if problem is None and len(code.encode("utf-8", "surrogatepass")) > self.max_source_bytes:
+            problem = RequestRejected.oversized_source(
+                len(code.encode("utf-8", "surrogatepass")), self.max_source_bytes)
+        if problem is not None:
+            self._last_report = {"status": "rejected", "reason": str(problem)}
+            return self._error_reply(problem)
+        image = self.image
+        assert image is not None
+        async with self._op_lock:
+            with deferred_sigint():
+                op = image.begin(source=code, reach=self._reach(code), blocking=False)
+                self.current_op = op
+            failure: BaseException | None = None
+            reply: dict[str, Any] | None = None
+            try:
+                reply = await super().do_execute(
+                    code, silent, store_history, user_expressions, allow_stdin,
+                    cell_meta=cell_meta, cell_id=cell_id,
+                )
+            except BaseException as error:  # an interrupt between IPython's own handlers
+                failure = error
+            ok = failure is None and reply is not None and reply.get("status") == "ok"
+            outcome = self._finish(op, ok)
+            self.current_op = None
+        if isinstance(outcome, BaseException):
+            return self._error_reply(outcome, reply)
+        if failure is not None:
+            return self._error_reply(failure)
+        assert reply is not None
+        return reply
+
+    def _reach(self, code: str):  # type: ignore[no-untyped-def]
+        try:
+            transformed = self.shell.transform_cell(code)
+        except Exception:
+            transformed = code
+        return cell_reach(transformed, self.shell.transform_cell)
+
+    def _finish(self, op: Op, ok: bool) -> CommitReport | BaseException | None:
+        """Commit or roll back, never cut short by an interrupt."""
+        while True:
+            try:
+                with deferred_sigint():
+                    if op.status is not Status.ACTIVE:
+                        return op.report
+                    if not ok:
+                        aborted = op.abort()
+                        self._last_report = {"status": "rolled back", "op": op.id,
+                                             "reloaded": aborted.reloaded}
+                        return None
+                    try:
+                        report = op.commit()
+                    except KernosError as error:
+                        self._last_report = {"status": "rolled back", "op": op.id,
+                                             "error": str(error)}
+                        return error
+                    self._last_report = {"status": "committed", **report.to_json()}
+                    self._warn_unpersisted(report)
+                    return report
+            except KeyboardInterrupt:
+                continue
+
+    def _warn_unpersisted(self, report: CommitReport) -> None:
+        for info in report.unpersisted:
+            sys.stderr.write(
+                f"kernos: {info['path']} ({info['type_name']}) cannot be persisted: "
+                f"{info['reason']}. It stays usable now; after a restore it will be a "
+                "placeholder.\n")
+        sys.stderr.flush()
+
+    def _error_reply(self, error: BaseException,
+                     reply: dict[str, Any] | None = None) -> dict[str, Any]:
+        """An error reply for a problem outside the cell's code, shown in the output too."""
+        name = type(error).__name__
+        message = str(error) or name
+        content = {"ename": name, "evalue": message,
+                   "traceback": [f"\x1b[0;31m{name}\x1b[0m: {message}"]}
+        if self.session is not None:
+            self.session.send(self.iopub_socket, "error", content,
+                              parent=self.get_parent("shell"), ident=self._topic("error"))
+        return {
+            **(reply or {}),
+            "status": "error",
+            **content,
+            "execution_count": self.shell.execution_count - 1,
+            "user_expressions": {},
+            "payload": (reply or {}).get("payload", []),
+        }
+
+    def finish_metadata(self, parent: Any, metadata: dict[str, Any],
+                        reply_content: dict[str, Any]) -> dict[str, Any]:
+        metadata = super().finish_metadata(parent, metadata, reply_content)
+        if self._last_report is not None:
+            metadata["kernos"] = self._last_report
+        return metadata
+
+    # -- keeping other requests out of the way of ops ----------------------------
+
+    def _after_ops(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        async def serialized(*args: Any) -> Any:
+            while not self._restore_done.is_set():
+                await asyncio.sleep(0.05)
+            async with self._op_lock:
+                result = handler(*args)
+                if asyncio.iscoroutine(result):
+                    result = await result
+                return result
+
+        return serialized
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        info = dict(super().kernel_info)
+        info["supported_features"] = [feature for feature in info.get("supported_features", [])
+                                      if feature not in _UNSUPPORTED_FEATURES]
+        return info
+
+    async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+        if self.session is None:
+            return
+        reply = {"status": "error", "ename": "SubshellsUnsupported",
+                 "evalue": "Kernos runs one request at a time so that every op is atomic; "
+                           "it does not offer kernel subshells.", "traceback": []}
+        self.session.send(socket, "create_subshell_reply", reply, parent, ident)
+
+    async def do_debug_request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "response", "request_seq": msg.get("seq"), "success": False,
+            "command": msg.get("command"),
+            "message": "Kernos does not offer the debugger: it would change the image "
+                       "outside an op.",
+        }
+
+    def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        if self.image is not None:
+            self.image.workspace.close()
+        return super().do_shutdown(restart)  # type: ignore[no-any-return]

@@ -1,0 +1,614 @@
+"""Turn namespace values into bytes and back.
+
+Three promises, and how they are kept:
+
+* **C-pickle speed for data.**  Values are written by a subclass of the C
+  ``pickle.Pickler``.  Plain data (dicts, lists, strings, numbers) never leaves
+  C; only objects the C pickler would hand to ``reducer_override`` anyway
+  (instances, functions, classes, modules, ...) cost a Python call.  Large
+  contiguous buffers (numpy arrays, pandas blocks) travel out of band
+  (protocol 5), so they are hashed and stored in chunks, never copied into the
+  stream.
+* **Everything dill handles.**  Functions, lambdas, closures and classes that
+  were defined in cells (or cannot be found by name) are stored by value as
+  skeleton + state, so cycles through them work and one memo keeps identity;
+  their code objects go through dill.  Modules are stored by name and
+  re-imported.  Anything else the C pickler cannot reduce is handed to dill as
+  a last resort before it is declared unpersistable.
+* **Loud about what cannot persist.**  Open files, sockets, threads,
+  generators, database connections and whatever neither pickler can handle are
+  replaced in the stream by a record of the variable, the object path, the
+  type and the reason.  A restore puts an :class:`Unpersisted` placeholder
+  there; a rollback in the same session puts back the live object.
+
+The first attempt runs fast: unknown objects go to the C pickler's default
+reduction.  Only if that raises does a careful pass reduce each object itself
+so that a failure can be pinned to one object and replaced.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import enum
+import functools
+import importlib
+import io
+import pickle
+import sys
+import types
+from collections.abc import Callable, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dill
+
+from kernos.serialize import rebuild
+from kernos.serialize.paths import find_path
+from kernos.serialize.unpersisted import Unpersisted
+
+__all__ = ["Pickled", "Serializer", "Transient"]
+
+PROTOCOL = 5
+#: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
+OUT_OF_BAND_MIN_BYTES = 64 * 1024
+
+# Objects of these types carry no identity worth preserving across variables.
+_IMMUTABLE = frozenset(
+    {str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, slice,
+     types.CodeType, type(Ellipsis), type(NotImplemented)}
+)
+
+
+@dataclass(kw_only=True)
+class Transient:
+    """A value inside a variable that could not be persisted."""
+
+    name: str
+    """The variable that holds it."""
+    path: str
+    """Where it sits inside the variable, e.g. ``data['conn']``."""
+    type_name: str
+    """Its type, qualified by module."""
+    reason: str
+    """Why it could not be persisted, and what to do."""
+    obj: object = field(repr=False, compare=False)
+    """The live object (kept so that a rollback can put it back)."""
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "type_name": self.type_name,
+                "reason": self.reason}
+
+
+@dataclass(kw_only=True)
+class Pickled:
+    """One pickled tuple of values: the stream, its out-of-band buffers and what it met."""
+
+    stream: bytes
+    buffers: list[memoryview]
+    transients: list[Transient]
+    code_refs: frozenset[str]
+    """Global names read by code that was stored by value (see ``kernos.analysis``)."""
+    touched_owners: frozenset[str] = frozenset()
+    """Other variables whose objects this pickle also reached (recording mode only)."""
+
+
+class _Ref:
+    """Stands in an argument list for a call made at load time."""
+
+    __slots__ = ("args", "func")
+
+    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...] = ()) -> None:
+        self.func = func
+        self.args = args
+
+
+def _transient_types() -> tuple[tuple[type, ...], dict[type, str]]:
+    """Types whose instances are live resources: never pickled, even if a pickler could."""
+    loaded = tuple(name in sys.modules for name in ("sqlite3", "subprocess", "asyncio"))
+    return _transient_types_for(loaded)
+
+
+@functools.lru_cache(maxsize=8)
+def _transient_types_for(loaded: tuple[bool, ...]) -> tuple[tuple[type, ...], dict[type, str]]:
+    import socket
+    import threading
+
+    reasons: dict[type, str] = {
+        io.IOBase: "open files and streams cannot be persisted; open the file again after "
+                   "a restore",
+        socket.socket: "network connections cannot be persisted; reconnect after a restore",
+        threading.Thread: "running threads cannot be persisted; start the thread again "
+                          "after a restore",
+        types.GeneratorType: "a generator holds a paused frame, which cannot be persisted; "
+                             "call its generator function again",
+        types.CoroutineType: "a coroutine holds a paused frame, which cannot be persisted",
+        types.AsyncGeneratorType: "an async generator holds a paused frame, which cannot be "
+                                  "persisted",
+        types.FrameType: "stack frames cannot be persisted",
+        types.TracebackType: "tracebacks cannot be persisted",
+    }
+    for module_name, names, reason in (
+        ("sqlite3", ("Connection", "Cursor"),
+         "database connections cannot be persisted; reconnect after a restore"),
+        ("subprocess", ("Popen",), "running processes cannot be persisted"),
+        ("asyncio", ("Future", "Task", "AbstractEventLoop"),
+         "asyncio tasks, futures and loops cannot be persisted"),
+    ):
+        module = sys.modules.get(module_name)
+        for name in names:
+            klass = getattr(module, name, None) if module else None
+            if isinstance(klass, type):
+                reasons[klass] = reason
+    return tuple(reasons), reasons
+
+
+_PICKLABLE_STREAMS = (io.BytesIO, io.StringIO)
+
+
+def _singletons() -> dict[int, tuple[str, str]]:
+    """Module-level sentinels that must come back as themselves, not as copies."""
+    found: dict[int, tuple[str, str]] = {}
+    for name in ("MISSING", "KW_ONLY", "_FIELD", "_FIELD_CLASSVAR", "_FIELD_INITVAR",
+                 "_HAS_DEFAULT_FACTORY", "_EMPTY_METADATA"):
+        if hasattr(dataclasses, name):
+            found[id(getattr(dataclasses, name))] = ("dataclasses", name)
+    return found
+
+
+_SINGLETONS = _singletons()
+
+
+@functools.lru_cache(maxsize=8192)
+def _dill_code(code: types.CodeType) -> bytes:
+    return dill.dumps(code, protocol=PROTOCOL)
+
+
+@functools.lru_cache(maxsize=8192)
+def code_names(code: types.CodeType) -> frozenset[str]:
+    """Every name a code object (and the code nested in it) may read as a global."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if type(const) is types.CodeType:
+            names |= code_names(const)
+    return frozenset(names)
+
+
+def _lookup(module: types.ModuleType, qualname: str) -> object:
+    obj: object = module
+    for part in qualname.split("."):
+        if part == "<locals>":
+            return None
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _qualified(klass: type) -> str:
+    module = getattr(klass, "__module__", None)
+    name = getattr(klass, "__qualname__", klass.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"
+
+
+class Serializer:
+    """Pickles tuples of namespace values and loads them back.
+
+    One serializer belongs to one namespace: functions and classes defined in
+    that namespace (whose ``__module__`` is ``module_name``) are stored by
+    value, and functions whose globals are the namespace get it back on load.
+    """
+
+    def __init__(
+        self,
+        namespace: MutableMapping[str, Any],
+        *,
+        module_name: str = "__main__",
+        module: types.ModuleType | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.module_name = module_name
+        self.module = module
+
+    @property
+    def transient_reasons(self) -> dict[type, str]:
+        return _transient_types()[1]
+
+    @property
+    def transient_classes(self) -> tuple[type, ...]:
+        return _transient_types()[0]
+
+    def dump(
+        self,
+        roots: Sequence[tuple[str, object]],
+        *,
+        op: int | None = None,
+        record: dict[int, tuple[str, object]] | None = None,
+    ) -> Pickled:
+        """Pickle the values of ``roots`` (``(name, value)`` pairs) as one tuple.
+
+        With ``record``, every object that can be shared is noted as belonging
+        to the (single) root's name, and the names of other roots whose
+        objects this one reaches are returned in ``touched_owners``.
+        """
+        values = tuple(self.namespace_ref(value) for _, value in roots)
+        try:
+            return self._dump(values, roots, op=op, record=record, careful=False)
+        except Exception:
+            pass
+        try:
+            return self._dump(values, roots, op=op, record=record, careful=True)
+        except Exception as error:
+            failure = error
+        # The careful pass could not pin the failure on one object: give up on
+        # whole variables, one at a time, and keep the rest.
+        replaced = []
+        for index, (name, value) in enumerate(roots):
+            try:
+                self._dump((values[index],), [(name, value)], op=op, record=None, careful=True)
+                replaced.append(values[index])
+            except Exception as error:
+                reason = _describe_failure(error if len(roots) > 1 else failure)
+                replaced.append(_WholeValue(name, value, reason))
+        return self._dump(tuple(replaced), roots, op=op, record=record, careful=True)
+
+    def namespace_ref(self, value: object) -> object:
+        if value is self.namespace:
+            return _Ref(rebuild.namespace)
+        return value
+
+    def _dump(
+        self,
+        values: tuple[object, ...],
+        roots: Sequence[tuple[str, object]],
+        *,
+        op: int | None,
+        record: dict[int, tuple[str, object]] | None,
+        careful: bool,
+    ) -> Pickled:
+        out = io.BytesIO()
+        klass = _RecordingPickler if record is not None else _ImagePickler
+        pickler = klass(out, self, roots=roots, op=op, careful=careful, record=record)
+        pickler.dump(values)
+        return Pickled(
+            stream=out.getvalue(),
+            buffers=pickler.buffers,
+            transients=pickler.transients,
+            code_refs=frozenset(pickler.code_refs),
+            touched_owners=frozenset(pickler.touched_owners),
+        )
+
+    def load(
+        self,
+        stream: bytes,
+        buffers: Sequence[Any] = (),
+        *,
+        live_transients: Sequence[object] = (),
+    ) -> tuple[object, ...]:
+        """Load a tuple written by :meth:`dump` into this serializer's namespace."""
+        context = rebuild.LoadContext(
+            namespace=self.namespace, module=self.module, live_transients=live_transients
+        )
+        token = rebuild.use_context(context)
+        try:
+            values = pickle.loads(stream, buffers=buffers)
+        finally:
+            rebuild.reset_context(token)
+        if type(values) is not tuple:
+            raise TypeError(f"a snapshot stream holds {type(values).__name__}, not a tuple")
+        return values
+
+    def is_by_value(self, obj: type | types.FunctionType) -> bool:
+        """Whether a function or class must be stored by value rather than by name."""
+        module_name = getattr(obj, "__module__", None)
+        if module_name is None or module_name == self.module_name:
+            return True
+        module = sys.modules.get(module_name)
+        if module is None:
+            return True
+        return _lookup(module, getattr(obj, "__qualname__", obj.__name__)) is not obj
+
+
+class _WholeValue:
+    """A variable that could not be pickled at all, even one object at a time."""
+
+    __slots__ = ("name", "reason", "value")
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        self.name = name
+        self.value = value
+        self.reason = reason
+
+
+def _describe_failure(error: BaseException) -> str:
+    if isinstance(error, RecursionError):
+        return "it is nested too deeply to pickle (recursion limit reached)"
+    return f"it cannot be pickled ({type(error).__name__}: {error})"
+
+
+class _ImagePickler(pickle.Pickler):
+    def __init__(
+        self,
+        file: io.BytesIO,
+        serializer: Serializer,
+        *,
+        roots: Sequence[tuple[str, object]],
+        op: int | None,
+        careful: bool,
+        record: dict[int, tuple[str, object]] | None,
+    ) -> None:
+        super().__init__(file, protocol=PROTOCOL, buffer_callback=self._take_buffer)
+        self.serializer = serializer
+        self.roots = roots
+        self.op = op
+        self.careful = careful
+        self.record = record
+        self.owner = roots[0][0] if roots else ""
+        self.buffers: list[memoryview] = []
+        self.transients: list[Transient] = []
+        self.code_refs: set[str] = set()
+        self.touched_owners: set[str] = set()
+        self._cells_filled_by_function: set[int] = set()
+        self._by_value: dict[int, bool] = {}
+
+    def _take_buffer(self, buffer: pickle.PickleBuffer) -> bool:
+        try:
+            view = buffer.raw()
+        except BufferError:
+            return True  # not contiguous: numpy falls back to an in-band copy
+        if view.nbytes < OUT_OF_BAND_MIN_BYTES:
+            return True
+        self.buffers.append(view)
+        return False
+
+    def reducer_override(self, obj: Any) -> Any:  # noqa: PLR0911 - one dispatch point
+        kind = type(obj)
+        if kind is types.FunctionType:
+            return self._reduce_function(obj)
+        if isinstance(obj, type):
+            return self._reduce_class(obj)
+        if kind is _Ref:
+            return (obj.func, obj.args)
+        if kind is types.ModuleType:
+            return self._reduce_module(obj)
+        special = _SPECIAL.get(kind)
+        if special is not None:
+            return special(self, obj)
+        if id(obj) in _SINGLETONS:
+            return (rebuild.singleton, _SINGLETONS[id(obj)])
+        if kind is _WholeValue:
+            return self._unpersisted(obj.value, obj.reason, name=obj.name)
+        if kind is Unpersisted:
+            return self._placeholder(obj)
+        if isinstance(obj, self.serializer.transient_classes) and not isinstance(
+            obj, _PICKLABLE_STREAMS
+        ):
+            return self._unpersisted(obj, self._transient_reason(obj))
+        if self.careful:
+            return self._reduce_carefully(obj)
+        return NotImplemented
+
+    # -- functions, classes, modules --------------------------------------
+
+    def _needs_value(self, obj: Any) -> bool:
+        key = id(obj)
+        known = self._by_value.get(key)
+        if known is None:
+            known = self._by_value[key] = self.serializer.is_by_value(obj)
+        return known
+
+    def _reduce_function(self, func: types.FunctionType) -> Any:
+        if not self._needs_value(func):
+            return NotImplemented
+        code = func.__code__
+        self.code_refs |= code_names(code)
+        closure = func.__closure__
+        closure_values = []
+        for index, cell in enumerate(closure or ()):
+            self._cells_filled_by_function.add(id(cell))
+            try:
+                closure_values.append((index, cell.cell_contents))
+            except ValueError:
+                continue  # an empty cell stays empty
+        state: dict[str, Any] = {
+            "__qualname__": func.__qualname__,
+            "__module__": func.__module__,
+            "__doc__": func.__doc__,
+            "closure_values": closure_values,
+        }
+        if func.__defaults__ is not None:
+            state["__defaults__"] = func.__defaults__
+        if func.__kwdefaults__ is not None:
+            state["__kwdefaults__"] = func.__kwdefaults__
+        if func.__annotations__:
+            state["__annotations__"] = func.__annotations__
+        if func.__dict__:
+            state["__dict__"] = func.__dict__
+        return (
+            rebuild.make_function,
+            (code, self._globals_ref(func), func.__name__, closure),
+            state,
+            None,
+            None,
+            rebuild.set_function_state,
+        )
+
+    def _globals_ref(self, func: types.FunctionType) -> object:
+        globals_ = func.__globals__
+        if globals_ is self.serializer.namespace:
+            return _Ref(rebuild.namespace)
+        module = sys.modules.get(globals_.get("__name__", ""))  # type: ignore[arg-type]
+        if module is not None and getattr(module, "__dict__", None) is globals_:
+            return _Ref(rebuild.module_dict, (module.__name__,))
+        return globals_
+
+    def _reduce_class(self, cls: type) -> Any:
+        if not self._needs_value(cls):
+            return NotImplemented
+        namespace = cls.__dict__
+        skeleton: dict[str, Any] = {"__module__": namespace.get("__module__", cls.__module__),
+                                    "__qualname__": cls.__qualname__}
+        slots = namespace.get("__slots__")
+        skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "_abc_impl"}
+        if slots is not None:
+            skeleton["__slots__"] = slots
+            skip.add("__slots__")
+            skip.update((slots,) if isinstance(slots, str) else slots)
+        if isinstance(cls, enum.EnumMeta) and issubclass(cls, enum.Enum):
+            members = [(member, cls[member]._value_) for member in cls._member_names_]
+            state = {
+                key: namespace[key] for key in sorted(namespace)
+                if key not in skip and key not in cls._member_names_
+                and isinstance(namespace[key], (types.FunctionType, staticmethod, classmethod,
+                                                property))
+                and key not in ("__new__", "__reduce_ex__", "_generate_next_value_")
+            }
+            return (
+                rebuild.make_enum,
+                (type(cls), cls.__name__, cls.__bases__, skeleton, members),
+                state, None, None, rebuild.set_class_state,
+            )
+        # Sorted, so that a class pickles the same before and after a restore
+        # (the restored class's __dict__ lists the skeleton's keys first).
+        state = {key: namespace[key] for key in sorted(namespace) if key not in skip}
+        return (
+            rebuild.make_class,
+            (type(cls), cls.__name__, cls.__bases__, skeleton),
+            state,
+            None,
+            None,
+            rebuild.set_class_state,
+        )
+
+    def _reduce_module(self, module: types.ModuleType) -> Any:
+        namespace_module = self.serializer.module
+        if module is namespace_module or module.__dict__ is self.serializer.namespace:
+            return (rebuild.namespace_module, ())
+        if sys.modules.get(module.__name__) is module:
+            return (importlib.import_module, (module.__name__,))
+        return self._unpersisted(
+            module, f"the module {module.__name__!r} was not imported from a file, so it "
+                    "cannot be re-imported by name; create it again after a restore"
+        )
+
+    # -- the careful pass --------------------------------------------------
+
+    def _reduce_carefully(self, obj: Any) -> Any:
+        try:
+            reducer = copyreg.dispatch_table.get(type(obj))
+            reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(PROTOCOL)
+        except Exception as error:
+            return self._reduce_with_dill(obj, error)
+        if isinstance(reduced, str):
+            return NotImplemented  # "pickle me as a global by this name"
+        return reduced
+
+    def _reduce_with_dill(self, obj: Any, error: Exception) -> Any:
+        try:
+            blob = dill.dumps(obj, protocol=PROTOCOL)
+        except Exception:
+            return self._unpersisted(obj, _describe_failure(error))
+        return (rebuild.from_dill, (blob,))
+
+    # -- what cannot persist --------------------------------------------------
+
+    def _transient_reason(self, obj: object) -> str:
+        for klass, reason in self.serializer.transient_reasons.items():
+            if isinstance(obj, klass):
+                return reason
+        return "it is a live resource that cannot be persisted"
+
+    def _unpersisted(self, obj: object, reason: str, *, name: str | None = None) -> Any:
+        owner, path = self._locate(obj, name)
+        transient = Transient(
+            name=owner, path=path, type_name=_qualified(type(obj)), reason=reason, obj=obj
+        )
+        index = len(self.transients)
+        self.transients.append(transient)
+        return (rebuild.unpersisted, (index, transient.info()))
+
+    def _placeholder(self, placeholder: Unpersisted) -> Any:
+        """A placeholder from an earlier restore pickles exactly as the value it stands for."""
+        transient = Transient(name=placeholder.name, path=placeholder.path,
+                              type_name=placeholder.type_name, reason=placeholder.reason,
+                              obj=placeholder)
+        index = len(self.transients)
+        self.transients.append(transient)
+        return (rebuild.unpersisted, (index, transient.info()))
+
+    def _locate(self, obj: object, name: str | None) -> tuple[str, str]:
+        for root_name, root_value in self.roots:
+            if name is not None and root_name != name:
+                continue
+            path = find_path(root_value, obj, root_name)
+            if path is not None:
+                return root_name, path
+        owner = name or self.owner
+        return owner, f"{owner}.<somewhere inside>"
+
+
+class _RecordingPickler(_ImagePickler):
+    """Also notes which objects each variable reaches, to find sharing between variables."""
+
+    def persistent_id(self, obj: Any) -> None:
+        kind = type(obj)
+        if kind in _IMMUTABLE:
+            return None
+        if (kind is types.FunctionType or isinstance(obj, type)) and not self._needs_value(obj):
+            return None
+        if kind is types.ModuleType or kind is types.BuiltinFunctionType:
+            return None
+        record = self.record
+        assert record is not None
+        key = id(obj)
+        previous = record.get(key)
+        if previous is None:
+            record[key] = (self.owner, obj)
+        elif previous[0] != self.owner:
+            self.touched_owners.add(previous[0])
+        return None
+
+
+def _reduce_cell(pickler: _ImagePickler, cell: types.CellType) -> Any:
+    if id(cell) in pickler._cells_filled_by_function:
+        return (rebuild.make_cell, ())
+    try:
+        contents = cell.cell_contents
+    except ValueError:
+        return (rebuild.make_cell, ())
+    return (rebuild.make_cell, (), contents, None, None, rebuild.set_cell_contents)
+
+
+def _reduce_code(pickler: _ImagePickler, code: types.CodeType) -> Any:
+    return (rebuild.code_from_dill, (_dill_code(code),))
+
+
+def _reduce_property(pickler: _ImagePickler, prop: property) -> Any:
+    return (property, (prop.fget, prop.fset, prop.fdel, prop.__doc__))
+
+
+def _reduce_staticmethod(pickler: _ImagePickler, method: staticmethod) -> Any:  # type: ignore[type-arg]
+    return (staticmethod, (method.__func__,))
+
+
+def _reduce_classmethod(pickler: _ImagePickler, method: classmethod) -> Any:  # type: ignore[type-arg]
+    return (classmethod, (method.__func__,))
+
+
+def _reduce_cached_property(pickler: _ImagePickler, prop: functools.cached_property) -> Any:  # type: ignore[type-arg]
+    return (rebuild.make_cached_property, (prop.func, prop.attrname))
+
+
+def _reduce_mapping_proxy(pickler: _ImagePickler, proxy: types.MappingProxyType) -> Any:  # type: ignore[type-arg]
+    return (rebuild.mapping_proxy, (dict(proxy),))
+
+
+_SPECIAL: dict[type, Callable[[_ImagePickler, Any], Any]] = {
+    types.CellType: _reduce_cell,
+    types.CodeType: _reduce_code,
+    property: _reduce_property,
+    staticmethod: _reduce_staticmethod,
+    classmethod: _reduce_classmethod,
+    functools.cached_property: _reduce_cached_property,
+    types.MappingProxyType: _reduce_mapping_proxy,
+}

@@ -1,0 +1,159 @@
+"""Load-side constructors that stored snapshots call by name.
+
+Snapshots refer to these functions as ``kernos.serialize.rebuild.<name>``, so
+their names and signatures are part of the on-disk format: add new ones, never
+rename or change existing ones.
+
+Cycle safety follows one rule: an object that others may point back to
+(functions, classes, cells) is created as an empty skeleton first, so the
+pickle memo holds it, and is filled in by a state setter afterwards.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import sys
+import types
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dill
+
+from kernos.serialize.unpersisted import Unpersisted
+
+
+@dataclass(kw_only=True)
+class LoadContext:
+    """What a load needs from its surroundings."""
+
+    namespace: MutableMapping[str, Any]
+    """The dict that functions defined in cells use as their globals."""
+    module: types.ModuleType | None = None
+    """The module object whose ``__dict__`` is ``namespace``, if there is one."""
+    live_transients: Sequence[object] = field(default_factory=tuple)
+    """Objects that could not be persisted but are still alive (used on rollback)."""
+
+
+_context: contextvars.ContextVar[LoadContext] = contextvars.ContextVar("kernos_load_context")
+
+
+def use_context(context: LoadContext) -> contextvars.Token[LoadContext]:
+    return _context.set(context)
+
+
+def reset_context(token: contextvars.Token[LoadContext]) -> None:
+    _context.reset(token)
+
+
+def namespace() -> MutableMapping[str, Any]:
+    """The namespace being loaded into: the globals of cell-defined functions."""
+    return _context.get().namespace
+
+
+def namespace_module() -> types.ModuleType:
+    context = _context.get()
+    if context.module is not None:
+        return context.module
+    module = types.ModuleType("__main__")
+    module.__dict__.update(context.namespace)
+    return module
+
+
+def module_dict(name: str) -> dict[str, Any]:
+    return importlib.import_module(name).__dict__
+
+
+def code_from_dill(blob: bytes) -> types.CodeType:
+    code = dill.loads(blob)
+    if type(code) is not types.CodeType:
+        raise TypeError(f"expected a code object, got {type(code).__name__}")
+    return code
+
+
+def from_dill(blob: bytes) -> object:
+    return dill.loads(blob)
+
+
+def make_cell() -> types.CellType:
+    return types.CellType()
+
+
+def set_cell_contents(cell: types.CellType, contents: object) -> types.CellType:
+    cell.cell_contents = contents
+    return cell
+
+
+def make_function(
+    code: types.CodeType,
+    globals_: dict[str, Any],
+    name: str,
+    closure: tuple[types.CellType, ...] | None,
+) -> types.FunctionType:
+    # Interned like the name of a function made by `def`, so that a restored function
+    # pickles exactly as the original did (pickle's memo follows string identity).
+    return types.FunctionType(code, globals_, sys.intern(name), None, closure)
+
+
+def set_function_state(func: types.FunctionType, state: Mapping[str, Any]) -> types.FunctionType:
+    closure = func.__closure__ or ()
+    for index, value in state.get("closure_values", ()):
+        closure[index].cell_contents = value
+    for attribute in ("__defaults__", "__kwdefaults__", "__annotations__", "__qualname__",
+                      "__module__", "__doc__"):
+        if attribute in state:
+            setattr(func, attribute, state[attribute])
+    func.__dict__.update(state.get("__dict__", {}))
+    return func
+
+
+def make_class(
+    metaclass: type, name: str, bases: tuple[type, ...], skeleton: dict[str, Any]
+) -> type:
+    return metaclass(name, bases, dict(skeleton))
+
+
+def make_enum(
+    metaclass: type,
+    name: str,
+    bases: tuple[type, ...],
+    skeleton: dict[str, Any],
+    members: Sequence[tuple[str, Any]],
+) -> type:
+    classdict = metaclass.__prepare__(name, bases)
+    for key, value in skeleton.items():
+        classdict[key] = value
+    for member, value in members:
+        classdict[member] = value
+    return metaclass(name, bases, classdict)  # type: ignore[no-any-return]
+
+
+def set_class_state(cls: type, state: Mapping[str, Any]) -> type:
+    for key, value in state.items():
+        setattr(cls, key, value)
+    return cls
+
+
+def make_cached_property(func: Callable[..., Any], attrname: str | None) -> object:
+    import functools
+
+    prop = functools.cached_property(func)
+    prop.attrname = attrname
+    return prop
+
+
+def mapping_proxy(content: dict[Any, Any]) -> types.MappingProxyType[Any, Any]:
+    return types.MappingProxyType(content)
+
+
+def unpersisted(index: int, info: Mapping[str, Any]) -> object:
+    """The live object on rollback if it still exists, else a placeholder."""
+    live = _context.get().live_transients
+    if 0 <= index < len(live):
+        return live[index]
+    return Unpersisted(**info)
+
+
+def singleton(module: str, name: str) -> object:
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,58 @@
+"""One-line descriptions of values, for history, diff and status.
+
+A summary must be cheap and must never fail: it is computed for every
+changed name at every commit.  Arrays and frames are described by shape and
+dtype without calling their (possibly slow) ``repr``; containers by length;
+everything else by a truncated ``repr`` guarded against exceptions.
+"""
+
+from __future__ import annotations
+
+import reprlib
+
+__all__ = ["describe", "type_name"]
+
+_MAX = 80
+_repr = reprlib.Repr()
+_repr.maxstring = 60
+_repr.maxother = 60
+_repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxdict = 6
+_repr.maxlevel = 2
+
+
+def type_name(value: object) -> str:
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    name = getattr(kind, "__qualname__", kind.__name__)
+    return name if module in ("builtins", "__main__") else f"{module}.{name}"
+
+
+def describe(value: object) -> str:
+    """A bounded, exception-safe one-line summary of ``value``."""
+    try:
+        text = _describe(value)
+    except Exception as error:  # a broken __repr__ must not break a commit
+        text = f"<{type_name(value)}: repr failed with {type(error).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX else text[: _MAX - 3] + "..."
+
+
+def _describe(value: object) -> str:
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith("pandas"):
+        shape = getattr(value, "shape", None)
+        if shape is not None:
+            dims = "x".join(str(n) for n in shape)
+            return f"{kind.__name__} {dims}"
+    if module.startswith("numpy") and hasattr(value, "shape") and hasattr(value, "dtype"):
+        dims = "x".join(str(n) for n in value.shape) or "scalar"
+        if getattr(value, "size", 2) == 1:
+            return f"{value.dtype} {value!r}"
+        return f"ndarray {value.dtype}[{dims}]"
+    if kind in (dict, list, set, tuple, frozenset) and len(value) > 6:  # type: ignore[arg-type]
+        return f"{kind.__name__} of {len(value)}: {_repr.repr(value)}"  # type: ignore[arg-type]
+    if callable(value) and hasattr(value, "__qualname__"):
+        kind_word = "class" if isinstance(value, type) else "function"
+        return f"{kind_word} {value.__qualname__}"
+    return _repr.repr(value)

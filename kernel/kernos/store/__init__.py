@@ -1,0 +1,1 @@
+"""The workspace on disk: git objects, snapshots, the lock and crash recovery."""

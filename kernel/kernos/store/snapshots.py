@@ -1,0 +1,351 @@
+"""The snapshot format: how an image is laid out as git trees and blobs.
+
+A snapshot is a commit whose tree is::
+
+    kernos.json          the manifest: op facts and per-name metadata
+    source.py            the code the op ran (absent for ops without code)
+    ns/                  one tree per *group* of variables that share objects
+        <group>/
+            index.json   member names, chunk sizes, unpersisted values, code refs
+            s.000000     the pickle stream, in chunks of CHUNK_BYTES
+            b000.000000  out-of-band buffer 0, in chunks
+            ...
+
+Values are chunked so that an 8-byte edit to a 200 MB array writes one
+1 MiB chunk, not 200 MB.  Whether a chunk changed is decided by a keyed xxh3
+digest (a per-process random key, so agent code cannot craft collisions)
+looked up in :class:`ChunkCache`; only new chunks are hashed with sha1,
+compressed and written.  An unchanged group keeps its tree id, so it costs
+nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+import xxhash
+
+from kernos.errors import WorkspaceCorrupt
+from kernos.serialize.pickler import Pickled
+from kernos.store.objects import (
+    BLOB_MODE,
+    TREE_MODE,
+    CommitData,
+    TreeEntry,
+    decode_tree,
+    encode_commit,
+    encode_tree,
+    object_id,
+)
+from kernos.store.workspace import Workspace
+
+__all__ = [
+    "CHUNK_BYTES",
+    "ChunkCache",
+    "SnapshotWriter",
+    "StoredGroup",
+    "StoredPart",
+    "commit_message",
+    "group_key",
+    "read_group",
+    "read_part",
+    "read_snapshot",
+]
+
+CHUNK_BYTES = 1 << 20
+_SMALL = 4096  # below this, hashing with sha1 directly is cheaper than a cache lookup
+MANIFEST = "kernos.json"
+SOURCE = "source.py"
+NAMESPACE = "ns"
+INDEX = "index.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredPart:
+    """One byte sequence (a stream or a buffer) as a list of chunk blobs."""
+
+    chunks: tuple[bytes, ...]
+    sizes: tuple[int, ...]
+    readonly: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredGroup:
+    """A group of variables as stored in one snapshot."""
+
+    key: str
+    names: tuple[str, ...]
+    tree: bytes
+    stream: StoredPart
+    buffers: tuple[StoredPart, ...]
+    code_refs: frozenset[str] = frozenset()
+    unpersisted: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def size(self) -> int:
+        return self.stream.size + sum(part.size for part in self.buffers)
+
+
+def group_key(names: Iterable[str]) -> str:
+    """A stable, git-safe tree entry name for a group: its smallest member, escaped."""
+    return quote(min(names), safe="") or "%00"
+
+
+class ChunkCache:
+    """Keyed digest of a chunk's bytes -> the id of the blob that holds them."""
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self._seed = int.from_bytes(os.urandom(8), "little")
+        self._entries: OrderedDict[bytes, bytes] = OrderedDict()
+        self._capacity = capacity
+
+    def digest(self, data: bytes | memoryview) -> bytes:
+        return xxhash.xxh3_128_digest(data, seed=self._seed)
+
+    def get(self, digest: bytes) -> bytes | None:
+        sha = self._entries.get(digest)
+        if sha is not None:
+            self._entries.move_to_end(digest)
+        return sha
+
+    def update(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        for digest, sha in entries:
+            self._entries[digest] = sha
+            self._entries.move_to_end(digest)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class SnapshotWriter:
+    """Writes the objects of one commit; nothing is visible until the ref moves."""
+
+    def __init__(self, workspace: Workspace, cache: ChunkCache) -> None:
+        self.workspace = workspace
+        self.cache = cache
+        self._new_cache_entries: dict[bytes, bytes] = {}
+        self.bytes_written = 0
+
+    def __enter__(self) -> SnapshotWriter:
+        self.workspace.objects.begin()
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if error is not None:
+            self.workspace.objects.discard()
+
+    def blob(self, data: bytes | memoryview) -> bytes:
+        if len(data) < _SMALL:
+            return self._write(b"blob", data)
+        digest = self.cache.digest(data)
+        sha = self.cache.get(digest) or self._new_cache_entries.get(digest)
+        if sha is None:
+            sha = self._write(b"blob", data)
+            self._new_cache_entries[digest] = sha
+        return sha
+
+    def _write(self, kind: bytes, data: bytes | memoryview) -> bytes:
+        sha = object_id(kind, data)
+        if self.workspace.objects.write(kind, data, sha):
+            self.bytes_written += len(data)
+        return sha
+
+    def part(self, data: bytes | memoryview, *, readonly: bool = False) -> StoredPart:
+        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        chunks = []
+        sizes = []
+        for start in range(0, max(len(view), 1), CHUNK_BYTES):
+            piece = view[start : start + CHUNK_BYTES]
+            chunks.append(self.blob(piece))
+            sizes.append(len(piece))
+        return StoredPart(chunks=tuple(chunks), sizes=tuple(sizes), readonly=readonly)
+
+    def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None) -> StoredGroup:
+        stream = self.part(pickled.stream)
+        buffers = tuple(self.part(view, readonly=view.readonly) for view in pickled.buffers)
+        unpersisted = tuple(dict(transient.info(), op=op) for transient in pickled.transients)
+        index = {
+            "names": list(names),
+            "stream": list(stream.sizes),
+            "buffers": [{"sizes": list(part.sizes), "readonly": part.readonly}
+                        for part in buffers],
+            "code_refs": sorted(pickled.code_refs),
+            "unpersisted": list(unpersisted),
+        }
+        entries = [TreeEntry(BLOB_MODE, INDEX, self.blob(_json(index)))]
+        entries += [TreeEntry(BLOB_MODE, f"s.{i:06d}", sha) for i, sha in enumerate(stream.chunks)]
+        for number, part in enumerate(buffers):
+            entries += [TreeEntry(BLOB_MODE, f"b{number:03d}.{i:06d}", sha)
+                        for i, sha in enumerate(part.chunks)]
+        tree = self._write(b"tree", encode_tree(entries))
+        return StoredGroup(
+            key=group_key(names), names=tuple(names), tree=tree, stream=stream,
+            buffers=buffers, code_refs=pickled.code_refs, unpersisted=unpersisted,
+        )
+
+    def commit(
+        self,
+        *,
+        groups: Iterable[StoredGroup] = (),
+        namespace_tree: bytes | None = None,
+        manifest: dict[str, Any],
+        source: str | None,
+        parent: bytes | None,
+        message: str,
+        author: str,
+    ) -> bytes:
+        """Write the root tree and the commit object; return the commit id.
+
+        The namespace is given either as ``groups`` or, to reuse another
+        snapshot's namespace as is, as the id of its ``ns`` tree.
+        """
+        if namespace_tree is None:
+            namespace = encode_tree(
+                TreeEntry(TREE_MODE, group.key, group.tree) for group in groups)
+            namespace_tree = self._write(b"tree", namespace)
+        entries = [
+            TreeEntry(BLOB_MODE, MANIFEST, self.blob(_json(manifest))),
+            TreeEntry(TREE_MODE, NAMESPACE, namespace_tree),
+        ]
+        if source is not None:
+            entries.append(TreeEntry(BLOB_MODE, SOURCE, self.blob(source.encode())))
+        root = self._write(b"tree", encode_tree(entries))
+        commit = CommitData(
+            tree=root, parents=(parent,) if parent else (), author=author,
+            timestamp=int(time.time()), message=message,
+        )
+        sha = self._write(b"commit", encode_commit(commit))
+        self.workspace.objects.seal(sha)
+        return sha
+
+    def publish(self, commit: bytes) -> None:
+        """Move the branch to ``commit``.  After this returns the op is durable."""
+        self.workspace.set_head(commit)
+        self.workspace.objects.finish()
+        self.cache.update(self._new_cache_entries.items())
+
+
+def commit_message(*, op: int, principal: str, kind: str, headline: str) -> str:
+    """The message of a snapshot commit: the op and principal, then parseable trailers."""
+    return (
+        f"op {op} by {principal}: {headline}\n\n"
+        f"Kernos-Op: {op}\nKernos-Principal: {principal}\nKernos-Kind: {kind}\n"
+    )
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(kw_only=True)
+class Snapshot:
+    """A snapshot as read back: its manifest and where its groups are."""
+
+    commit: bytes
+    data: CommitData
+    manifest: dict[str, Any]
+    group_trees: dict[str, bytes] = field(default_factory=dict)
+    namespace_tree: bytes = b""
+    source: str | None = None
+
+
+def read_snapshot(workspace: Workspace, commit: bytes, *, with_source: bool = False) -> Snapshot:
+    data = workspace.read_commit(commit)
+    entries = {entry.name: entry for entry in _tree(workspace, data.tree)}
+    if MANIFEST not in entries or NAMESPACE not in entries:
+        raise WorkspaceCorrupt(str(workspace.path),
+                               f"commit {commit.hex()[:12]} is not a Kernos snapshot")
+    manifest = _load_json(workspace, entries[MANIFEST].sha)
+    groups = {entry.name: entry.sha for entry in _tree(workspace, entries[NAMESPACE].sha)}
+    source = None
+    if with_source and SOURCE in entries:
+        source = workspace.read_object(entries[SOURCE].sha)[1].decode(errors="replace")
+    return Snapshot(commit=commit, data=data, manifest=manifest, group_trees=groups,
+                    namespace_tree=entries[NAMESPACE].sha, source=source)
+
+
+def read_group(workspace: Workspace, key: str, tree: bytes) -> StoredGroup:
+    entries = _tree(workspace, tree)
+    by_name = {entry.name: entry.sha for entry in entries}
+    if INDEX not in by_name:
+        raise WorkspaceCorrupt(str(workspace.path), f"group {unquote(key)!r} has no index")
+    index = _load_json(workspace, by_name[INDEX])
+    stream_sizes = tuple(index["stream"])
+    stream = StoredPart(
+        chunks=tuple(by_name[f"s.{i:06d}"] for i in range(len(stream_sizes))),
+        sizes=stream_sizes,
+    )
+    buffers = tuple(
+        StoredPart(
+            chunks=tuple(by_name[f"b{n:03d}.{i:06d}"] for i in range(len(spec["sizes"]))),
+            sizes=tuple(spec["sizes"]),
+            readonly=bool(spec["readonly"]),
+        )
+        for n, spec in enumerate(index["buffers"])
+    )
+    return StoredGroup(
+        key=key, names=tuple(index["names"]), tree=tree, stream=stream, buffers=buffers,
+        code_refs=frozenset(index.get("code_refs", ())),
+        unpersisted=tuple(index.get("unpersisted", ())),
+    )
+
+
+def read_part(
+    workspace: Workspace,
+    part: StoredPart,
+    *,
+    writable: bool = False,
+    on_chunk: Callable[[int], None] | None = None,
+) -> bytes | bytearray:
+    """The bytes of a part; a ``bytearray`` when the value must be writable."""
+    if len(part.chunks) == 1 and not writable:
+        data = _read_blob(workspace, part.chunks[0])
+        if on_chunk:
+            on_chunk(len(data))
+        return data
+    out = bytearray(part.size)
+    position = 0
+    for sha, size in zip(part.chunks, part.sizes, strict=True):
+        data = _read_blob(workspace, sha)
+        if len(data) != size:
+            raise WorkspaceCorrupt(str(workspace.path), f"chunk {sha.hex()} has the wrong size")
+        out[position : position + size] = data
+        position += size
+        if on_chunk:
+            on_chunk(size)
+    return out
+
+
+def _read_blob(workspace: Workspace, sha: bytes) -> bytes:
+    kind, data = workspace.read_object(sha)
+    if kind != b"blob":
+        raise WorkspaceCorrupt(str(workspace.path), f"{sha.hex()} is a {kind.decode()}, not a blob")
+    return data
+
+
+def _tree(workspace: Workspace, sha: bytes) -> list[TreeEntry]:
+    kind, data = workspace.read_object(sha)
+    if kind != b"tree":
+        raise WorkspaceCorrupt(str(workspace.path), f"{sha.hex()} is a {kind.decode()}, not a tree")
+    return decode_tree(data)
+
+
+def _load_json(workspace: Workspace, sha: bytes) -> Any:
+    try:
+        return json.loads(_read_blob(workspace, sha))
+    except ValueError as error:
+        raise WorkspaceCorrupt(str(workspace.path), f"{sha.hex()} is not valid JSON ({error})"
+                               ) from None

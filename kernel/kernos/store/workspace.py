@@ -1,0 +1,298 @@
+"""The workspace directory: where an image's history lives, and who owns it.
+
+Layout::
+
+    <workspace>/
+        workspace.json    format version and creation facts
+        lock              held by the one process that may write (see lock.py)
+        history.git/      a bare git repository: one commit per committed op
+        pending           exists only while a commit is being written
+        tmp/              temporary object files, renamed into history.git
+
+Which directory is used, in order:
+
+1. ``$KERNOS_WORKSPACE``;
+2. from a source checkout, ``<checkout>/snapshots/<name>``;
+3. otherwise ``$XDG_DATA_HOME/kernos/workspaces/<name>`` (``~/.local/share``).
+
+``<name>`` is derived from the notebook path that Jupyter passes in
+``$JPY_SESSION_NAME`` so that every notebook gets its own image, or is
+``default`` when there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from kernos._version import __version__
+from kernos.errors import (
+    UnknownRef,
+    WorkspaceCorrupt,
+    WorkspaceFormatError,
+)
+from kernos.store.lock import WorkspaceLock
+from kernos.store.objects import CommitData, LooseObjects, decode_commit, fsync_dir
+
+__all__ = ["FORMAT", "Workspace", "default_workspace"]
+
+FORMAT = 1
+BRANCH = "refs/heads/main"
+
+
+def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
+    """The workspace directory to use when none is given explicitly."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get("KERNOS_WORKSPACE")
+    if explicit:
+        return Path(explicit).expanduser()
+    session = environ.get("JPY_SESSION_NAME", "")
+    name = _slug(Path(session).with_suffix("").as_posix()) if session else "default"
+    checkout = Path(__file__).resolve().parents[3]
+    if (checkout / "snapshots" / "README.md").exists() and (checkout / "pyproject.toml").exists():
+        return checkout / "snapshots" / name
+    data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "kernos" / "workspaces" / name
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return slug or "default"
+
+
+class Workspace:
+    """An open workspace: its repository, its objects and (if writable) its lock."""
+
+    def __init__(self, path: Path, *, lock: WorkspaceLock | None, durable: bool) -> None:
+        self.path = path
+        self.git_dir = path / "history.git"
+        self.lock = lock
+        self.durable = durable
+        self.objects = LooseObjects(
+            self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable
+        )
+        self.recovery_note: str | None = None
+        self._repo = None
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        writable: bool = True,
+        create: bool = True,
+        purpose: str = "kernos process",
+        durable: bool | None = None,
+    ) -> Workspace:
+        """Open (and, if allowed, create) a workspace.
+
+        A writable workspace takes the lock, so a second writer gets
+        :class:`~kernos.errors.WorkspaceLocked`, and finishes or discards a
+        commit that a crash interrupted.  A read-only one takes no lock.
+        """
+        root = Path(path).expanduser() if path is not None else default_workspace()
+        if durable is None:
+            durable = os.environ.get("KERNOS_DURABILITY", "full") != "process"
+        if not (root / "workspace.json").exists():
+            if not create or not writable:
+                raise WorkspaceFormatError(
+                    f"{root} is not a Kernos workspace (it has no workspace.json). Check "
+                    "the path, or open it from a kernel to create it.",
+                    path=str(root),
+                )
+            cls._create(root)
+        cls._check_format(root)
+        lock = WorkspaceLock.acquire(root, purpose) if writable else None
+        workspace = cls(root, lock=lock, durable=durable)
+        if writable:
+            try:
+                workspace.recovery_note = workspace.objects.recover(workspace.head())
+            except BaseException:
+                workspace.close()
+                raise
+        return workspace
+
+    @staticmethod
+    def _create(root: Path) -> None:
+        if root.exists() and any(root.iterdir()):
+            raise WorkspaceFormatError(
+                f"{root} exists and is not empty, but is not a Kernos workspace. Choose an "
+                "empty or new directory for KERNOS_WORKSPACE.",
+                path=str(root),
+            )
+        root.mkdir(parents=True, exist_ok=True)
+        git_dir = root / "history.git"
+        for sub in ("objects", "refs/heads", "refs/tags", "info"):
+            (git_dir / sub).mkdir(parents=True, exist_ok=True)
+        (git_dir / "HEAD").write_text(f"ref: {BRANCH}\n")
+        (git_dir / "config").write_text(
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+            "\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n"
+        )
+        (git_dir / "description").write_text("Kernos image history\n")
+        meta = {"format": FORMAT, "created_by": f"kernos {__version__}",
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        temporary = root / "workspace.json.tmp"
+        temporary.write_text(json.dumps(meta, indent=2) + "\n")
+        os.replace(temporary, root / "workspace.json")
+        fsync_dir(root)
+
+    @staticmethod
+    def _check_format(root: Path) -> None:
+        try:
+            meta = json.loads((root / "workspace.json").read_text())
+            version = int(meta["format"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise WorkspaceCorrupt(str(root), f"workspace.json is unreadable ({error})") from None
+        if version > FORMAT:
+            raise WorkspaceFormatError(
+                f"{root} was written by a newer Kernos (format {version}; this one reads "
+                f"format {FORMAT}). Upgrade Kernos to open it.",
+                path=str(root),
+            )
+        if not (root / "history.git" / "objects").is_dir():
+            raise WorkspaceCorrupt(str(root), "history.git/objects is missing")
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def writable(self) -> bool:
+        return self.lock is not None and self.lock.held
+
+    # -- the branch ------------------------------------------------------------
+
+    def head(self) -> bytes | None:
+        """The commit the branch names, or None for an empty history."""
+        ref = self.git_dir / BRANCH
+        try:
+            text = ref.read_text().strip()
+        except FileNotFoundError:
+            text = self._packed_ref()
+        if not text:
+            return None
+        try:
+            sha = bytes.fromhex(text)
+        except ValueError:
+            raise WorkspaceCorrupt(str(self.path), f"{BRANCH} holds {text[:60]!r}") from None
+        if len(sha) != 20:
+            raise WorkspaceCorrupt(str(self.path), f"{BRANCH} holds {text[:60]!r}")
+        return sha
+
+    def _packed_ref(self) -> str:
+        try:
+            lines = (self.git_dir / "packed-refs").read_text().splitlines()
+        except FileNotFoundError:
+            return ""
+        for line in lines:
+            sha, _, name = line.partition(" ")
+            if name == BRANCH:
+                return sha
+        return ""
+
+    def set_head(self, commit: bytes) -> None:
+        """Point the branch at ``commit``: the atomic commit point of an op."""
+        ref = self.git_dir / BRANCH
+        temporary = ref.with_name(ref.name + ".lock")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, commit.hex().encode() + b"\n")
+            if self.durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, ref)
+        if self.durable:
+            fsync_dir(ref.parent)
+
+    # -- reading history -------------------------------------------------------
+
+    def read_commit(self, sha: bytes) -> CommitData:
+        kind, data = self.read_object(sha)
+        if kind != b"commit":
+            raise WorkspaceCorrupt(str(self.path), f"{sha.hex()} is a {kind.decode()}, not a commit")
+        return decode_commit(data)
+
+    def read_object(self, sha: bytes) -> tuple[bytes, bytes]:
+        try:
+            return self.objects.read(sha)
+        except (FileNotFoundError, ValueError, OSError) as error:
+            raise WorkspaceCorrupt(str(self.path), f"object {sha.hex()} is unreadable ({error})"
+                                   ) from None
+
+    def history(self, start: bytes | None = None) -> Iterator[tuple[bytes, CommitData]]:
+        """Commits from ``start`` (default: the head) back to the first, following first parents."""
+        sha = self.head() if start is None else start
+        while sha is not None:
+            commit = self.read_commit(sha)
+            yield sha, commit
+            sha = commit.parents[0] if commit.parents else None
+
+    def resolve(self, ref: str) -> bytes:
+        """A commit id for ``HEAD``, ``HEAD~N``, ``@N`` (op N), or a commit id or prefix."""
+        text = ref.strip()
+        head = self.head()
+        if head is None:
+            raise UnknownRef(ref, str(self.path))
+        match = re.fullmatch(r"(?:HEAD|head)?(?:~(\d+))?", text)
+        if match and (text.upper().startswith("HEAD") or text.startswith("~") or not text):
+            steps = int(match.group(1) or 0)
+            for index, (sha, _commit) in enumerate(self.history(head)):
+                if index == steps:
+                    return sha
+            raise UnknownRef(ref, str(self.path))
+        if re.fullmatch(r"@\d+", text):
+            op = int(text[1:])
+            for sha, commit in self.history(head):
+                if op_of(commit) == op:
+                    return sha
+            raise UnknownRef(ref, str(self.path))
+        if re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
+            prefix = text.lower()
+            found = [sha for sha, _ in self.history(head) if sha.hex().startswith(prefix)]
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                raise UnknownRef(f"{ref} (ambiguous: {len(found)} commits)", str(self.path))
+        raise UnknownRef(ref, str(self.path))
+
+    @property
+    def repo(self):  # type: ignore[no-untyped-def]
+        """A GitPython ``Repo`` for the history, for tools that want one."""
+        if self._repo is None:
+            import git
+
+            self._repo = git.Repo(str(self.git_dir))
+        return self._repo
+
+    def disk_usage(self) -> int:
+        total = 0
+        for directory, _dirs, files in os.walk(self.git_dir):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(directory, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+
+
+def op_of(commit: CommitData) -> int | None:
+    """The op number recorded in a commit message's ``Kernos-Op:`` trailer."""
+    match = re.search(r"^Kernos-Op: (\d+)$", commit.message, re.MULTILINE)
+    return int(match.group(1)) if match else None

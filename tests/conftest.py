@@ -1,0 +1,70 @@
+"""Shared fixtures: a fresh workspace directory, and an in-process image on it."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernos import Image, Workspace
+
+
+@pytest.fixture
+def workspace_dir(tmp_path: Path) -> Path:
+    return tmp_path / "workspace"
+
+
+@pytest.fixture
+def workspace(workspace_dir: Path) -> Iterator[Workspace]:
+    with Workspace.open(workspace_dir) as opened:
+        yield opened
+
+
+class Session:
+    """An in-process image, with a helper that runs code as one op (like a cell)."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.module = types.ModuleType("__main__")
+        self.namespace = self.module.__dict__
+        self.image = Image(workspace, self.namespace, module=self.module)
+        self.restore_report = self.image.restore()
+
+    def run(self, source: str):  # type: ignore[no-untyped-def]
+        """Run ``source`` as an op: commit if it succeeds, roll back (and re-raise) if not."""
+        op = self.image.begin(source=source)
+        try:
+            exec(compile(source, f"<op {op.id}>", "exec"), self.namespace)
+        except BaseException:
+            op.abort()
+            raise
+        return op.commit()
+
+    @property
+    def user(self) -> dict[str, object]:
+        return {k: v for k, v in self.namespace.items() if not k.startswith("__")}
+
+
+@pytest.fixture
+def session(workspace: Workspace) -> Session:
+    return Session(workspace)
+
+
+@pytest.fixture
+def reopen(workspace_dir: Path) -> Iterator[object]:
+    """Open the workspace again in a new in-process session (after closing the old one)."""
+    opened: list[Workspace] = []
+
+    def _reopen(previous: Workspace | None = None) -> Session:
+        if previous is not None:
+            previous.close()
+        for workspace in opened:
+            workspace.close()
+        workspace = Workspace.open(workspace_dir)
+        opened.append(workspace)
+        return Session(workspace)
+
+    yield _reopen
+    for workspace in opened:
+        workspace.close()

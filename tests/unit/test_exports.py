@@ -1,0 +1,37 @@
+"""The public surface is what we mean it to be, and the core does not import Jupyter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import kernos
+
+EXPECTED = {
+    "AbortReport", "CheckoutReport", "CommitFailed", "CommitReport", "Image", "KernosError",
+    "Op", "RequestRejected", "RestoreError", "RestoreReport", "TransactionStateError",
+    "UnknownRef", "Unpersisted", "UnpersistedValueError", "UsageError", "Workspace",
+    "WorkspaceCorrupt", "WorkspaceError", "WorkspaceFormatError", "WorkspaceLocked",
+    "__version__", "default_workspace",
+}
+
+
+def test_exports_are_the_intended_ones() -> None:
+    assert set(kernos.__all__) == EXPECTED
+    for name in kernos.__all__:
+        assert hasattr(kernos, name), name
+
+
+def test_core_does_not_import_jupyter() -> None:
+    core = ["kernos", "kernos.image", "kernos.op", "kernos.history", "kernos.transaction",
+            "kernos.analysis", "kernos.store.snapshots", "kernos.serialize.pickler", "kernos.cli"]
+    code = (
+        "import sys\n"
+        + "".join(f"import {module}\n" for module in core)
+        + "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+          "{'ipykernel', 'jupyter_client', 'IPython', 'ipywidgets', 'zmq', 'tornado'})\n"
+        + "print(','.join(bad))\n"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert found == "", f"the core imported {found}"
