@@ -19,7 +19,7 @@ not a security boundary; agent code is contained by other means.  Known
 limit: objects reachable both from the namespace and from outside it (module
 state, other threads, a library's registry) can change without the op naming
 them; such changes are saved by the next op that names the variable, or by
-``%kernos commit --scan``.
+an op that runs ``%kernos scan``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from kernos.serialize.pickler import code_names
 
-__all__ = ["DYNAMIC_NAMES", "Reach", "reach_of_code", "reach_of_source"]
+__all__ = ["DYNAMIC_NAMES", "Reach", "reach_of_code", "reach_of_names", "reach_of_source"]
 
 #: Names through which code can read or write the namespace without naming a variable.
 DYNAMIC_NAMES = frozenset({

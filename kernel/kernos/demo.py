@@ -34,7 +34,9 @@ class Session:
 
         env = dict(os.environ, KERNOS_WORKSPACE=str(workspace))
         env.pop("JPY_SESSION_NAME", None)
-        self.manager = KernelManager(kernel_name=KERNEL, transport="ipc")
+        self._sockets = tempfile.mkdtemp(prefix="kernos-ipc-")
+        self.manager = KernelManager(kernel_name=KERNEL, transport="ipc",
+                                     ip=os.path.join(self._sockets, "kernel"))
         self.manager.start_kernel(env=env)
         self.client = self.manager.client()
         self.client.start_channels()
@@ -77,6 +79,7 @@ class Session:
         self.client.stop_channels()
         if self.manager.has_kernel:
             self.manager.shutdown_kernel(now=True)
+        shutil.rmtree(self._sockets, ignore_errors=True)
 
 
 def _check(condition: bool, claim: str) -> None:

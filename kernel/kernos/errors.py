@@ -52,7 +52,8 @@ class UnknownRef(UsageError):
         self.workspace = workspace
         super().__init__(
             f"{ref!r} names no snapshot in {workspace}. Use a commit id (or a prefix "
-            "of one), HEAD, HEAD~N, or @N for op N; `%kernos log` lists them."
+            "of one), HEAD, HEAD~N, or @N for op N; `kernos log` (or `%kernos log` in a "
+            "notebook) lists them."
         )
 
 

@@ -26,7 +26,7 @@ from kernos.store.snapshots import (
 from kernos.store.workspace import Workspace
 
 __all__ = ["Diff", "LogEntry", "checkout_offline", "diff", "format_diff", "format_log",
-           "format_show", "log", "show"]
+           "format_show", "human_size", "log", "show"]
 
 
 @dataclass(kw_only=True)
@@ -160,7 +160,7 @@ def format_show(shown: dict[str, Any]) -> str:
         lines += ["    " + line for line in shown["source"].splitlines()]
     rows = [("name", "type", "size", "ver", "op", "value")]
     for name, meta in sorted(manifest.get("names", {}).items()):
-        rows.append((name, meta["type"], _size(meta["size"]), str(meta["version"]),
+        rows.append((name, meta["type"], human_size(meta["size"]), str(meta["version"]),
                      str(meta["op"]), meta["summary"]))
     lines.append("names:")
     lines.append(_table(rows, indent="    "))
@@ -217,12 +217,13 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
     return commit.hex()
 
 
-def _size(size: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+def human_size(size: float) -> str:
+    """``1.5 MB`` and the like (powers of 1000, as disk tools print them)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    return str(size)
+        size /= 1000
+    return f"{size:.1f} TB"
 
 
 def _table(rows: list[tuple[str, ...]], indent: str = "") -> str:

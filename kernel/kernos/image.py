@@ -20,14 +20,15 @@ Nothing here imports Jupyter; the kernel is a thin adapter over this class.
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 import types
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernos.analysis import Reach
+from kernos.analysis import DYNAMIC_NAMES, Reach, reach_of_source
 from kernos.errors import RestoreError, UsageError
 from kernos.serialize.pickler import Serializer, Transient
 from kernos.serialize.unpersisted import Unpersisted
@@ -41,9 +42,13 @@ from kernos.store.snapshots import (
 )
 from kernos.store.workspace import Workspace
 
+if TYPE_CHECKING:
+    from kernos.op import Op
+
 __all__ = ["GroupState", "Image", "NameMeta", "RestoreReport"]
 
 Progress = Callable[[int, int], None]
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 def default_is_persistent(name: str) -> bool:
@@ -213,23 +218,20 @@ class Image:
 
     def _load_group(self, group: StoredGroup, advance: Callable[[int], None],
                     live_transients: list[object]) -> tuple[object, ...]:
-        def note(data: bytes | bytearray) -> None:
-            advance(len(data))
-
-        stream = bytes(read_part(self.workspace, group.stream, on_chunk=advance))
+        stream = read_part(self.workspace, group.stream, on_chunk=advance)
         self._remember_chunks(group.stream.chunks, stream, group.stream.sizes)
         buffers = []
         for part in group.buffers:
             data = read_part(self.workspace, part, writable=not part.readonly, on_chunk=advance)
             self._remember_chunks(part.chunks, data, part.sizes)
-            buffers.append(memoryview(bytes(data)) if part.readonly else data)
+            buffers.append(data)
         values = self.serializer.load(stream, buffers, live_transients=live_transients)
         if len(values) != len(group.names):
             raise RestoreError(f"group {group.key} holds {len(values)} values for "
                                f"{len(group.names)} names", names=group.names)
         return values
 
-    def _remember_chunks(self, chunks: tuple[bytes, ...], data: bytes | bytearray,
+    def _remember_chunks(self, chunks: tuple[bytes, ...], data: Buffer,
                          sizes: tuple[int, ...]) -> None:
         view = memoryview(data)
         position = 0
@@ -246,8 +248,7 @@ class Image:
               kind: str = "cell", reach: Reach | None = None,
               blocking: bool = True) -> Op:
         """Start an op.  Only one op runs at a time; the next one waits."""
-        from kernos.analysis import reach_of_source
-        from kernos.op import Op
+        from kernos.op import Op  # op.py builds on this module
 
         if not self._busy.acquire(blocking=blocking):
             raise UsageError("another op is running on this image; wait for it to finish")
@@ -284,8 +285,6 @@ class Image:
                 continue
             seen_groups.add(key)
             refs = self.groups[key].stored.code_refs
-            from kernos.analysis import DYNAMIC_NAMES
-
             dynamic = refs & DYNAMIC_NAMES
             if dynamic:
                 return Reach.all(f"code stored with {name!r} uses {', '.join(sorted(dynamic))}")
@@ -296,10 +295,17 @@ class Image:
         return Reach(frozenset(names))
 
     def transients(self) -> list[dict[str, Any]]:
-        """Every value in the image that a restore would replace by a placeholder."""
+        """Every value a restore would (or did) replace by a placeholder.
+
+        ``live`` says whether this session still holds the real object, or only
+        the placeholder a restore put there.
+        """
         found = []
         for state in self.groups.values():
-            found.extend(state.stored.unpersisted)
+            for index, info in enumerate(state.stored.unpersisted):
+                live = (index < len(state.live_transients)
+                        and not isinstance(state.live_transients[index], Unpersisted))
+                found.append({**info, "live": live})
         return found
 
 

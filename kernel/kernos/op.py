@@ -36,12 +36,12 @@ from kernos.analysis import Reach
 from kernos.errors import CommitFailed, KernosError, RestoreError
 from kernos.serialize.pickler import Pickled
 from kernos.serialize.summary import describe, type_name
-from kernos.store.objects import object_id
 from kernos.store.snapshots import (
     SnapshotWriter,
     StoredGroup,
-    commit_message,
     StoredPart,
+    chunk_ids,
+    commit_message,
     read_group,
     read_snapshot,
 )
@@ -235,7 +235,6 @@ class _ImageParticipant:
         started = time.perf_counter()
         self.writer.publish(self.commit_sha)
         self._published = True
-        _faults.point("published")
         image = self.op.image
         image.head = self.commit_sha
         image.head_op = self.op.id
@@ -322,13 +321,14 @@ class _ImageParticipant:
                 new_parts[name] = (individual[name], stored)
         _faults.point("objects")
 
-        meta, changed = self._metadata(current, new_parts, final)
+        meta, changed = self._metadata(current, new_parts, final, rebound)
         report = CommitReport(
             op=op.id, commit="", principal=op.principal, kind=op.kind,
             added=sorted(added), changed=sorted(changed - set(added)), deleted=sorted(deleted),
             committed_at=utc_now(),
-            unpersisted=[info for name in sorted(changed) for info in
-                         final[meta[name].group].stored.unpersisted if info["name"] == name],
+            unpersisted=[info for name in sorted(changed)
+                         for info in final[meta[name].group].stored.unpersisted
+                         if info["name"] == name],
             reach="everything: " + reach.why if reach.everything else f"{len(touched)} names",
         )
         manifest = {
@@ -371,6 +371,7 @@ class _ImageParticipant:
         current: dict[str, object],
         new_parts: dict[str, tuple[Pickled, StoredGroup]],
         final: dict[str, GroupState],
+        rebound: set[str],
     ) -> tuple[dict[str, NameMeta], set[str]]:
         from kernos.image import NameMeta
 
@@ -396,7 +397,11 @@ class _ImageParticipant:
                               else NameMeta(**{**previous.to_json(), "group": group_of[name]}))
                 continue
             previous = old.get(name)
-            if previous is not None and previous.hash == digest:
+            # A rebound name holding a live resource holds a *new* one (another
+            # connection), even though both pickle to the same placeholder record.
+            new_resource = name in rebound and name in new_parts and bool(
+                new_parts[name][0].transients)
+            if previous is not None and previous.hash == digest and not new_resource:
                 meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
                 continue
             changed.add(name)
@@ -451,21 +456,9 @@ class _ImageParticipant:
         parts = [(memoryview(pickled.stream), stored.stream)]
         parts += list(zip(pickled.buffers, stored.buffers, strict=True))
         for data, part in parts:
-            if len(data) != part.size or _chunk_ids(data, image.cache) != part.chunks:
+            if len(data) != part.size or chunk_ids(data, image.cache) != part.chunks:
                 return False
         return True
-
-
-def _chunk_ids(data: memoryview, cache: Any) -> tuple[bytes, ...]:
-    from kernos.store.snapshots import _SMALL, CHUNK_BYTES
-
-    view = data.cast("B") if data.format != "B" or data.ndim != 1 else data
-    ids = []
-    for start in range(0, max(len(view), 1), CHUNK_BYTES):
-        piece = view[start : start + CHUNK_BYTES]
-        sha = cache.get(cache.digest(piece)) if len(piece) >= _SMALL else None
-        ids.append(sha or object_id(b"blob", piece))
-    return tuple(ids)
 
 
 def _content_hash(pickled: Pickled, stored: StoredGroup, writer: SnapshotWriter) -> str:

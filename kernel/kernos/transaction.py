@@ -18,7 +18,8 @@ Participant contract (called in ``sort_key`` order):
     Publish: after it returns, the op is committed.  It must not fail after
     anything became visible; an error before that point aborts the op.
 ``tpc_abort(txn)``
-    Discard what ``tpc_begin``/``commit``/``tpc_vote`` prepared.
+    Discard what ``tpc_begin``/``commit``/``tpc_vote`` prepared.  Called only
+    for participants whose ``tpc_begin`` was called.
 ``abort(txn)``
     Undo the op's effects on live state (the namespace).  Called for an op
     that failed, and after ``tpc_abort`` when a commit failed.
@@ -88,8 +89,10 @@ class Transaction:
         self._require(Status.ACTIVE, "commit")
         self.status = Status.COMMITTING
         participants = self._ordered()
+        begun: list[Participant] = []
         try:
             for participant in participants:
+                begun.append(participant)
                 participant.tpc_begin(self)
             for participant in participants:
                 participant.commit(self)
@@ -99,7 +102,7 @@ class Transaction:
                 participant.tpc_finish(self)
         except BaseException:
             self.status = Status.COMMIT_FAILED
-            for participant in participants:
+            for participant in begun:
                 self._quietly(participant.tpc_abort)
             for participant in participants:
                 self._quietly(participant.abort)

@@ -9,7 +9,9 @@ kernel is shut down at the end of the test, killed if need be.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,7 +53,10 @@ class Kernel:
         self.workspace = workspace
         environment = dict(os.environ, KERNOS_WORKSPACE=str(workspace), **(env or {}))
         environment.pop("JPY_SESSION_NAME", None)
-        self.manager = KernelManager(kernel_name="kernos", transport="ipc")
+        # ipc sockets go in a directory of their own, not the current directory.
+        self._sockets = tempfile.mkdtemp(prefix="kernos-ipc-")
+        self.manager = KernelManager(kernel_name="kernos", transport="ipc",
+                                     ip=os.path.join(self._sockets, "kernel"))
         self.manager.start_kernel(env=environment)
         self.client = self.manager.client()
         self.client.start_channels()
@@ -112,6 +117,7 @@ class Kernel:
         self.client.stop_channels()
         if self.manager.has_kernel:
             self.manager.shutdown_kernel(now=True)
+        shutil.rmtree(self._sockets, ignore_errors=True)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from typing import Any
 from ipykernel.ipkernel import IPythonKernel
 
 from kernos._version import __version__
+from kernos.analysis import Reach, reach_of_source
 from kernos.errors import KernosError, RequestRejected
 from kernos.image import Image, RestoreReport
 from kernos.kernel.reach import cell_reach
@@ -83,7 +84,6 @@ class KernosKernel(IPythonKernel):
         self._op_lock = asyncio.Lock()
         self._restore_done = threading.Event()
         self._last_report: dict[str, Any] | None = None
-        self._hidden = frozenset(self.shell.user_ns_hidden)
         for message_type in ("comm_open", "comm_msg", "comm_close"):
             handler = self.shell_handlers.get(message_type)
             if handler is not None:
@@ -91,14 +91,21 @@ class KernosKernel(IPythonKernel):
         from kernos.kernel.magics import KernosMagics
 
         self.shell.register_magics(KernosMagics(self.shell, kernel=self))
+        # The restore starts in start(): after IPython has run its startup files
+        # and marked every name they defined as its own (user_ns_hidden).
+
+    def start(self) -> None:
+        super().start()
         self._attach()
 
     # -- the workspace ---------------------------------------------------------
 
     def is_persistent(self, name: str) -> bool:
-        if name in self._hidden or _IPYTHON_CACHE.fullmatch(name):
+        """Whether a name is the user's: not IPython's own, unless the user rebound it."""
+        if _IPYTHON_CACHE.fullmatch(name) or (name.startswith("__") and name.endswith("__")):
             return False
-        return not (name.startswith("__") and name.endswith("__"))
+        hidden = self.shell.user_ns_hidden
+        return name not in hidden or hidden[name] is not self.shell.user_ns.get(name)
 
     def _attach(self) -> None:
         """Open the workspace and start restoring its image in the background."""
@@ -166,6 +173,24 @@ class KernosKernel(IPythonKernel):
 
     # -- execution -------------------------------------------------------------
 
+    async def execute_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Refuse a malformed request with an error reply instead of dropping it."""
+        problem = _malformed_execute_request(parent)
+        if problem is None:
+            await super().execute_request(stream, ident, parent)
+            return
+        self.log.error("Kernos: refused a malformed execute_request: %s", problem)
+        self._last_report = None
+        if self.session is None:
+            return
+        evalue = (f"The execute_request was malformed: {problem}. Nothing ran and the image "
+                  "is unchanged. Send content with a string 'code' (see the Jupyter messaging "
+                  "spec).")
+        self.session.send(stream, "execute_reply", {
+            "status": "error", "ename": "MalformedRequest", "evalue": evalue,
+            "traceback": [evalue], "execution_count": self.execution_count,
+        }, parent, ident=ident, metadata={"kernos": {"status": "rejected", "reason": problem}})
+
     async def do_execute(  # type: ignore[override]
         self,
         code: str,
@@ -189,7 +214,11 @@ class KernosKernel(IPythonKernel):
         assert image is not None
         async with self._op_lock:
             with deferred_sigint():
-                op = image.begin(source=code, reach=self._reach(code), blocking=False)
+                reach = self._reach(code)
+                for expression in (user_expressions or {}).values():
+                    reach = reach.union(reach_of_source(str(expression)) if isinstance(
+                        expression, str) else Reach.all("a user expression is not a string"))
+                op = image.begin(source=code, reach=reach, blocking=False)
                 self.current_op = op
             failure: BaseException | None = None
             reply: dict[str, Any] | None = None
@@ -210,7 +239,7 @@ class KernosKernel(IPythonKernel):
         assert reply is not None
         return reply
 
-    def _reach(self, code: str):  # type: ignore[no-untyped-def]
+    def _reach(self, code: str) -> Reach:
         try:
             transformed = self.shell.transform_cell(code)
         except Exception:
@@ -316,3 +345,24 @@ class KernosKernel(IPythonKernel):
         if self.image is not None:
             self.image.workspace.close()
         return super().do_shutdown(restart)  # type: ignore[no-any-return]
+
+
+def _malformed_execute_request(parent: Any) -> str | None:
+    """What is wrong with an execute_request, or None if ipykernel can handle it."""
+    if not isinstance(parent, dict):
+        return "the message is not a dict"
+    content = parent.get("content")
+    if not isinstance(content, dict):
+        return f"its content is {type(content).__name__}, not an object"
+    if not isinstance(content.get("code"), str):
+        return ("its content has no 'code'" if "code" not in content
+                else f"its 'code' is {type(content['code']).__name__}, not a string")
+    for flag in ("silent", "store_history", "allow_stdin", "stop_on_error"):
+        if flag in content and not isinstance(content[flag], bool):
+            return f"its {flag!r} is {type(content[flag]).__name__}, not a boolean"
+    if "user_expressions" in content and not isinstance(content["user_expressions"],
+                                                        (dict, type(None))):
+        return "its 'user_expressions' is not an object"
+    if not isinstance(parent.get("metadata"), dict):
+        return "its metadata is not an object"
+    return None

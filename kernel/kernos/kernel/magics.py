@@ -80,8 +80,8 @@ class KernosMagics(Magics):  # type: ignore[misc]
             raise UsageError("`%kernos checkout` must run in a cell")
         report = op.checkout(ref)
         print(f"Checked out {ref} ({report.commit[:12]}, op {report.op}): {report.names} "
-              f"names, {report.bytes / 1e6:.1f} MB. It is recorded as op {op.id}; history "
-              "is not rewritten.")
+              f"names, {history.human_size(report.bytes)}. When this cell commits it is recorded as "
+              f"op {op.id}; history is not rewritten.")
 
     def _scan(self) -> None:
         op = self.kernel.current_op
@@ -102,17 +102,22 @@ class KernosMagics(Magics):  # type: ignore[misc]
             f"workspace  {workspace.path}",
             f"head       {head}  op {image.head_op}",
             f"image      {len(image.meta)} names in {len(image.groups)} groups, "
-            f"{total / 1e6:.1f} MB stored",
-            f"history    {commits} snapshots, {workspace.disk_usage() / 1e6:.1f} MB on disk",
+            f"{history.human_size(total)} stored",
+            f"history    {commits} snapshots, {history.human_size(workspace.disk_usage())} on disk",
         ]
         report = kernel.restore_report
         if report is not None:
             lines.append(f"restore    {report.names} names in {report.seconds:.2f} s at start"
                          + (f" ({report.recovery})" if report.recovery else ""))
         transients = image.transients()
-        if transients:
-            lines.append("transient  (live now; a restore puts a placeholder here)")
-            lines += [f"    {t['path']}: {t['type_name']}: {t['reason']}" for t in transients]
+        live = [t for t in transients if t["live"]]
+        placeholders = [t for t in transients if not t["live"]]
+        if live:
+            lines.append("transient  (live in this session; a restore will put placeholders here)")
+            lines += [f"    {t['path']}: {t['type_name']}: {t['reason']}" for t in live]
+        if placeholders:
+            lines.append("placeholders (these values were lost at the last restore)")
+            lines += [f"    {t['path']}: {t['type_name']}: {t['reason']}" for t in placeholders]
         failed = [name for state in image.groups.values() if state.load_error
                   for name in state.stored.names]
         if failed:

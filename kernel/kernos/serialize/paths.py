@@ -42,7 +42,10 @@ def _is_leaf(obj: object) -> bool:
 
 
 def _short(key: object) -> str:
-    text = repr(key)
+    try:
+        text = repr(key)
+    except Exception:  # a key with a broken __repr__ must not lose the whole value
+        text = f"<{type(key).__name__}>"
     return text if len(text) <= 40 else text[:37] + "..."
 
 

@@ -28,6 +28,7 @@ so that a failure can be pinned to one object and replaced.
 
 from __future__ import annotations
 
+import _thread
 import copyreg
 import dataclasses
 import enum
@@ -37,6 +38,7 @@ import io
 import pickle
 import sys
 import types
+import typing
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,6 +146,7 @@ def _transient_types_for(loaded: tuple[bool, ...]) -> tuple[tuple[type, ...], di
 
 
 _PICKLABLE_STREAMS = (io.BytesIO, io.StringIO)
+_TYPING_MODULES = frozenset({"typing", "typing_extensions"})
 
 
 def _singletons() -> dict[int, tuple[str, str]]:
@@ -161,7 +164,14 @@ _SINGLETONS = _singletons()
 
 @functools.lru_cache(maxsize=8192)
 def _dill_code(code: types.CodeType) -> bytes:
-    return dill.dumps(code, protocol=PROTOCOL)
+    # No memo (fast mode): the blob then depends on the code's values only, not on
+    # which of its names happen to be one string object, which a restored code
+    # object does not reproduce (code objects hold no cycles, so no memo is needed).
+    out = io.BytesIO()
+    pickler = dill.Pickler(out, protocol=PROTOCOL)
+    pickler.fast = True
+    pickler.dump(code)
+    return out.getvalue()
 
 
 @functools.lru_cache(maxsize=8192)
@@ -183,6 +193,43 @@ def _lookup(module: types.ModuleType, qualname: str) -> object:
         if obj is None:
             return None
     return obj
+
+
+def _canonical(name: Any) -> Any:
+    """The interned copy of a name, so that the stream does not depend on its identity.
+
+    Pickle's memo follows identity: a function whose ``__name__`` and
+    ``__qualname__`` are one object is written differently from one whose are
+    two equal strings, and a restore does not reproduce the identities of the
+    original.  The names the reducers write are interned, so that how they are
+    written depends on their values only and a restored value pickles as it did.
+    """
+    return sys.intern(name) if type(name) is str else name
+
+
+def _canonical_names(container: Any) -> Any:
+    """A name, or a copy of a dict keyed by names or of a sequence of names, interned.
+
+    These hold the same names as the keys of instance and class dicts, which a
+    restore interns while it leaves the strings inside containers alone.
+    """
+    kind = type(container)
+    if kind is dict:
+        return {_canonical(key): value for key, value in container.items()}
+    if kind is frozenset and all(type(item) is str for item in container):
+        # In sorted order: a set of strings iterates in an order that changes with
+        # the hash seed, that is, from one process to the next.
+        return _Ref(frozenset, (tuple(sorted(_canonical(item) for item in container)),))
+    if kind is tuple or kind is frozenset or kind is list:
+        return kind(_canonical(item) for item in container)
+    return _canonical(container)
+
+
+# Class attributes that hold the names of fields, methods or attributes.
+_NAME_CONTAINERS = frozenset({
+    "__annotations__", "__match_args__", "__abstractmethods__", "__dataclass_fields__",
+    "__required_keys__", "__optional_keys__",
+})
 
 
 def _qualified(klass: type) -> str:
@@ -232,6 +279,7 @@ class Serializer:
         objects this one reaches are returned in ``touched_owners``.
         """
         values = tuple(self.namespace_ref(value) for _, value in roots)
+        _register_late_types()
         try:
             return self._dump(values, roots, op=op, record=record, careful=False)
         except Exception:
@@ -292,6 +340,7 @@ class Serializer:
         token = rebuild.use_context(context)
         try:
             values = pickle.loads(stream, buffers=buffers)
+            context.finish()
         finally:
             rebuild.reset_context(token)
         if type(values) is not tuple:
@@ -350,6 +399,7 @@ class _ImagePickler(pickle.Pickler):
         self.touched_owners: set[str] = set()
         self._cells_filled_by_function: set[int] = set()
         self._by_value: dict[int, bool] = {}
+        self._class_skeletons: dict[int, dict[str, Any]] = {}
 
     def _take_buffer(self, buffer: pickle.PickleBuffer) -> bool:
         try:
@@ -374,6 +424,8 @@ class _ImagePickler(pickle.Pickler):
         special = _SPECIAL.get(kind)
         if special is not None:
             return special(self, obj)
+        if isinstance(obj, BaseException) and _init_needs_more_than_args(kind):
+            return _reduce_exception(obj)
         if id(obj) in _SINGLETONS:
             return (rebuild.singleton, _SINGLETONS[id(obj)])
         if kind is _WholeValue:
@@ -411,8 +463,8 @@ class _ImagePickler(pickle.Pickler):
             except ValueError:
                 continue  # an empty cell stays empty
         state: dict[str, Any] = {
-            "__qualname__": func.__qualname__,
-            "__module__": func.__module__,
+            "__qualname__": _canonical(func.__qualname__),
+            "__module__": _canonical(func.__module__),
             "__doc__": func.__doc__,
             "closure_values": closure_values,
         }
@@ -421,12 +473,12 @@ class _ImagePickler(pickle.Pickler):
         if func.__kwdefaults__ is not None:
             state["__kwdefaults__"] = func.__kwdefaults__
         if func.__annotations__:
-            state["__annotations__"] = func.__annotations__
+            state["__annotations__"] = _canonical_names(func.__annotations__)
         if func.__dict__:
             state["__dict__"] = func.__dict__
         return (
             rebuild.make_function,
-            (code, self._globals_ref(func), func.__name__, closure),
+            (code, self._globals_ref(func), _canonical(func.__name__), closure),
             state,
             None,
             None,
@@ -437,7 +489,7 @@ class _ImagePickler(pickle.Pickler):
         globals_ = func.__globals__
         if globals_ is self.serializer.namespace:
             return _Ref(rebuild.namespace)
-        module = sys.modules.get(globals_.get("__name__", ""))  # type: ignore[arg-type]
+        module = sys.modules.get(globals_.get("__name__", ""))
         if module is not None and getattr(module, "__dict__", None) is globals_:
             return _Ref(rebuild.module_dict, (module.__name__,))
         return globals_
@@ -446,12 +498,27 @@ class _ImagePickler(pickle.Pickler):
         if not self._needs_value(cls):
             return NotImplemented
         namespace = cls.__dict__
-        skeleton: dict[str, Any] = {"__module__": namespace.get("__module__", cls.__module__),
-                                    "__qualname__": cls.__qualname__}
+        skeleton: dict[str, Any] = {
+            "__module__": _canonical(namespace.get("__module__", cls.__module__)),
+            "__qualname__": _canonical(cls.__qualname__),
+        }
+        outer = self._class_skeletons.setdefault(id(cls), skeleton)
+        if outer is not skeleton:
+            # Reached again while its own bases were being pickled (a base's state
+            # refers to it, say a registry): this inner copy is complete, and the
+            # outer call, whose skeleton is not written yet, must return it rather
+            # than make the class twice (and run __init_subclass__ once more).
+            outer[rebuild.SAME_AS] = cls
+        if "__orig_bases__" in namespace:
+            # typing.Generic checks it when the class is created, not later.
+            skeleton["__orig_bases__"] = namespace["__orig_bases__"]
         slots = namespace.get("__slots__")
-        skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "_abc_impl"}
+        # __slotnames__ is a cache that copyreg adds the first time an instance is
+        # pickled: keeping it would make the class pickle differently from then on.
+        skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "_abc_impl",
+                "__slotnames__", "__orig_bases__"}
         if slots is not None:
-            skeleton["__slots__"] = slots
+            skeleton["__slots__"] = _canonical_names(slots)
             skip.add("__slots__")
             skip.update((slots,) if isinstance(slots, str) else slots)
         if isinstance(cls, enum.EnumMeta) and issubclass(cls, enum.Enum):
@@ -465,15 +532,21 @@ class _ImagePickler(pickle.Pickler):
             }
             return (
                 rebuild.make_enum,
-                (type(cls), cls.__name__, cls.__bases__, skeleton, members),
+                (type(cls), _canonical(cls.__name__), cls.__bases__, skeleton, members),
                 state, None, None, rebuild.set_class_state,
             )
         # Sorted, so that a class pickles the same before and after a restore
         # (the restored class's __dict__ lists the skeleton's keys first).
-        state = {key: namespace[key] for key in sorted(namespace) if key not in skip}
+        state = {key: _canonical_names(namespace[key]) if key in _NAME_CONTAINERS
+                 else namespace[key] for key in sorted(namespace) if key not in skip}
+        metaclass = type(cls)
+        make = rebuild.make_class
+        if metaclass.__name__ == "_TypedDictMeta" and metaclass.__module__ in _TYPING_MODULES:
+            # Its __new__ refuses the bases (dict,) that it gives the classes it makes.
+            make = rebuild.make_class_unchecked
         return (
-            rebuild.make_class,
-            (type(cls), cls.__name__, cls.__bases__, skeleton),
+            make,
+            (metaclass, _canonical(cls.__name__), cls.__bases__, skeleton),
             state,
             None,
             None,
@@ -596,11 +669,88 @@ def _reduce_classmethod(pickler: _ImagePickler, method: classmethod) -> Any:  # 
 
 
 def _reduce_cached_property(pickler: _ImagePickler, prop: functools.cached_property) -> Any:  # type: ignore[type-arg]
-    return (rebuild.make_cached_property, (prop.func, prop.attrname))
+    return (rebuild.make_cached_property, (prop.func, _canonical(prop.attrname)))
+
+
+def _reduce_dataclass_field(pickler: _ImagePickler, field_: Any) -> Any:
+    # The field's name is the name of a class attribute and of instance attributes.
+    reduced: Any = field_.__reduce_ex__(PROTOCOL)
+    function, args, state, *rest = reduced
+    if type(state) is not tuple or len(state) != 2 or type(state[1]) is not dict:
+        return NotImplemented
+    return (function, args, (state[0], {**state[1], "name": _canonical(field_.name)}), *rest)
+
+
+def _reduce_lock(pickler: _ImagePickler, lock: Any) -> Any:
+    # A lock holds no data, and who holds it is a matter of threads, which a restore
+    # does not bring back: it comes back new and released.  (dill would restore an
+    # RLock held by a thread that is gone, so that its first use blocked forever.)
+    return (_thread.allocate_lock, ()) if type(lock) is _thread.LockType else (_thread.RLock, ())
 
 
 def _reduce_mapping_proxy(pickler: _ImagePickler, proxy: types.MappingProxyType) -> Any:  # type: ignore[type-arg]
     return (rebuild.mapping_proxy, (dict(proxy),))
+
+
+def _reduce_lru_cache(pickler: _ImagePickler, wrapper: Any) -> Any:
+    if not pickler._needs_value(wrapper):
+        return NotImplemented
+    # An lru_cache wrapper pickles by name, and a name in the namespace does not exist
+    # yet while a restore loads it: store the wrapped function and the cache's
+    # parameters instead (its entries are a cache, and are rebuilt on demand).
+    parameters = wrapper.cache_parameters()
+    state = {key: _canonical(value) if key in ("__module__", "__name__", "__qualname__")
+             else value
+             for key, value in wrapper.__dict__.items() if key != "cache_parameters"}
+    return (rebuild.make_lru_cache,
+            (wrapper.__wrapped__, parameters["maxsize"], parameters["typed"]), state)
+
+
+def _reduce_type_var(pickler: _ImagePickler, var: Any) -> Any:
+    if not pickler._needs_value(var):
+        return NotImplemented
+    # Pickled by name otherwise, which a restore cannot resolve (see _reduce_lru_cache).
+    return (rebuild.make_type_var,
+            (_canonical(var.__name__), var.__constraints__, var.__bound__, var.__covariant__,
+             var.__contravariant__, _canonical(var.__module__)))
+
+
+def _builtin_base(kind: type) -> type:
+    return next(klass for klass in kind.__mro__ if klass.__module__ == "builtins")
+
+
+def _init_needs_more_than_args(kind: Any) -> bool:
+    """Whether BaseException's pickling (``kind(*args)``) would fail to load."""
+    base: Any = _builtin_base(kind)
+    return (kind.__reduce__ is BaseException.__reduce__
+            and kind.__reduce_ex__ is BaseException.__reduce_ex__
+            and kind.__init__ is not base.__init__)
+
+
+def _reduce_exception(error: BaseException) -> Any:
+    # An exception class whose __init__ takes other arguments than it passes on to
+    # super().__init__ cannot be rebuilt by calling it with ``args``: make it
+    # without calling that __init__, as pickle does for ordinary instances.
+    kind = type(error)
+    return (rebuild.make_exception, (kind, _builtin_base(kind), error.args),
+            error.__dict__ or None)
+
+
+def _reduce_array(pickler: _ImagePickler, array: Any) -> Any:
+    flags = array.flags
+    if flags.c_contiguous or flags.f_contiguous:
+        return NotImplemented
+    # numpy writes a strided view in band, but the array a restore makes of it is
+    # contiguous and (if large) goes out of band: pickle that contiguous copy now,
+    # so that the value pickles the same before and after a restore.
+    return sys.modules["numpy"].ascontiguousarray(array).__reduce_ex__(PROTOCOL)
+
+
+def _register_late_types() -> None:
+    """Add reducers for types of modules that may be imported after this one."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and numpy.ndarray not in _SPECIAL:
+        _SPECIAL[numpy.ndarray] = _reduce_array
 
 
 _SPECIAL: dict[type, Callable[[_ImagePickler, Any], Any]] = {
@@ -611,4 +761,9 @@ _SPECIAL: dict[type, Callable[[_ImagePickler, Any], Any]] = {
     classmethod: _reduce_classmethod,
     functools.cached_property: _reduce_cached_property,
     types.MappingProxyType: _reduce_mapping_proxy,
+    dataclasses.Field: _reduce_dataclass_field,
+    functools._lru_cache_wrapper: _reduce_lru_cache,
+    typing.TypeVar: _reduce_type_var,
+    _thread.LockType: _reduce_lock,
+    _thread.RLock: _reduce_lock,
 }

@@ -34,6 +34,14 @@ class LoadContext:
     """The module object whose ``__dict__`` is ``namespace``, if there is one."""
     live_transients: Sequence[object] = field(default_factory=tuple)
     """Objects that could not be persisted but are still alive (used on rollback)."""
+    deferred: list[tuple[type, str, object]] = field(default_factory=list)
+    """Class attributes to set once the whole stream is loaded (see set_class_state)."""
+
+    def finish(self) -> None:
+        """Set the deferred class attributes."""
+        for cls, key, value in self.deferred:
+            setattr(cls, key, value)
+        self.deferred.clear()
 
 
 _context: contextvars.ContextVar[LoadContext] = contextvars.ContextVar("kernos_load_context")
@@ -108,10 +116,38 @@ def set_function_state(func: types.FunctionType, state: Mapping[str, Any]) -> ty
     return func
 
 
+#: Skeleton key naming a class already made by the same stream (see the pickler).
+SAME_AS = "__kernos_same_as__"
+
+
 def make_class(
     metaclass: type, name: str, bases: tuple[type, ...], skeleton: dict[str, Any]
 ) -> type:
-    return metaclass(name, bases, dict(skeleton))
+    if SAME_AS in skeleton:
+        return skeleton[SAME_AS]  # type: ignore[no-any-return]
+    return metaclass(name, bases, _with_interned_slots(skeleton))  # type: ignore[no-any-return]
+
+
+def _with_interned_slots(skeleton: dict[str, Any]) -> dict[str, Any]:
+    # Interned as in a class statement: pickling an instance names its slots by the
+    # strings in __slots__, and they must be the same objects as the other names.
+    namespace = dict(skeleton)
+    slots = namespace.get("__slots__")
+    if isinstance(slots, str):
+        namespace["__slots__"] = sys.intern(slots)
+    elif isinstance(slots, (tuple, list)):
+        interned = [sys.intern(slot) if type(slot) is str else slot for slot in slots]
+        namespace["__slots__"] = tuple(interned) if isinstance(slots, tuple) else interned
+    return namespace
+
+
+def make_class_unchecked(
+    metaclass: type, name: str, bases: tuple[type, ...], skeleton: dict[str, Any]
+) -> type:
+    """A class of ``metaclass`` made without its ``__new__`` (for TypedDict's metaclass)."""
+    if SAME_AS in skeleton:
+        return skeleton[SAME_AS]  # type: ignore[no-any-return]
+    return type.__new__(metaclass, name, bases, _with_interned_slots(skeleton))
 
 
 def make_enum(
@@ -121,6 +157,8 @@ def make_enum(
     skeleton: dict[str, Any],
     members: Sequence[tuple[str, Any]],
 ) -> type:
+    if SAME_AS in skeleton:
+        return skeleton[SAME_AS]  # type: ignore[no-any-return]
     classdict = metaclass.__prepare__(name, bases)
     for key, value in skeleton.items():
         classdict[key] = value
@@ -130,8 +168,15 @@ def make_enum(
 
 
 def set_class_state(cls: type, state: Mapping[str, Any]) -> type:
+    context = _context.get(None)
     for key, value in state.items():
-        setattr(cls, key, value)
+        if key == "__init_subclass__" and context is not None:
+            # Subclasses are made again by this very load, and what the hook did
+            # when they were first made is in the restored state already: running
+            # it again would, say, register each subclass twice.
+            context.deferred.append((cls, key, value))
+        else:
+            setattr(cls, key, value)
     return cls
 
 
@@ -157,3 +202,32 @@ def unpersisted(index: int, info: Mapping[str, Any]) -> object:
 
 def singleton(module: str, name: str) -> object:
     return getattr(importlib.import_module(module), name)
+
+
+def make_lru_cache(func: Callable[..., Any], maxsize: int | None, typed: bool) -> object:
+    import functools
+
+    return functools.lru_cache(maxsize=maxsize, typed=typed)(func)
+
+
+def make_type_var(
+    name: str,
+    constraints: tuple[Any, ...],
+    bound: Any,
+    covariant: bool,
+    contravariant: bool,
+    module: str,
+) -> object:
+    import typing
+
+    var = typing.TypeVar(name, *constraints, bound=bound, covariant=covariant,  # type: ignore[misc]
+                         contravariant=contravariant)
+    var.__module__ = module
+    return var
+
+
+def make_exception(kind: type[BaseException], base: type[BaseException],
+                   args: tuple[Any, ...]) -> BaseException:
+    error = base.__new__(kind, *args)
+    base.__init__(error, *args)
+    return error

@@ -176,18 +176,22 @@ class LooseObjects:
         temporary = self.scratch / f"{hexsha}.{os.getpid()}"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
         try:
-            view = memoryview(payload)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            if self.durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if not directory.exists():
-            directory.mkdir(exist_ok=True)
-            self._touched_dirs.add(self.objects)
-        os.replace(temporary, path)
+            try:
+                view = memoryview(payload)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                if self.durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if not directory.exists():
+                directory.mkdir(exist_ok=True)
+                self._touched_dirs.add(self.objects)
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)  # a full disk must not keep half an object
+            raise
         self._touched_dirs.add(directory)
         return True
 
@@ -261,6 +265,28 @@ class LooseObjects:
             raise ValueError(f"object {hexsha} is truncated")
         return kind, data
 
+    def read_blob_into(self, sha: bytes, out: memoryview) -> None:
+        """Copy the content of blob ``sha`` into ``out``, which has exactly its size.
+
+        Large chunks are stored with zlib level 0, whose deflate stream is the
+        data itself in "stored" blocks.  Copying those blocks straight into
+        ``out`` (and checking the zlib adler32 as zlib would) avoids a decompress
+        and a copy per chunk; that is most of the cost of restoring a big array.
+        Anything else is decompressed normally.
+        """
+        hexsha = sha.hex()
+        try:
+            with open(self.objects / hexsha[:2] / hexsha[2:], "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            kind, data = self._read_packed(sha)
+            _copy_blob(hexsha, kind, data, out)
+            return
+        if not _copy_stored_blocks(raw, out):
+            data = zlib.decompress(raw)
+            nul = data.index(b"\0")
+            _copy_blob(hexsha, data[:nul].partition(b" ")[0], memoryview(data)[nul + 1 :], out)
+
     def _packed(self) -> GitCmdObjectDB:
         if self._fallback is None:
             from git.cmd import Git
@@ -300,3 +326,60 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _copy_blob(hexsha: str, kind: bytes, data: bytes | memoryview, out: memoryview) -> None:
+    if kind != b"blob" or len(data) != len(out):
+        raise ValueError(f"object {hexsha} is not a blob of {len(out)} bytes")
+    out[:] = data
+
+
+def _copy_stored_blocks(raw: bytes, out: memoryview) -> bool:
+    """Copy a zlib stream made only of stored blocks into ``out``; False if it is not one.
+
+    The uncompressed stream is git's ``blob <size>\\0`` header followed by the
+    content; only the content lands in ``out``.  The adler32 trailer is checked.
+    """
+    if len(raw) < 6 or raw[0] & 0x0F != 8 or raw[1] & 0x20 or (raw[0] << 8 | raw[1]) % 31:
+        return False
+    view = memoryview(raw)
+    position = 2
+    header = b""
+    written = 0
+    checksum = 1
+    while True:
+        if position + 5 > len(raw):
+            return False
+        flags = raw[position]
+        if (flags >> 1) & 0b11 != 0:  # not a stored block
+            return False
+        length = raw[position + 1] | raw[position + 2] << 8
+        if length ^ (raw[position + 3] | raw[position + 4] << 8) != 0xFFFF:
+            return False
+        start = position + 5
+        block = view[start : start + length]
+        if len(block) != length:
+            return False
+        checksum = zlib.adler32(block, checksum)
+        if len(header) < 64 and b"\0" not in header:
+            nul = bytes(block[:64]).find(b"\0")
+            if nul < 0:
+                header += bytes(block)
+                block = block[len(block):]
+            else:
+                header += bytes(block[:nul + 1])
+                block = block[nul + 1 :]
+                kind, _, size = header[:-1].partition(b" ")
+                if kind != b"blob" or not size.isdigit() or int(size) != len(out):
+                    return False
+        if len(block):
+            if written + len(block) > len(out):
+                return False
+            out[written : written + len(block)] = block
+            written += len(block)
+        position = start + length
+        if flags & 1:  # the final block
+            break
+    trailer = raw[position : position + 4]
+    return (written == len(out) and len(trailer) == 4
+            and int.from_bytes(trailer, "big") == checksum)

@@ -22,16 +22,19 @@ nothing at all.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
 import xxhash
 
+from kernos import _faults
 from kernos.errors import WorkspaceCorrupt
 from kernos.serialize.pickler import Pickled
 from kernos.store.objects import (
@@ -49,6 +52,7 @@ from kernos.store.workspace import Workspace
 __all__ = [
     "CHUNK_BYTES",
     "ChunkCache",
+    "chunk_ids",
     "SnapshotWriter",
     "StoredGroup",
     "StoredPart",
@@ -234,8 +238,20 @@ class SnapshotWriter:
     def publish(self, commit: bytes) -> None:
         """Move the branch to ``commit``.  After this returns the op is durable."""
         self.workspace.set_head(commit)
+        _faults.point("published")
         self.workspace.objects.finish()
         self.cache.update(self._new_cache_entries.items())
+
+
+def chunk_ids(data: bytes | memoryview, cache: ChunkCache) -> tuple[bytes, ...]:
+    """The blob ids the chunks of ``data`` would have, writing nothing (cached where known)."""
+    view = memoryview(data).cast("B")
+    ids = []
+    for start in range(0, max(len(view), 1), CHUNK_BYTES):
+        piece = view[start : start + CHUNK_BYTES]
+        sha = cache.get(cache.digest(piece)) if len(piece) >= _SMALL else None
+        ids.append(sha or object_id(b"blob", piece))
+    return tuple(ids)
 
 
 def commit_message(*, op: int, principal: str, kind: str, headline: str) -> str:
@@ -309,24 +325,65 @@ def read_part(
     *,
     writable: bool = False,
     on_chunk: Callable[[int], None] | None = None,
-) -> bytes | bytearray:
-    """The bytes of a part; a ``bytearray`` when the value must be writable."""
-    if len(part.chunks) == 1 and not writable:
+) -> bytes | bytearray | mmap.mmap | memoryview:
+    """The bytes of a part, as an object that supports the buffer protocol.
+
+    A part meant to back a mutable value (``writable``) comes back writable.
+    Large parts land in anonymous memory that the kernel maps already zeroed,
+    and their chunks are copied in by two threads (file reads and checksums
+    release the GIL).
+    """
+    if len(part.chunks) == 1 and part.size < _LARGE and not writable:
         data = _read_blob(workspace, part.chunks[0])
+        if len(data) != part.size:
+            raise WorkspaceCorrupt(str(workspace.path),
+                                   f"chunk {part.chunks[0].hex()} has the wrong size")
         if on_chunk:
             on_chunk(len(data))
         return data
-    out = bytearray(part.size)
+    out: bytearray | mmap.mmap = _allocate(part.size)
+    view = memoryview(out)
+    offsets = []
     position = 0
-    for sha, size in zip(part.chunks, part.sizes, strict=True):
-        data = _read_blob(workspace, sha)
-        if len(data) != size:
-            raise WorkspaceCorrupt(str(workspace.path), f"chunk {sha.hex()} has the wrong size")
-        out[position : position + size] = data
+    for size in part.sizes:
+        offsets.append(position)
         position += size
+
+    def copy(index: int) -> int:
+        size = part.sizes[index]
+        start = offsets[index]
+        workspace.read_blob_into(part.chunks[index], view[start : start + size])
+        return size
+
+    if len(part.chunks) > 1:
+        for size in _pool().map(copy, range(len(part.chunks))):
+            if on_chunk:
+                on_chunk(size)
+    else:
+        size = copy(0)
         if on_chunk:
             on_chunk(size)
+    if part.readonly:
+        return view.toreadonly()
     return out
+
+
+_LARGE = 1 << 20
+_executor: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernos-read")
+    return _executor
+
+
+def _allocate(size: int) -> bytearray | mmap.mmap:
+    if size < _LARGE:
+        return bytearray(size)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    return mmap.mmap(-1, size, flags=flags)
 
 
 def _read_blob(workspace: Workspace, sha: bytes) -> bytes:

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -100,6 +101,12 @@ class Workspace:
         if durable is None:
             durable = os.environ.get("KERNOS_DURABILITY", "full") != "process"
         if not (root / "workspace.json").exists():
+            if not root.exists() and (not create or not writable):
+                raise WorkspaceFormatError(
+                    f"{root} does not exist. Check the path (or KERNOS_WORKSPACE); a kernel "
+                    "creates its workspace when it first starts.",
+                    path=str(root),
+                )
             if not create or not writable:
                 raise WorkspaceFormatError(
                     f"{root} is not a Kernos workspace (it has no workspace.json). Check "
@@ -233,6 +240,14 @@ class Workspace:
         try:
             return self.objects.read(sha)
         except (FileNotFoundError, ValueError, OSError) as error:
+            raise WorkspaceCorrupt(str(self.path), f"object {sha.hex()} is unreadable ({error})"
+                                   ) from None
+
+    def read_blob_into(self, sha: bytes, out: memoryview) -> None:
+        """Copy blob ``sha`` into ``out`` (exactly its size); corruption is reported as such."""
+        try:
+            self.objects.read_blob_into(sha, out)
+        except (FileNotFoundError, ValueError, OSError, zlib.error) as error:
             raise WorkspaceCorrupt(str(self.path), f"object {sha.hex()} is unreadable ({error})"
                                    ) from None
 

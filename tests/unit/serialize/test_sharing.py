@@ -1,0 +1,219 @@
+"""Shared references inside one dump, and recording which variables share objects."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+
+import pytest
+
+
+def test_roots_of_one_dump_keep_shared_objects_identical(notebook):
+    notebook.run("""
+        a = {"x": [1, 2]}
+        b = {"ref": a, "inner": a["x"]}
+        c = [a, a["x"], b]
+    """)
+    restored = notebook.restore("a", "b", "c")
+    a, b, c = restored["a"], restored["b"], restored["c"]
+    assert b["ref"] is a
+    assert b["inner"] is a["x"]
+    assert c[0] is a and c[1] is a["x"] and c[2] is b
+    a["x"].append(3)
+    assert b["inner"] == [1, 2, 3]
+
+
+def test_separate_dumps_do_not_share(notebook):
+    notebook.run("""
+        a = {"x": 1}
+        b = {"ref": a}
+    """)
+    a = notebook.restore("a")["a"]
+    b = notebook.restore("b")["b"]
+    assert b["ref"] == a
+    assert b["ref"] is not a
+
+
+def test_self_referencing_containers(notebook):
+    notebook.run("""
+        loop = [1]
+        loop.append(loop)
+        graph = {"name": "root", "children": []}
+        graph["children"].append({"name": "leaf", "parent": graph})
+    """)
+    restored = notebook.restore("loop", "graph")
+    loop, graph = restored["loop"], restored["graph"]
+    assert loop[1] is loop
+    assert graph["children"][0]["parent"] is graph
+
+
+def test_cycle_through_instances_of_cell_classes(notebook):
+    notebook.run("""
+        class Person:
+            def __init__(self, name):
+                self.name = name
+                self.friends = set()
+        ann, bob = Person("ann"), Person("bob")
+        ann.friends.add(bob)
+        bob.friends.add(ann)
+        ann.me = ann
+    """)
+    restored = notebook.restore("ann", "bob")
+    ann, bob = restored["ann"], restored["bob"]
+    assert ann.friends == {bob}
+    assert next(iter(bob.friends)) is ann
+    assert ann.me is ann
+
+
+def test_a_variable_bound_twice_under_two_names(notebook):
+    notebook.run("""
+        settings = {"lr": 0.1}
+        alias = settings
+    """)
+    restored = notebook.restore("settings", "alias")
+    assert restored["alias"] is restored["settings"]
+
+
+def test_values_shared_with_a_function_closure_stay_shared(notebook):
+    notebook.run("""
+        history = []
+        def make_logger(target):
+            def log(item):
+                target.append(item)
+            return log
+        log = make_logger(history)
+    """)
+    restored = notebook.restore("history", "log")
+    restored["log"]("x")
+    assert restored["history"] == ["x"]
+
+
+def dump_recording(notebook, names):
+    """Dump each name alone with one shared record, as an op does; name -> touched_owners."""
+    record: dict[int, tuple[str, object]] = {}
+    return {name: notebook.dump(name, record=record).touched_owners for name in names}
+
+
+def test_recording_reports_a_root_reaching_objects_of_an_earlier_root(notebook):
+    notebook.run("""
+        a = {"x": [1, 2]}
+        b = {"ref": a}
+        c = [a["x"]]
+        d = {"unrelated": [5]}
+    """)
+    touched = dump_recording(notebook, ["a", "b", "c", "d"])
+    assert touched == {"a": frozenset(), "b": frozenset({"a"}), "c": frozenset({"a"}),
+                       "d": frozenset()}
+
+
+def test_recording_notes_objects_as_belonging_to_the_first_root_that_reached_them(notebook):
+    shared = [1]
+    notebook["first"] = {"s": shared}
+    notebook["second"] = [shared]
+    record: dict[int, tuple[str, object]] = {}
+    notebook.dump("first", record=record)
+    assert record[id(shared)] == ("first", shared)
+    assert notebook.dump("second", record=record).touched_owners == {"first"}
+    assert record[id(shared)][0] == "first"
+
+
+def test_without_record_no_owners_are_reported(notebook):
+    notebook.run("""
+        a = [1]
+        b = [a]
+    """)
+    notebook.dump("a")
+    assert notebook.dump("b").touched_owners == frozenset()
+
+
+IMMUTABLE_OR_BY_NAME = {
+    "str": "a string shared by both",
+    "int": 10 ** 30,
+    "float": 3.25,
+    "tuple": (1, 2, 3),
+    "frozenset": frozenset({1, 2}),
+    "bytes": b"bytes",
+    "none": None,
+    "bool": True,
+    "range": range(10),
+    "builtin class": int,
+    "library class": datetime.datetime,
+    "module": sys,
+    "builtin function": len,
+    "builtin method": datetime.datetime.now,
+}
+
+
+@pytest.mark.parametrize("value", IMMUTABLE_OR_BY_NAME.values(), ids=IMMUTABLE_OR_BY_NAME.keys())
+def test_immutable_and_by_reference_objects_do_not_count_as_sharing(notebook, value):
+    notebook["left"] = [value]
+    notebook["right"] = {"same": value}
+    touched = dump_recording(notebook, ["left", "right"])
+    assert touched["right"] == frozenset()
+
+
+def test_functions_and_classes_by_name_do_not_count_but_cell_ones_do(notebook):
+    notebook.run("""
+        import json
+        class Local:
+            pass
+        def helper():
+            return 1
+        left = [json.dumps, json.JSONDecoder, Local, helper]
+        right = [json.dumps, json.JSONDecoder]
+        third = [Local]
+        fourth = {"f": helper}
+    """)
+    touched = dump_recording(notebook, ["left", "right", "third", "fourth"])
+    assert touched["right"] == frozenset()
+    assert touched["third"] == {"left"}  # a class stored by value is shared state
+    assert touched["fourth"] == {"left"}
+
+
+def test_closures_in_separate_roots_are_reported_as_sharing_their_cell(notebook):
+    notebook.run("""
+        def pair():
+            n = 0
+            def inc():
+                nonlocal n
+                n += 1
+            def get():
+                return n
+            return inc, get
+        inc, get = pair()
+    """)
+    touched = dump_recording(notebook, ["inc", "get"])
+    assert touched["get"] == {"inc"}
+
+
+def test_sharing_through_instances_and_arrays_is_reported(notebook):
+    np = pytest.importorskip("numpy")
+    notebook.run("""
+        class Holder:
+            def __init__(self, payload):
+                self.payload = payload
+    """)
+    notebook["weights"] = np.zeros(10)
+    notebook["holder"] = notebook["Holder"](notebook["weights"])
+    touched = dump_recording(notebook, ["weights", "holder"])
+    assert touched["holder"] == {"weights"}
+
+
+def test_recording_three_roots_reports_every_earlier_owner(notebook):
+    notebook.run("""
+        x = [1]
+        y = [2]
+        both = [x, y]
+    """)
+    touched = dump_recording(notebook, ["x", "y", "both"])
+    assert touched["both"] == {"x", "y"}
+
+
+def test_recording_with_an_unpersistable_value_still_reports_sharing(notebook, closing):
+    import socket
+
+    connection = closing(socket.socket())
+    notebook["config"] = {"retries": 3}
+    notebook["client"] = {"config": notebook["config"], "connection": connection}
+    touched = dump_recording(notebook, ["config", "client"])
+    assert touched["client"] == {"config"}
