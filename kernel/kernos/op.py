@@ -34,6 +34,7 @@ from kernos import _faults
 from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.errors import CommitFailed, KernosError, RestoreError
+from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled
 from kernos.serialize.summary import describe, type_name
 from kernos.store.snapshots import (
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["AbortReport", "CheckoutReport", "CommitReport", "Op"]
 
 _MISSING = object()
+_ATOMIC = frozenset({str, bytes, int, float, complex, bool, type(None)})
 
 
 @dataclass(kw_only=True)
@@ -343,7 +345,8 @@ class _ImageParticipant:
             "names": {name: meta[name].to_json() for name in sorted(meta)},
         }
         self.commit_sha = writer.commit(
-            groups=[state.stored for state in final.values()], manifest=manifest, source=op.source, parent=image.head,
+            groups=[state.stored for state in final.values()], manifest=manifest,
+            source=op.source, parent=image.head,
             message=_message(op), author=f"{op.principal} <{op.principal}@kernos.invalid>",
         )
         timings["write"] = (time.perf_counter() - clock) * 1000
@@ -356,11 +359,17 @@ class _ImageParticipant:
                 ) -> tuple[dict[str, Pickled], list[list[str]]]:
         """Pickle each name alone; find which names share objects."""
         serializer = self.op.image.serializer
-        record: dict[int, tuple[str, object]] | None = {} if len(names) > 1 else None
+        # Recording costs a Python call per object, so only values that can share
+        # objects at all are recorded, and only if two or more of them are affected.
+        shareable = {name for name in names
+                     if type(current[name]) not in _ATOMIC and not carries_no_identity(
+                         current[name], serializer.is_by_value)}
+        record: dict[int, tuple[str, object]] | None = {} if len(shareable) > 1 else None
         sharing = _UnionFind(names)
         individual = {}
         for name in names:
-            pickled = serializer.dump([(name, current[name])], op=self.op.id, record=record)
+            pickled = serializer.dump([(name, current[name])], op=self.op.id,
+                                      record=record if name in shareable else None)
             individual[name] = pickled
             for other in pickled.touched_owners:
                 sharing.union(name, other)

@@ -417,10 +417,6 @@ def test_failed_first_cell_keeps_names_from_ipython_startup_files(
 # -- memory shared outside what pickle sees --------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an array built on another persisted object's buffer (np.frombuffer) is not grouped "
-    "with that object: a failed cell that writes through the array reloads only the array, "
-    "the buffer keeps the write, and the next op that names the buffer commits it"))
 def test_write_through_an_array_on_a_persisted_buffer_is_rolled_back(
     kernel_factory: Any,
 ) -> None:
@@ -437,10 +433,6 @@ def test_write_through_an_array_on_a_persisted_buffer_is_rolled_back(
     assert again.value("list(buf)") == [0, 0, 0, 0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a numpy view and its base are reloaded as two independent arrays: after a failed cell "
-    "that wrote through the base, the view no longer shares memory with it (a restore "
-    "loses the same sharing)"))
 def test_rollback_keeps_a_numpy_view_on_its_base(kernel_factory: Any) -> None:
     kernel = kernel_factory()
     result = kernel.run("import numpy as np\nbase = np.zeros(6)\nwindow = base[2:4]")

@@ -189,9 +189,6 @@ box = [1, Stubborn()]
     assert "view" in restored.value("repr(view)")
 
 
-@pytest.mark.xfail(strict=True, reason="Unpersisted defines no __next__, __len__, "
-                   "__getitem__, __enter__: next(), len(), p[0] and `with` on a placeholder "
-                   "raise a bare TypeError that does not say the value was not persisted")
 def test_every_use_of_a_placeholder_explains(
         kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
     kernel = kernel_factory()

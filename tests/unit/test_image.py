@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -95,6 +96,16 @@ def test_sharing_created_in_a_later_op_is_preserved(session, reopen) -> None:  #
     session.run("a.append(2)")
     restored = reopen(session.image.workspace).namespace
     assert restored["b"]["ref"] is restored["a"] and restored["a"] == [1, 2]
+
+
+def test_values_sharing_only_immutable_objects_are_stored_apart(session, reopen) -> None:  # type: ignore[no-untyped-def]
+    session.run("import datetime, re\nimport numpy as np\nx = np.zeros(3)\ny = np.ones(3)\n"
+                "when = datetime.date(2026, 1, 1)\nflag = re.IGNORECASE\n"
+                "a = {'when': when, 'flag': flag, 'one': 1}\nb = [when, flag, 'one']")
+    groups = {tuple(state.stored.names) for state in session.image.groups.values()}
+    assert {("x",), ("y",), ("a",), ("b",)} <= groups  # a dtype, a date or an enum is no bond
+    restored = reopen(session.image.workspace).namespace
+    assert restored["a"]["flag"] is restored["b"][1] is re.IGNORECASE
 
 
 def test_groups_split_when_sharing_ends(session) -> None:  # type: ignore[no-untyped-def]

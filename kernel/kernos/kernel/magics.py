@@ -80,8 +80,8 @@ class KernosMagics(Magics):  # type: ignore[misc]
             raise UsageError("`%kernos checkout` must run in a cell")
         report = op.checkout(ref)
         print(f"Checked out {ref} ({report.commit[:12]}, op {report.op}): {report.names} "
-              f"names, {history.human_size(report.bytes)}. When this cell commits it is recorded as "
-              f"op {op.id}; history is not rewritten.")
+              f"names, {history.human_size(report.bytes)}. When this cell commits it is "
+              f"recorded as op {op.id}; history is not rewritten.")
 
     def _scan(self) -> None:
         op = self.kernel.current_op

@@ -75,9 +75,10 @@ def _children(obj: object) -> Iterator[tuple[object, str]]:
         return
     if isinstance(obj, types.CellType):
         try:
-            yield obj.cell_contents, ".cell_contents"
+            contents = obj.cell_contents
         except ValueError:
-            pass
+            return  # an empty cell
+        yield contents, ".cell_contents"
         return
     attributes = getattr(obj, "__dict__", None)
     if isinstance(attributes, (dict, types.MappingProxyType)):

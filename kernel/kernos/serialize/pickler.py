@@ -28,38 +28,49 @@ so that a failure can be pinned to one object and replaced.
 
 from __future__ import annotations
 
-import _thread
 import copyreg
-import dataclasses
 import enum
-import functools
 import importlib
 import io
 import pickle
 import sys
 import types
-import typing
-from collections.abc import Callable, MutableMapping, Sequence
+import warnings
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dill
 
 from kernos.serialize import rebuild
+from kernos.serialize.kinds import (
+    IMMUTABLE,
+    NAME_CONTAINERS,
+    PICKLABLE_STREAMS,
+    PROTOCOL,
+    SINGLETONS,
+    SPECIAL,
+    TYPING_MODULES,
+    Ref,
+    canonical,
+    canonical_names,
+    carries_no_identity,
+    code_names,
+    init_needs_more_than_args,
+    lookup,
+    qualified,
+    reduce_exception,
+    reduce_memory,
+    register_late_types,
+    transient_types,
+)
 from kernos.serialize.paths import find_path
 from kernos.serialize.unpersisted import Unpersisted
 
-__all__ = ["Pickled", "Serializer", "Transient"]
+__all__ = ["Pickled", "Serializer", "Transient", "code_names"]
 
-PROTOCOL = 5
 #: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN_BYTES = 64 * 1024
-
-# Objects of these types carry no identity worth preserving across variables.
-_IMMUTABLE = frozenset(
-    {str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, slice,
-     types.CodeType, type(Ellipsis), type(NotImplemented)}
-)
 
 
 @dataclass(kw_only=True)
@@ -95,149 +106,6 @@ class Pickled:
     """Other variables whose objects this pickle also reached (recording mode only)."""
 
 
-class _Ref:
-    """Stands in an argument list for a call made at load time."""
-
-    __slots__ = ("args", "func")
-
-    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...] = ()) -> None:
-        self.func = func
-        self.args = args
-
-
-def _transient_types() -> tuple[tuple[type, ...], dict[type, str]]:
-    """Types whose instances are live resources: never pickled, even if a pickler could."""
-    loaded = tuple(name in sys.modules for name in ("sqlite3", "subprocess", "asyncio"))
-    return _transient_types_for(loaded)
-
-
-@functools.lru_cache(maxsize=8)
-def _transient_types_for(loaded: tuple[bool, ...]) -> tuple[tuple[type, ...], dict[type, str]]:
-    import socket
-    import threading
-
-    reasons: dict[type, str] = {
-        io.IOBase: "open files and streams cannot be persisted; open the file again after "
-                   "a restore",
-        socket.socket: "network connections cannot be persisted; reconnect after a restore",
-        threading.Thread: "running threads cannot be persisted; start the thread again "
-                          "after a restore",
-        types.GeneratorType: "a generator holds a paused frame, which cannot be persisted; "
-                             "call its generator function again",
-        types.CoroutineType: "a coroutine holds a paused frame, which cannot be persisted",
-        types.AsyncGeneratorType: "an async generator holds a paused frame, which cannot be "
-                                  "persisted",
-        types.FrameType: "stack frames cannot be persisted",
-        types.TracebackType: "tracebacks cannot be persisted",
-    }
-    for module_name, names, reason in (
-        ("sqlite3", ("Connection", "Cursor"),
-         "database connections cannot be persisted; reconnect after a restore"),
-        ("subprocess", ("Popen",), "running processes cannot be persisted"),
-        ("asyncio", ("Future", "Task", "AbstractEventLoop"),
-         "asyncio tasks, futures and loops cannot be persisted"),
-    ):
-        module = sys.modules.get(module_name)
-        for name in names:
-            klass = getattr(module, name, None) if module else None
-            if isinstance(klass, type):
-                reasons[klass] = reason
-    return tuple(reasons), reasons
-
-
-_PICKLABLE_STREAMS = (io.BytesIO, io.StringIO)
-_TYPING_MODULES = frozenset({"typing", "typing_extensions"})
-
-
-def _singletons() -> dict[int, tuple[str, str]]:
-    """Module-level sentinels that must come back as themselves, not as copies."""
-    found: dict[int, tuple[str, str]] = {}
-    for name in ("MISSING", "KW_ONLY", "_FIELD", "_FIELD_CLASSVAR", "_FIELD_INITVAR",
-                 "_HAS_DEFAULT_FACTORY", "_EMPTY_METADATA"):
-        if hasattr(dataclasses, name):
-            found[id(getattr(dataclasses, name))] = ("dataclasses", name)
-    return found
-
-
-_SINGLETONS = _singletons()
-
-
-@functools.lru_cache(maxsize=8192)
-def _dill_code(code: types.CodeType) -> bytes:
-    # No memo (fast mode): the blob then depends on the code's values only, not on
-    # which of its names happen to be one string object, which a restored code
-    # object does not reproduce (code objects hold no cycles, so no memo is needed).
-    out = io.BytesIO()
-    pickler = dill.Pickler(out, protocol=PROTOCOL)
-    pickler.fast = True
-    pickler.dump(code)
-    return out.getvalue()
-
-
-@functools.lru_cache(maxsize=8192)
-def code_names(code: types.CodeType) -> frozenset[str]:
-    """Every name a code object (and the code nested in it) may read as a global."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if type(const) is types.CodeType:
-            names |= code_names(const)
-    return frozenset(names)
-
-
-def _lookup(module: types.ModuleType, qualname: str) -> object:
-    obj: object = module
-    for part in qualname.split("."):
-        if part == "<locals>":
-            return None
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-def _canonical(name: Any) -> Any:
-    """The interned copy of a name, so that the stream does not depend on its identity.
-
-    Pickle's memo follows identity: a function whose ``__name__`` and
-    ``__qualname__`` are one object is written differently from one whose are
-    two equal strings, and a restore does not reproduce the identities of the
-    original.  The names the reducers write are interned, so that how they are
-    written depends on their values only and a restored value pickles as it did.
-    """
-    return sys.intern(name) if type(name) is str else name
-
-
-def _canonical_names(container: Any) -> Any:
-    """A name, or a copy of a dict keyed by names or of a sequence of names, interned.
-
-    These hold the same names as the keys of instance and class dicts, which a
-    restore interns while it leaves the strings inside containers alone.
-    """
-    kind = type(container)
-    if kind is dict:
-        return {_canonical(key): value for key, value in container.items()}
-    if kind is frozenset and all(type(item) is str for item in container):
-        # In sorted order: a set of strings iterates in an order that changes with
-        # the hash seed, that is, from one process to the next.
-        return _Ref(frozenset, (tuple(sorted(_canonical(item) for item in container)),))
-    if kind is tuple or kind is frozenset or kind is list:
-        return kind(_canonical(item) for item in container)
-    return _canonical(container)
-
-
-# Class attributes that hold the names of fields, methods or attributes.
-_NAME_CONTAINERS = frozenset({
-    "__annotations__", "__match_args__", "__abstractmethods__", "__dataclass_fields__",
-    "__required_keys__", "__optional_keys__",
-})
-
-
-def _qualified(klass: type) -> str:
-    module = getattr(klass, "__module__", None)
-    name = getattr(klass, "__qualname__", klass.__name__)
-    return name if module in (None, "builtins") else f"{module}.{name}"
-
-
 class Serializer:
     """Pickles tuples of namespace values and loads them back.
 
@@ -259,11 +127,11 @@ class Serializer:
 
     @property
     def transient_reasons(self) -> dict[type, str]:
-        return _transient_types()[1]
+        return transient_types()[1]
 
     @property
     def transient_classes(self) -> tuple[type, ...]:
-        return _transient_types()[0]
+        return transient_types()[0]
 
     def dump(
         self,
@@ -279,7 +147,7 @@ class Serializer:
         objects this one reaches are returned in ``touched_owners``.
         """
         values = tuple(self.namespace_ref(value) for _, value in roots)
-        _register_late_types()
+        register_late_types()
         try:
             return self._dump(values, roots, op=op, record=record, careful=False)
         except Exception:
@@ -302,7 +170,7 @@ class Serializer:
 
     def namespace_ref(self, value: object) -> object:
         if value is self.namespace:
-            return _Ref(rebuild.namespace)
+            return Ref(rebuild.namespace)
         return value
 
     def _dump(
@@ -355,7 +223,7 @@ class Serializer:
         module = sys.modules.get(module_name)
         if module is None:
             return True
-        return _lookup(module, getattr(obj, "__qualname__", obj.__name__)) is not obj
+        return lookup(module, getattr(obj, "__qualname__", obj.__name__)) is not obj
 
 
 class _WholeValue:
@@ -397,9 +265,23 @@ class _ImagePickler(pickle.Pickler):
         self.transients: list[Transient] = []
         self.code_refs: set[str] = set()
         self.touched_owners: set[str] = set()
-        self._cells_filled_by_function: set[int] = set()
+        self.cells_filled_by_function: set[int] = set()
         self._by_value: dict[int, bool] = {}
         self._class_skeletons: dict[int, dict[str, Any]] = {}
+        self._memory_tokens: dict[int, Ref] = {}
+        self._memory_owners: list[object] = []
+
+    def note_shared(self, obj: object) -> None:
+        """Sharing is looked for only when recording (see _RecordingPickler)."""
+
+    def memory_token(self, owner: object, memory: Any) -> object:
+        if type(owner) in (bytearray, bytes):
+            return owner  # a value in its own right: pickled (and memoized) as itself
+        token = self._memory_tokens.get(id(owner))
+        if token is None:
+            token = self._memory_tokens[id(owner)] = Ref(*reduce_memory(memory))
+            self._memory_owners.append(owner)  # keeps its id from being reused
+        return token
 
     def _take_buffer(self, buffer: pickle.PickleBuffer) -> bool:
         try:
@@ -411,29 +293,29 @@ class _ImagePickler(pickle.Pickler):
         self.buffers.append(view)
         return False
 
-    def reducer_override(self, obj: Any) -> Any:  # noqa: PLR0911 - one dispatch point
+    def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
         if kind is types.FunctionType:
             return self._reduce_function(obj)
         if isinstance(obj, type):
             return self._reduce_class(obj)
-        if kind is _Ref:
+        if kind is Ref:
             return (obj.func, obj.args)
         if kind is types.ModuleType:
             return self._reduce_module(obj)
-        special = _SPECIAL.get(kind)
+        special = SPECIAL.get(kind)
         if special is not None:
             return special(self, obj)
-        if isinstance(obj, BaseException) and _init_needs_more_than_args(kind):
-            return _reduce_exception(obj)
-        if id(obj) in _SINGLETONS:
-            return (rebuild.singleton, _SINGLETONS[id(obj)])
+        if isinstance(obj, BaseException) and init_needs_more_than_args(kind):
+            return reduce_exception(obj)
+        if id(obj) in SINGLETONS:
+            return (rebuild.singleton, SINGLETONS[id(obj)])
         if kind is _WholeValue:
             return self._unpersisted(obj.value, obj.reason, name=obj.name)
         if kind is Unpersisted:
             return self._placeholder(obj)
         if isinstance(obj, self.serializer.transient_classes) and not isinstance(
-            obj, _PICKLABLE_STREAMS
+            obj, PICKLABLE_STREAMS
         ):
             return self._unpersisted(obj, self._transient_reason(obj))
         if self.careful:
@@ -442,7 +324,7 @@ class _ImagePickler(pickle.Pickler):
 
     # -- functions, classes, modules --------------------------------------
 
-    def _needs_value(self, obj: Any) -> bool:
+    def needs_value(self, obj: Any) -> bool:
         key = id(obj)
         known = self._by_value.get(key)
         if known is None:
@@ -450,21 +332,21 @@ class _ImagePickler(pickle.Pickler):
         return known
 
     def _reduce_function(self, func: types.FunctionType) -> Any:
-        if not self._needs_value(func):
+        if not self.needs_value(func):
             return NotImplemented
         code = func.__code__
         self.code_refs |= code_names(code)
         closure = func.__closure__
         closure_values = []
         for index, cell in enumerate(closure or ()):
-            self._cells_filled_by_function.add(id(cell))
+            self.cells_filled_by_function.add(id(cell))
             try:
                 closure_values.append((index, cell.cell_contents))
             except ValueError:
                 continue  # an empty cell stays empty
         state: dict[str, Any] = {
-            "__qualname__": _canonical(func.__qualname__),
-            "__module__": _canonical(func.__module__),
+            "__qualname__": canonical(func.__qualname__),
+            "__module__": canonical(func.__module__),
             "__doc__": func.__doc__,
             "closure_values": closure_values,
         }
@@ -473,12 +355,12 @@ class _ImagePickler(pickle.Pickler):
         if func.__kwdefaults__ is not None:
             state["__kwdefaults__"] = func.__kwdefaults__
         if func.__annotations__:
-            state["__annotations__"] = _canonical_names(func.__annotations__)
+            state["__annotations__"] = canonical_names(func.__annotations__)
         if func.__dict__:
             state["__dict__"] = func.__dict__
         return (
             rebuild.make_function,
-            (code, self._globals_ref(func), _canonical(func.__name__), closure),
+            (code, self._globals_ref(func), canonical(func.__name__), closure),
             state,
             None,
             None,
@@ -488,19 +370,19 @@ class _ImagePickler(pickle.Pickler):
     def _globals_ref(self, func: types.FunctionType) -> object:
         globals_ = func.__globals__
         if globals_ is self.serializer.namespace:
-            return _Ref(rebuild.namespace)
+            return Ref(rebuild.namespace)
         module = sys.modules.get(globals_.get("__name__", ""))
         if module is not None and getattr(module, "__dict__", None) is globals_:
-            return _Ref(rebuild.module_dict, (module.__name__,))
+            return Ref(rebuild.module_dict, (module.__name__,))
         return globals_
 
     def _reduce_class(self, cls: type) -> Any:
-        if not self._needs_value(cls):
+        if not self.needs_value(cls):
             return NotImplemented
         namespace = cls.__dict__
         skeleton: dict[str, Any] = {
-            "__module__": _canonical(namespace.get("__module__", cls.__module__)),
-            "__qualname__": _canonical(cls.__qualname__),
+            "__module__": canonical(namespace.get("__module__", cls.__module__)),
+            "__qualname__": canonical(cls.__qualname__),
         }
         outer = self._class_skeletons.setdefault(id(cls), skeleton)
         if outer is not skeleton:
@@ -518,7 +400,7 @@ class _ImagePickler(pickle.Pickler):
         skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "_abc_impl",
                 "__slotnames__", "__orig_bases__"}
         if slots is not None:
-            skeleton["__slots__"] = _canonical_names(slots)
+            skeleton["__slots__"] = canonical_names(slots)
             skip.add("__slots__")
             skip.update((slots,) if isinstance(slots, str) else slots)
         if isinstance(cls, enum.EnumMeta) and issubclass(cls, enum.Enum):
@@ -532,21 +414,21 @@ class _ImagePickler(pickle.Pickler):
             }
             return (
                 rebuild.make_enum,
-                (type(cls), _canonical(cls.__name__), cls.__bases__, skeleton, members),
+                (type(cls), canonical(cls.__name__), cls.__bases__, skeleton, members),
                 state, None, None, rebuild.set_class_state,
             )
         # Sorted, so that a class pickles the same before and after a restore
         # (the restored class's __dict__ lists the skeleton's keys first).
-        state = {key: _canonical_names(namespace[key]) if key in _NAME_CONTAINERS
+        state = {key: canonical_names(namespace[key]) if key in NAME_CONTAINERS
                  else namespace[key] for key in sorted(namespace) if key not in skip}
         metaclass = type(cls)
         make = rebuild.make_class
-        if metaclass.__name__ == "_TypedDictMeta" and metaclass.__module__ in _TYPING_MODULES:
+        if metaclass.__name__ == "_TypedDictMeta" and metaclass.__module__ in TYPING_MODULES:
             # Its __new__ refuses the bases (dict,) that it gives the classes it makes.
             make = rebuild.make_class_unchecked
         return (
             make,
-            (metaclass, _canonical(cls.__name__), cls.__bases__, skeleton),
+            (metaclass, canonical(cls.__name__), cls.__bases__, skeleton),
             state,
             None,
             None,
@@ -578,7 +460,10 @@ class _ImagePickler(pickle.Pickler):
 
     def _reduce_with_dill(self, obj: Any, error: Exception) -> Any:
         try:
-            blob = dill.dumps(obj, protocol=PROTOCOL)
+            with warnings.catch_warnings():
+                # dill warns about what it cannot do; the failure is reported below.
+                warnings.simplefilter("ignore")
+                blob = dill.dumps(obj, protocol=PROTOCOL)
         except Exception:
             return self._unpersisted(obj, _describe_failure(error))
         return (rebuild.from_dill, (blob,))
@@ -594,7 +479,7 @@ class _ImagePickler(pickle.Pickler):
     def _unpersisted(self, obj: object, reason: str, *, name: str | None = None) -> Any:
         owner, path = self._locate(obj, name)
         transient = Transient(
-            name=owner, path=path, type_name=_qualified(type(obj)), reason=reason, obj=obj
+            name=owner, path=path, type_name=qualified(type(obj)), reason=reason, obj=obj
         )
         index = len(self.transients)
         self.transients.append(transient)
@@ -625,12 +510,16 @@ class _RecordingPickler(_ImagePickler):
 
     def persistent_id(self, obj: Any) -> None:
         kind = type(obj)
-        if kind in _IMMUTABLE:
+        if kind in IMMUTABLE or carries_no_identity(obj, self.serializer.is_by_value):
             return None
-        if (kind is types.FunctionType or isinstance(obj, type)) and not self._needs_value(obj):
+        if (kind is types.FunctionType or isinstance(obj, type)) and not self.needs_value(obj):
             return None
         if kind is types.ModuleType or kind is types.BuiltinFunctionType:
             return None
+        self.note_shared(obj)
+        return None
+
+    def note_shared(self, obj: object) -> None:
         record = self.record
         assert record is not None
         key = id(obj)
@@ -639,131 +528,3 @@ class _RecordingPickler(_ImagePickler):
             record[key] = (self.owner, obj)
         elif previous[0] != self.owner:
             self.touched_owners.add(previous[0])
-        return None
-
-
-def _reduce_cell(pickler: _ImagePickler, cell: types.CellType) -> Any:
-    if id(cell) in pickler._cells_filled_by_function:
-        return (rebuild.make_cell, ())
-    try:
-        contents = cell.cell_contents
-    except ValueError:
-        return (rebuild.make_cell, ())
-    return (rebuild.make_cell, (), contents, None, None, rebuild.set_cell_contents)
-
-
-def _reduce_code(pickler: _ImagePickler, code: types.CodeType) -> Any:
-    return (rebuild.code_from_dill, (_dill_code(code),))
-
-
-def _reduce_property(pickler: _ImagePickler, prop: property) -> Any:
-    return (property, (prop.fget, prop.fset, prop.fdel, prop.__doc__))
-
-
-def _reduce_staticmethod(pickler: _ImagePickler, method: staticmethod) -> Any:  # type: ignore[type-arg]
-    return (staticmethod, (method.__func__,))
-
-
-def _reduce_classmethod(pickler: _ImagePickler, method: classmethod) -> Any:  # type: ignore[type-arg]
-    return (classmethod, (method.__func__,))
-
-
-def _reduce_cached_property(pickler: _ImagePickler, prop: functools.cached_property) -> Any:  # type: ignore[type-arg]
-    return (rebuild.make_cached_property, (prop.func, _canonical(prop.attrname)))
-
-
-def _reduce_dataclass_field(pickler: _ImagePickler, field_: Any) -> Any:
-    # The field's name is the name of a class attribute and of instance attributes.
-    reduced: Any = field_.__reduce_ex__(PROTOCOL)
-    function, args, state, *rest = reduced
-    if type(state) is not tuple or len(state) != 2 or type(state[1]) is not dict:
-        return NotImplemented
-    return (function, args, (state[0], {**state[1], "name": _canonical(field_.name)}), *rest)
-
-
-def _reduce_lock(pickler: _ImagePickler, lock: Any) -> Any:
-    # A lock holds no data, and who holds it is a matter of threads, which a restore
-    # does not bring back: it comes back new and released.  (dill would restore an
-    # RLock held by a thread that is gone, so that its first use blocked forever.)
-    return (_thread.allocate_lock, ()) if type(lock) is _thread.LockType else (_thread.RLock, ())
-
-
-def _reduce_mapping_proxy(pickler: _ImagePickler, proxy: types.MappingProxyType) -> Any:  # type: ignore[type-arg]
-    return (rebuild.mapping_proxy, (dict(proxy),))
-
-
-def _reduce_lru_cache(pickler: _ImagePickler, wrapper: Any) -> Any:
-    if not pickler._needs_value(wrapper):
-        return NotImplemented
-    # An lru_cache wrapper pickles by name, and a name in the namespace does not exist
-    # yet while a restore loads it: store the wrapped function and the cache's
-    # parameters instead (its entries are a cache, and are rebuilt on demand).
-    parameters = wrapper.cache_parameters()
-    state = {key: _canonical(value) if key in ("__module__", "__name__", "__qualname__")
-             else value
-             for key, value in wrapper.__dict__.items() if key != "cache_parameters"}
-    return (rebuild.make_lru_cache,
-            (wrapper.__wrapped__, parameters["maxsize"], parameters["typed"]), state)
-
-
-def _reduce_type_var(pickler: _ImagePickler, var: Any) -> Any:
-    if not pickler._needs_value(var):
-        return NotImplemented
-    # Pickled by name otherwise, which a restore cannot resolve (see _reduce_lru_cache).
-    return (rebuild.make_type_var,
-            (_canonical(var.__name__), var.__constraints__, var.__bound__, var.__covariant__,
-             var.__contravariant__, _canonical(var.__module__)))
-
-
-def _builtin_base(kind: type) -> type:
-    return next(klass for klass in kind.__mro__ if klass.__module__ == "builtins")
-
-
-def _init_needs_more_than_args(kind: Any) -> bool:
-    """Whether BaseException's pickling (``kind(*args)``) would fail to load."""
-    base: Any = _builtin_base(kind)
-    return (kind.__reduce__ is BaseException.__reduce__
-            and kind.__reduce_ex__ is BaseException.__reduce_ex__
-            and kind.__init__ is not base.__init__)
-
-
-def _reduce_exception(error: BaseException) -> Any:
-    # An exception class whose __init__ takes other arguments than it passes on to
-    # super().__init__ cannot be rebuilt by calling it with ``args``: make it
-    # without calling that __init__, as pickle does for ordinary instances.
-    kind = type(error)
-    return (rebuild.make_exception, (kind, _builtin_base(kind), error.args),
-            error.__dict__ or None)
-
-
-def _reduce_array(pickler: _ImagePickler, array: Any) -> Any:
-    flags = array.flags
-    if flags.c_contiguous or flags.f_contiguous:
-        return NotImplemented
-    # numpy writes a strided view in band, but the array a restore makes of it is
-    # contiguous and (if large) goes out of band: pickle that contiguous copy now,
-    # so that the value pickles the same before and after a restore.
-    return sys.modules["numpy"].ascontiguousarray(array).__reduce_ex__(PROTOCOL)
-
-
-def _register_late_types() -> None:
-    """Add reducers for types of modules that may be imported after this one."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and numpy.ndarray not in _SPECIAL:
-        _SPECIAL[numpy.ndarray] = _reduce_array
-
-
-_SPECIAL: dict[type, Callable[[_ImagePickler, Any], Any]] = {
-    types.CellType: _reduce_cell,
-    types.CodeType: _reduce_code,
-    property: _reduce_property,
-    staticmethod: _reduce_staticmethod,
-    classmethod: _reduce_classmethod,
-    functools.cached_property: _reduce_cached_property,
-    types.MappingProxyType: _reduce_mapping_proxy,
-    dataclasses.Field: _reduce_dataclass_field,
-    functools._lru_cache_wrapper: _reduce_lru_cache,
-    typing.TypeVar: _reduce_type_var,
-    _thread.LockType: _reduce_lock,
-    _thread.RLock: _reduce_lock,
-}

@@ -231,3 +231,32 @@ def make_exception(kind: type[BaseException], base: type[BaseException],
     error = base.__new__(kind, *args)
     base.__init__(error, *args)
     return error
+
+
+class Memory(bytearray):
+    """Memory that arrays are windows on, told apart from a user's own bytearray."""
+
+    __slots__ = ()
+
+
+def memory(buffer: Any) -> Any:
+    """The buffer that arrays sharing one memory owner are windows on.
+
+    Large buffers arrive as memory the restore mapped for them; small ones as a
+    bytearray, which is copied into a :class:`Memory` so that pickling the
+    restored arrays does not mistake it for a user's bytearray.
+    """
+    if type(buffer) is bytearray:
+        return Memory(buffer)
+    return buffer
+
+
+def array_window(memory: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                 dtype: Any, writeable: bool) -> Any:
+    import numpy
+
+    array = numpy.ndarray(shape=shape, dtype=dtype, buffer=memory, offset=offset,
+                          strides=strides)
+    if not writeable and array.flags.writeable:
+        array.flags.writeable = False
+    return array

@@ -67,6 +67,17 @@ class Unpersisted:
     def __hash__(self) -> int:
         return hash((self.path, self.type_name, self.reason))
 
+    # Python looks these up on the type, not through __getattr__: each must explain too.
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise UnpersistedValueError(self.explain())
+
+    __len__ = __getitem__ = __setitem__ = __delitem__ = __contains__ = _refuse
+    __next__ = __enter__ = __exit__ = __aenter__ = __aexit__ = __await__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = __matmul__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = __abs__ = __int__ = __float__ = _refuse
+    __index__ = __fspath__ = _refuse
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (_make, (self.name, self.path, self.type_name, self.reason, self.op))
 

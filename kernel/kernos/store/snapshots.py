@@ -52,10 +52,10 @@ from kernos.store.workspace import Workspace
 __all__ = [
     "CHUNK_BYTES",
     "ChunkCache",
-    "chunk_ids",
     "SnapshotWriter",
     "StoredGroup",
     "StoredPart",
+    "chunk_ids",
     "commit_message",
     "group_key",
     "read_group",

@@ -233,7 +233,8 @@ class Workspace:
     def read_commit(self, sha: bytes) -> CommitData:
         kind, data = self.read_object(sha)
         if kind != b"commit":
-            raise WorkspaceCorrupt(str(self.path), f"{sha.hex()} is a {kind.decode()}, not a commit")
+            raise WorkspaceCorrupt(str(self.path),
+                                   f"{sha.hex()} is a {kind.decode()}, not a commit")
         return decode_commit(data)
 
     def read_object(self, sha: bytes) -> tuple[bytes, bytes]:

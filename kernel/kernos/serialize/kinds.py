@@ -1,0 +1,390 @@
+"""The kinds of objects the image pickler treats specially, and how.
+
+``pickler.py`` decides *when* an object needs special treatment; this module
+holds *what* to do for each kind: the reducers of objects the C pickler cannot
+store (or would store wrongly), the live resources that are never pickled, the
+sentinels that must come back as themselves, and the objects whose identity
+does not matter when looking for sharing between variables.
+"""
+
+from __future__ import annotations
+
+import _thread
+import dataclasses
+import datetime
+import decimal
+import enum
+import fractions
+import functools
+import io
+import pathlib
+import re
+import sys
+import types
+import typing
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import dill
+
+from kernos.serialize import rebuild
+
+PROTOCOL = 5
+
+
+class ReducingPickler(Protocol):
+    """What the reducers here need from the pickler that calls them."""
+
+    cells_filled_by_function: set[int]
+
+    def needs_value(self, obj: Any) -> bool: ...
+
+    def note_shared(self, obj: object) -> None:
+        """Count ``obj`` as reached, for the sharing between variables (recording mode)."""
+
+    def memory_token(self, owner: object, memory: Any) -> object:
+        """One object per memory owner and pickle, which reduces to that owner's bytes."""
+
+
+# Objects of these types carry no identity worth preserving across variables:
+# two variables holding the same one need not be stored together.
+IMMUTABLE = frozenset(
+    {str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range, slice,
+     types.CodeType, type(Ellipsis), type(NotImplemented)}
+)
+_VALUE_TYPES: tuple[type, ...] = (
+    datetime.date, datetime.time, datetime.timedelta, datetime.tzinfo, decimal.Decimal,
+    fractions.Fraction, uuid.UUID, pathlib.PurePath, enum.Enum, re.Pattern,
+)
+_identity_free: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def carries_no_identity(obj: object, by_value: Callable[[type], bool]) -> bool:
+    """Whether sharing ``obj`` between variables is unobservable (an immutable value).
+
+    Besides the builtin immutables: dates, decimals, UUIDs, paths, enum members
+    (which a load looks up by value), compiled patterns, and numpy's dtypes and
+    scalars, as long as their class is imported by name.  An instance of a class
+    stored by value (defined in a cell) carries that class, whose identity does
+    matter.  A wrong "no" only makes groups bigger; a wrong "yes" would lose
+    sharing, so only immutable types are listed.
+    """
+    kind = type(obj)
+    known = _identity_free.get(kind)
+    if known is None:
+        numpy = sys.modules.get("numpy")
+        numpy_values: tuple[type, ...] = (numpy.dtype, numpy.generic) if numpy else ()
+        known = issubclass(kind, _VALUE_TYPES + numpy_values) and not by_value(kind)
+        _identity_free[kind] = known
+    return known
+
+
+class Ref:
+    """Stands in an argument list for a call made at load time."""
+
+    __slots__ = ("args", "func")
+
+    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...] = ()) -> None:
+        self.func = func
+        self.args = args
+
+
+def transient_types() -> tuple[tuple[type, ...], dict[type, str]]:
+    """Types whose instances are live resources: never pickled, even if a pickler could."""
+    loaded = tuple(name in sys.modules for name in ("sqlite3", "subprocess", "asyncio"))
+    return _transient_types_for(loaded)
+
+
+@functools.lru_cache(maxsize=8)
+def _transient_types_for(loaded: tuple[bool, ...]) -> tuple[tuple[type, ...], dict[type, str]]:
+    import socket
+    import threading
+
+    reasons: dict[type, str] = {
+        io.IOBase: "open files and streams cannot be persisted; open the file again after "
+                   "a restore",
+        socket.socket: "network connections cannot be persisted; reconnect after a restore",
+        threading.Thread: "running threads cannot be persisted; start the thread again "
+                          "after a restore",
+        types.GeneratorType: "a generator holds a paused frame, which cannot be persisted; "
+                             "call its generator function again",
+        types.CoroutineType: "a coroutine holds a paused frame, which cannot be persisted",
+        types.AsyncGeneratorType: "an async generator holds a paused frame, which cannot be "
+                                  "persisted",
+        types.FrameType: "stack frames cannot be persisted",
+        types.TracebackType: "tracebacks cannot be persisted",
+    }
+    for module_name, names, reason in (
+        ("sqlite3", ("Connection", "Cursor"),
+         "database connections cannot be persisted; reconnect after a restore"),
+        ("subprocess", ("Popen",), "running processes cannot be persisted"),
+        ("asyncio", ("Future", "Task", "AbstractEventLoop"),
+         "asyncio tasks, futures and loops cannot be persisted"),
+    ):
+        module = sys.modules.get(module_name)
+        for name in names:
+            klass = getattr(module, name, None) if module else None
+            if isinstance(klass, type):
+                reasons[klass] = reason
+    return tuple(reasons), reasons
+
+
+PICKLABLE_STREAMS = (io.BytesIO, io.StringIO)
+TYPING_MODULES = frozenset({"typing", "typing_extensions"})
+
+
+def _singletons() -> dict[int, tuple[str, str]]:
+    """Module-level sentinels that must come back as themselves, not as copies."""
+    found: dict[int, tuple[str, str]] = {}
+    for name in ("MISSING", "KW_ONLY", "_FIELD", "_FIELD_CLASSVAR", "_FIELD_INITVAR",
+                 "_HAS_DEFAULT_FACTORY", "_EMPTY_METADATA"):
+        if hasattr(dataclasses, name):
+            found[id(getattr(dataclasses, name))] = ("dataclasses", name)
+    return found
+
+
+SINGLETONS = _singletons()
+
+
+@functools.lru_cache(maxsize=8192)
+def dill_code(code: types.CodeType) -> bytes:
+    # No memo (fast mode): the blob then depends on the code's values only, not on
+    # which of its names happen to be one string object, which a restored code
+    # object does not reproduce (code objects hold no cycles, so no memo is needed).
+    out = io.BytesIO()
+    pickler = dill.Pickler(out, protocol=PROTOCOL)
+    pickler.fast = True
+    pickler.dump(code)
+    return out.getvalue()
+
+
+@functools.lru_cache(maxsize=8192)
+def code_names(code: types.CodeType) -> frozenset[str]:
+    """Every name a code object (and the code nested in it) may read as a global."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if type(const) is types.CodeType:
+            names |= code_names(const)
+    return frozenset(names)
+
+
+def lookup(module: types.ModuleType, qualname: str) -> object:
+    obj: object = module
+    for part in qualname.split("."):
+        if part == "<locals>":
+            return None
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def canonical(name: Any) -> Any:
+    """The interned copy of a name, so that the stream does not depend on its identity.
+
+    Pickle's memo follows identity: a function whose ``__name__`` and
+    ``__qualname__`` are one object is written differently from one whose are
+    two equal strings, and a restore does not reproduce the identities of the
+    original.  The names the reducers write are interned, so that how they are
+    written depends on their values only and a restored value pickles as it did.
+    """
+    return sys.intern(name) if type(name) is str else name
+
+
+def canonical_names(container: Any) -> Any:
+    """A name, or a copy of a dict keyed by names or of a sequence of names, interned.
+
+    These hold the same names as the keys of instance and class dicts, which a
+    restore interns while it leaves the strings inside containers alone.
+    """
+    kind = type(container)
+    if kind is dict:
+        return {canonical(key): value for key, value in container.items()}
+    if kind is frozenset and all(type(item) is str for item in container):
+        # In sorted order: a set of strings iterates in an order that changes with
+        # the hash seed, that is, from one process to the next.
+        return Ref(frozenset, (tuple(sorted(canonical(item) for item in container)),))
+    if kind is tuple or kind is frozenset or kind is list:
+        return kind(canonical(item) for item in container)
+    return canonical(container)
+
+
+# Class attributes that hold the names of fields, methods or attributes.
+NAME_CONTAINERS = frozenset({
+    "__annotations__", "__match_args__", "__abstractmethods__", "__dataclass_fields__",
+    "__required_keys__", "__optional_keys__",
+})
+
+
+def qualified(klass: type) -> str:
+    module = getattr(klass, "__module__", None)
+    name = getattr(klass, "__qualname__", klass.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"
+
+
+def _reduce_cell(pickler: ReducingPickler, cell: types.CellType) -> Any:
+    if id(cell) in pickler.cells_filled_by_function:
+        return (rebuild.make_cell, ())
+    try:
+        contents = cell.cell_contents
+    except ValueError:
+        return (rebuild.make_cell, ())
+    return (rebuild.make_cell, (), contents, None, None, rebuild.set_cell_contents)
+
+
+def _reduce_code(pickler: ReducingPickler, code: types.CodeType) -> Any:
+    return (rebuild.code_from_dill, (dill_code(code),))
+
+
+def _reduce_property(pickler: ReducingPickler, prop: property) -> Any:
+    return (property, (prop.fget, prop.fset, prop.fdel, prop.__doc__))
+
+
+def _reduce_staticmethod(pickler: ReducingPickler, method: staticmethod) -> Any:  # type: ignore[type-arg]
+    return (staticmethod, (method.__func__,))
+
+
+def _reduce_classmethod(pickler: ReducingPickler, method: classmethod) -> Any:  # type: ignore[type-arg]
+    return (classmethod, (method.__func__,))
+
+
+def _reduce_cached_property(pickler: ReducingPickler, prop: functools.cached_property) -> Any:  # type: ignore[type-arg]
+    return (rebuild.make_cached_property, (prop.func, canonical(prop.attrname)))
+
+
+def _reduce_dataclass_field(pickler: ReducingPickler, field_: Any) -> Any:
+    # The field's name is the name of a class attribute and of instance attributes.
+    reduced: Any = field_.__reduce_ex__(PROTOCOL)
+    function, args, state, *rest = reduced
+    if type(state) is not tuple or len(state) != 2 or type(state[1]) is not dict:
+        return NotImplemented
+    return (function, args, (state[0], {**state[1], "name": canonical(field_.name)}), *rest)
+
+
+def _reduce_lock(pickler: ReducingPickler, lock: Any) -> Any:
+    # A lock holds no data, and who holds it is a matter of threads, which a restore
+    # does not bring back: it comes back new and released.  (dill would restore an
+    # RLock held by a thread that is gone, so that its first use blocked forever.)
+    return (_thread.allocate_lock, ()) if type(lock) is _thread.LockType else (_thread.RLock, ())
+
+
+def _reduce_mapping_proxy(pickler: ReducingPickler, proxy: types.MappingProxyType) -> Any:  # type: ignore[type-arg]
+    return (rebuild.mapping_proxy, (dict(proxy),))
+
+
+def _reduce_lru_cache(pickler: ReducingPickler, wrapper: Any) -> Any:
+    if not pickler.needs_value(wrapper):
+        return NotImplemented
+    # An lru_cache wrapper pickles by name, and a name in the namespace does not exist
+    # yet while a restore loads it: store the wrapped function and the cache's
+    # parameters instead (its entries are a cache, and are rebuilt on demand).
+    parameters = wrapper.cache_parameters()
+    state = {key: canonical(value) if key in ("__module__", "__name__", "__qualname__")
+             else value
+             for key, value in wrapper.__dict__.items() if key != "cache_parameters"}
+    return (rebuild.make_lru_cache,
+            (wrapper.__wrapped__, parameters["maxsize"], parameters["typed"]), state)
+
+
+def _reduce_type_var(pickler: ReducingPickler, var: Any) -> Any:
+    if not pickler.needs_value(var):
+        return NotImplemented
+    # Pickled by name otherwise, which a restore cannot resolve (see _reduce_lru_cache).
+    return (rebuild.make_type_var,
+            (canonical(var.__name__), var.__constraints__, var.__bound__, var.__covariant__,
+             var.__contravariant__, canonical(var.__module__)))
+
+
+def _builtin_base(kind: type) -> type:
+    return next(klass for klass in kind.__mro__ if klass.__module__ == "builtins")
+
+
+def init_needs_more_than_args(kind: Any) -> bool:
+    """Whether BaseException's pickling (``kind(*args)``) would fail to load."""
+    base: Any = _builtin_base(kind)
+    return (kind.__reduce__ is BaseException.__reduce__
+            and kind.__reduce_ex__ is BaseException.__reduce_ex__
+            and kind.__init__ is not base.__init__)
+
+
+def reduce_exception(error: BaseException) -> Any:
+    # An exception class whose __init__ takes other arguments than it passes on to
+    # super().__init__ cannot be rebuilt by calling it with ``args``: make it
+    # without calling that __init__, as pickle does for ordinary instances.
+    kind = type(error)
+    return (rebuild.make_exception, (kind, _builtin_base(kind), error.args),
+            error.__dict__ or None)
+
+
+def _reduce_array(pickler: ReducingPickler, array: Any) -> Any:
+    """An array as a window (offset, shape, strides) on the memory that owns its data.
+
+    numpy pickles every array as an independent copy, so a view and its base,
+    or an array made with ``np.frombuffer`` over a ``bytearray``, would come
+    back sharing nothing.  Here every array names its memory owner (memoized,
+    so all arrays on one owner share one buffer after a load, and the pickler
+    sees them as sharing an object) plus where in it the array lives.  A
+    restored array is such a window too, so it pickles as the original did.
+    """
+    numpy = sys.modules["numpy"]
+    if array.dtype.hasobject:
+        return NotImplemented  # its memory holds pointers: only numpy can pickle it
+    owner = memory_owner(array, numpy)
+    memory = numpy.frombuffer(owner, dtype=numpy.uint8) if not isinstance(
+        owner, numpy.ndarray) else owner
+    if not (memory.flags.c_contiguous or memory.flags.f_contiguous):
+        return NotImplemented
+    offset = (array.__array_interface__["data"][0]
+              - memory.__array_interface__["data"][0])
+    if not 0 <= offset <= memory.nbytes:
+        return NotImplemented
+    pickler.note_shared(owner)
+    token = pickler.memory_token(owner, memory)
+    return (rebuild.array_window,
+            (token, offset, array.shape, array.strides, array.dtype,
+             bool(array.flags.writeable)))
+
+
+def memory_owner(array: Any, numpy: Any) -> object:
+    """The object whose memory ``array`` lives in: an owning ndarray, or a buffer."""
+    owner = array
+    while isinstance(owner.base, numpy.ndarray):
+        owner = owner.base
+    base = owner.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    return owner if base is None else base
+
+
+def reduce_memory(memory: Any) -> Any:
+    """The bytes of a memory owner, out of band if large; writable unless they were not."""
+    import pickle
+
+    # As bytes: the buffer protocol refuses some dtypes (datetime64, for one).
+    flat = memory.reshape(-1, order="A").view(sys.modules["numpy"].uint8)
+    return (rebuild.memory, (pickle.PickleBuffer(flat),))
+
+
+def register_late_types() -> None:
+    """Add reducers for types of modules that may be imported after this one."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and numpy.ndarray not in SPECIAL:
+        SPECIAL[numpy.ndarray] = _reduce_array
+
+
+SPECIAL: dict[type, Callable[[ReducingPickler, Any], Any]] = {
+    types.CellType: _reduce_cell,
+    types.CodeType: _reduce_code,
+    property: _reduce_property,
+    staticmethod: _reduce_staticmethod,
+    classmethod: _reduce_classmethod,
+    functools.cached_property: _reduce_cached_property,
+    types.MappingProxyType: _reduce_mapping_proxy,
+    dataclasses.Field: _reduce_dataclass_field,
+    functools._lru_cache_wrapper: _reduce_lru_cache,
+    typing.TypeVar: _reduce_type_var,
+    _thread.LockType: _reduce_lock,
+    _thread.RLock: _reduce_lock,
+}
