@@ -30,7 +30,7 @@ class Session:
     """A kernel and a client, with a helper that runs a cell and collects its output."""
 
     def __init__(self, workspace: Path) -> None:
-        from jupyter_client import KernelManager
+        from jupyter_client.manager import KernelManager
 
         env = dict(os.environ, KERNOS_WORKSPACE=str(workspace))
         env.pop("JPY_SESSION_NAME", None)

@@ -10,6 +10,7 @@ so an offline checkout has the same crash semantics as an op.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,7 +227,7 @@ def human_size(size: float) -> str:
     return f"{size:.1f} TB"
 
 
-def _table(rows: list[tuple[str, ...]], indent: str = "") -> str:
+def _table(rows: Sequence[tuple[str, ...]], indent: str = "") -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:

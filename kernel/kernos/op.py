@@ -401,9 +401,9 @@ class _ImageParticipant:
                 adopted = self.op._adopted_meta[name]
                 digest, size = adopted.hash, adopted.size
             else:
-                previous = old[name]
-                meta[name] = (previous if previous.group == group_of[name]
-                              else NameMeta(**{**previous.to_json(), "group": group_of[name]}))
+                kept = old[name]
+                meta[name] = (kept if kept.group == group_of[name]
+                              else NameMeta(**{**kept.to_json(), "group": group_of[name]}))
                 continue
             previous = old.get(name)
             # A rebound name holding a live resource holds a *new* one (another

@@ -8,6 +8,7 @@ kernel is shut down at the end of the test, killed if need be.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -131,10 +132,8 @@ def kernel_factory(tmp_path: Path) -> Iterator[Callable[..., Kernel]]:
 
     yield start
     for kernel in started:
-        try:
+        with contextlib.suppress(Exception):
             kernel.stop()
-        except Exception:
-            pass
 
 
 @pytest.fixture

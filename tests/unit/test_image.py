@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernos import CommitFailed, RestoreError, Unpersisted, UnpersistedValueError
-from kernos import history
+from kernos import CommitFailed, RestoreError, Unpersisted, UnpersistedValueError, history
 
 
 def git(workspace_path: Path, *args: str) -> str:
@@ -202,7 +201,9 @@ def test_restored_values_are_not_reported_as_changed(session, reopen) -> None:  
     assert report.changed == [], "a restore must round-trip to the same pickled bytes"
 
 
-def test_a_group_that_cannot_be_restored_keeps_its_data(session, reopen, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_group_that_cannot_be_restored_keeps_its_data(
+    session, reopen, tmp_path, monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
     module_dir = tmp_path / "mods"
     module_dir.mkdir()
     (module_dir / "vanishing.py").write_text("class Thing:\n    def __init__(self): self.v = 1\n")

@@ -8,9 +8,9 @@ from traitlets import Type
 from kernos.kernel.kernel import KernosKernel
 
 
-class KernosApp(IPKernelApp):  # type: ignore[misc]
+class KernosApp(IPKernelApp):
     name = "kernos-kernel"
-    kernel_class = Type(KernosKernel, config=True)  # type: ignore[assignment]
+    kernel_class = Type(KernosKernel, config=True)
 
 
 def main() -> None:

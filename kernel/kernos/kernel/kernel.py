@@ -90,9 +90,16 @@ class KernosKernel(IPythonKernel):
                 self.shell_handlers[message_type] = self._after_ops(handler)
         from kernos.kernel.magics import KernosMagics
 
-        self.shell.register_magics(KernosMagics(self.shell, kernel=self))
+        self.ipython.register_magics(KernosMagics(self.shell, kernel=self))
         # The restore starts in start(): after IPython has run its startup files
         # and marked every name they defined as its own (user_ns_hidden).
+
+    @property
+    def ipython(self) -> Any:
+        """The IPython shell (ipykernel types it as optional; a running kernel has one)."""
+        shell = self.shell
+        assert shell is not None
+        return shell
 
     def start(self) -> None:
         super().start()
@@ -104,8 +111,8 @@ class KernosKernel(IPythonKernel):
         """Whether a name is the user's: not IPython's own, unless the user rebound it."""
         if _IPYTHON_CACHE.fullmatch(name) or (name.startswith("__") and name.endswith("__")):
             return False
-        hidden = self.shell.user_ns_hidden
-        return name not in hidden or hidden[name] is not self.shell.user_ns.get(name)
+        hidden = self.ipython.user_ns_hidden
+        return name not in hidden or hidden[name] is not self.ipython.user_ns.get(name)
 
     def _attach(self) -> None:
         """Open the workspace and start restoring its image in the background."""
@@ -119,8 +126,8 @@ class KernosKernel(IPythonKernel):
             return
         self.attach_error = None
         self.image = Image(
-            workspace, self.shell.user_ns, module=self.shell.user_module,
-            module_name=self.shell.user_module.__name__,
+            workspace, self.ipython.user_ns, module=self.ipython.user_module,
+            module_name=self.ipython.user_module.__name__,
             is_persistent=self.is_persistent, is_alias=lambda name: name in _ALIASES
             or bool(re.fullmatch(r"_\d+", name)),
         )
@@ -191,7 +198,7 @@ class KernosKernel(IPythonKernel):
             "traceback": [evalue], "execution_count": self.execution_count,
         }, parent, ident=ident, metadata={"kernos": {"status": "rejected", "reason": problem}})
 
-    async def do_execute(  # type: ignore[override]
+    async def do_execute(
         self,
         code: str,
         silent: bool,
@@ -241,10 +248,10 @@ class KernosKernel(IPythonKernel):
 
     def _reach(self, code: str) -> Reach:
         try:
-            transformed = self.shell.transform_cell(code)
+            transformed = self.ipython.transform_cell(code)
         except Exception:
             transformed = code
-        return cell_reach(transformed, self.shell.transform_cell)
+        return cell_reach(transformed, self.ipython.transform_cell)
 
     def _finish(self, op: Op, ok: bool) -> CommitReport | BaseException | None:
         """Commit or roll back, never cut short by an interrupt."""
@@ -292,7 +299,7 @@ class KernosKernel(IPythonKernel):
             **(reply or {}),
             "status": "error",
             **content,
-            "execution_count": self.shell.execution_count - 1,
+            "execution_count": self.ipython.execution_count - 1,
             "user_expressions": {},
             "payload": (reply or {}).get("payload", []),
         }
@@ -341,10 +348,10 @@ class KernosKernel(IPythonKernel):
                        "outside an op.",
         }
 
-    def do_shutdown(self, restart: bool) -> dict[str, Any]:
+    def do_shutdown(self, restart: bool) -> dict[str, Any]:  # type: ignore[override]
         if self.image is not None:
             self.image.workspace.close()
-        return super().do_shutdown(restart)  # type: ignore[no-any-return]
+        return super().do_shutdown(restart)
 
 
 def _malformed_execute_request(parent: Any) -> str | None:

@@ -29,12 +29,12 @@ REF is a commit id (or a prefix), HEAD, HEAD~N, or @N for the snapshot of op N."
 
 
 @magics_class
-class KernosMagics(Magics):  # type: ignore[misc]
+class KernosMagics(Magics):
     def __init__(self, shell: Any, *, kernel: KernosKernel) -> None:
         super().__init__(shell)
         self.kernel = kernel
 
-    @line_magic  # type: ignore[untyped-decorator]
+    @line_magic
     def kernos(self, line: str) -> None:
         """Browse and move the image's history: `%kernos help` lists the commands."""
         try:

@@ -32,6 +32,7 @@ import copyreg
 import enum
 import importlib
 import io
+import mmap
 import pickle
 import sys
 import types
@@ -196,7 +197,7 @@ class Serializer:
 
     def load(
         self,
-        stream: bytes,
+        stream: bytes | bytearray | memoryview | mmap.mmap,
         buffers: Sequence[Any] = (),
         *,
         live_transients: Sequence[object] = (),

@@ -14,7 +14,8 @@ import reprlib
 __all__ = ["describe", "type_name"]
 
 _MAX = 80
-_BRACKETS = {dict: "{}", list: "[]", set: "{}", tuple: "()", frozenset: "{}"}
+_BRACKETS = {dict: ("{", "}"), list: ("[", "]"), set: ("{", "}"), tuple: ("(", ")"),
+             frozenset: ("{", "}")}
 _repr = reprlib.Repr()
 _repr.maxstring = 60
 _repr.maxother = 60

@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernos._version import __version__
 from kernos.errors import (
@@ -38,6 +39,9 @@ from kernos.errors import (
 )
 from kernos.store.lock import WorkspaceLock
 from kernos.store.objects import CommitData, LooseObjects, decode_commit, fsync_dir
+
+if TYPE_CHECKING:
+    import git
 
 __all__ = ["FORMAT", "Workspace", "default_workspace"]
 
@@ -77,7 +81,7 @@ class Workspace:
             self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable
         )
         self.recovery_note: str | None = None
-        self._repo = None
+        self._repo: git.Repo | None = None
 
     # -- opening -------------------------------------------------------------
 
@@ -289,7 +293,7 @@ class Workspace:
         raise UnknownRef(ref, str(self.path))
 
     @property
-    def repo(self):  # type: ignore[no-untyped-def]
+    def repo(self) -> git.Repo:
         """A GitPython ``Repo`` for the history, for tools that want one."""
         if self._repo is None:
             import git

@@ -84,7 +84,7 @@ def test_directory_that_is_not_a_workspace_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "notes.txt").read_text() == "mine"
     with pytest.raises(WorkspaceFormatError, match="does not exist"):
         Workspace.open(tmp_path / "missing", writable=False)
-    with pytest.raises(WorkspaceFormatError, match="no workspace.json"):
+    with pytest.raises(WorkspaceFormatError, match=r"no workspace\.json"):
         Workspace.open(tmp_path, writable=False)
 
 
