@@ -113,6 +113,12 @@ def _ensure_kernelspec() -> None:
 
 
 def run_demo(workspace_dir: str | None = None) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("numpy") is None:
+        print("kernos demo: the demonstration keeps a numpy array in the image, and numpy is "
+              "not installed. Install it with: pip install 'kernos[demo]'", file=sys.stderr)
+        return 2
     workspace = _demo_workspace(workspace_dir)
     _ensure_kernelspec()
     print(f"Kernos demo: a persistent, transactional kernel.\nWorkspace: {workspace}\n")
