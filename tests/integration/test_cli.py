@@ -202,7 +202,6 @@ def test_install_prefix_writes_a_usable_kernelspec(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_wheel_ships_the_kernelspec(tmp_path: Path) -> None:
-    pytest.importorskip("hatchling")
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
          "--no-index", "-q", "-w", str(tmp_path), str(ROOT)],
