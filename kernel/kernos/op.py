@@ -35,7 +35,7 @@ from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.errors import CommitFailed, KernosError, RestoreError
 from kernos.serialize.kinds import carries_no_identity
-from kernos.serialize.pickler import Pickled
+from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
 from kernos.store.snapshots import (
     SnapshotWriter,
@@ -364,7 +364,7 @@ class _ImageParticipant:
         shareable = {name for name in names
                      if type(current[name]) not in _ATOMIC and not carries_no_identity(
                          current[name], serializer.is_by_value)}
-        record: dict[int, tuple[str, object]] | None = {} if len(shareable) > 1 else None
+        record = SharingRecord() if len(shareable) > 1 else None
         sharing = _UnionFind(names)
         individual = {}
         for name in names:

@@ -61,17 +61,16 @@ _VALUE_TYPES: tuple[type, ...] = (
 _identity_free: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
-def carries_no_identity(obj: object, by_value: Callable[[type], bool]) -> bool:
-    """Whether sharing ``obj`` between variables is unobservable (an immutable value).
+def identity_free_kind(kind: type, by_value: Callable[[type], bool]) -> bool:
+    """Whether sharing an object of ``kind`` between variables is unobservable.
 
-    Besides the builtin immutables: dates, decimals, UUIDs, paths, enum members
+    True for immutable values: dates, decimals, UUIDs, paths, enum members
     (which a load looks up by value), compiled patterns, and numpy's dtypes and
-    scalars, as long as their class is imported by name.  An instance of a class
+    scalars, as long as the class is imported by name.  An instance of a class
     stored by value (defined in a cell) carries that class, whose identity does
     matter.  A wrong "no" only makes groups bigger; a wrong "yes" would lose
     sharing, so only immutable types are listed.
     """
-    kind = type(obj)
     known = _identity_free.get(kind)
     if known is None:
         numpy = sys.modules.get("numpy")
@@ -79,6 +78,11 @@ def carries_no_identity(obj: object, by_value: Callable[[type], bool]) -> bool:
         known = issubclass(kind, _VALUE_TYPES + numpy_values) and not by_value(kind)
         _identity_free[kind] = known
     return known
+
+
+def carries_no_identity(obj: object, by_value: Callable[[type], bool]) -> bool:
+    """:func:`identity_free_kind` for one object."""
+    return identity_free_kind(type(obj), by_value)
 
 
 class Ref:

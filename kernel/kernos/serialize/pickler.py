@@ -32,6 +32,7 @@ import copyreg
 import enum
 import importlib
 import io
+import itertools
 import mmap
 import pickle
 import sys
@@ -55,8 +56,8 @@ from kernos.serialize.kinds import (
     Ref,
     canonical,
     canonical_names,
-    carries_no_identity,
     code_names,
+    identity_free_kind,
     init_needs_more_than_args,
     lookup,
     qualified,
@@ -68,7 +69,7 @@ from kernos.serialize.kinds import (
 from kernos.serialize.paths import find_path
 from kernos.serialize.unpersisted import Unpersisted
 
-__all__ = ["Pickled", "Serializer", "Transient", "code_names"]
+__all__ = ["Pickled", "Serializer", "SharingRecord", "Transient", "code_names"]
 
 #: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN_BYTES = 64 * 1024
@@ -107,6 +108,31 @@ class Pickled:
     """Other variables whose objects this pickle also reached (recording mode only)."""
 
 
+class SharingRecord:
+    """Which objects the dumps of one batch reached, by variable.
+
+    An op that affects several names pickles them one by one into one record;
+    two names whose pickles reached a common object must be stored together.
+    The objects are kept alive until the record goes, so their ids stay theirs.
+    """
+
+    def __init__(self) -> None:
+        self._owners: list[tuple[str, set[int], list[object]]] = []
+
+    def add(self, owner: str, objects: list[object]) -> set[str]:
+        """Record what ``owner`` reached; return the earlier owners it shares objects with."""
+        ids = set(map(id, objects))
+        met = {name for name, other, _ in self._owners if name != owner
+               and not ids.isdisjoint(other)}
+        self._owners.append((owner, ids, objects))
+        return met
+
+    def owner_of(self, obj: object) -> str | None:
+        """The first variable whose pickle reached ``obj``."""
+        key = id(obj)
+        return next((name for name, ids, _ in self._owners if key in ids), None)
+
+
 class Serializer:
     """Pickles tuples of namespace values and loads them back.
 
@@ -139,7 +165,7 @@ class Serializer:
         roots: Sequence[tuple[str, object]],
         *,
         op: int | None = None,
-        record: dict[int, tuple[str, object]] | None = None,
+        record: SharingRecord | None = None,
     ) -> Pickled:
         """Pickle the values of ``roots`` (``(name, value)`` pairs) as one tuple.
 
@@ -180,13 +206,15 @@ class Serializer:
         roots: Sequence[tuple[str, object]],
         *,
         op: int | None,
-        record: dict[int, tuple[str, object]] | None,
+        record: SharingRecord | None,
         careful: bool,
     ) -> Pickled:
         out = io.BytesIO()
         klass = _RecordingPickler if record is not None else _ImagePickler
         pickler = klass(out, self, roots=roots, op=op, careful=careful, record=record)
         pickler.dump(values)
+        if isinstance(pickler, _RecordingPickler):
+            pickler.settle()
         return Pickled(
             stream=out.getvalue(),
             buffers=pickler.buffers,
@@ -253,7 +281,7 @@ class _ImagePickler(pickle.Pickler):
         roots: Sequence[tuple[str, object]],
         op: int | None,
         careful: bool,
-        record: dict[int, tuple[str, object]] | None,
+        record: SharingRecord | None,
     ) -> None:
         super().__init__(file, protocol=PROTOCOL, buffer_callback=self._take_buffer)
         self.serializer = serializer
@@ -335,6 +363,7 @@ class _ImagePickler(pickle.Pickler):
     def _reduce_function(self, func: types.FunctionType) -> Any:
         if not self.needs_value(func):
             return NotImplemented
+        self.note_shared(func)
         code = func.__code__
         self.code_refs |= code_names(code)
         closure = func.__closure__
@@ -380,6 +409,7 @@ class _ImagePickler(pickle.Pickler):
     def _reduce_class(self, cls: type) -> Any:
         if not self.needs_value(cls):
             return NotImplemented
+        self.note_shared(cls)
         namespace = cls.__dict__
         skeleton: dict[str, Any] = {
             "__module__": canonical(namespace.get("__module__", cls.__module__)),
@@ -507,25 +537,51 @@ class _ImagePickler(pickle.Pickler):
 
 
 class _RecordingPickler(_ImagePickler):
-    """Also notes which objects each variable reaches, to find sharing between variables."""
+    """Also notes which objects each variable reaches, to find sharing between variables.
 
-    def persistent_id(self, obj: Any) -> None:
-        kind = type(obj)
-        if kind in IMMUTABLE or carries_no_identity(obj, self.serializer.is_by_value):
-            return None
-        if (kind is types.FunctionType or isinstance(obj, type)) and not self.needs_value(obj):
-            return None
-        if kind is types.ModuleType or kind is types.BuiltinFunctionType:
-            return None
-        self.note_shared(obj)
-        return None
+    The C pickler calls ``persistent_id`` with every object it writes.  A Python
+    method there costs a call per object (it made pickling a dict of 100k small
+    dicts four times slower); a list's ``append`` costs almost nothing, and the
+    objects are sorted out after the dump with C-level iterators.
+    """
+
+    def __init__(self, file: io.BytesIO, serializer: Serializer, **kwargs: Any) -> None:
+        self.reached: list[object] = []
+        self.always: list[object] = []
+        # An instance attribute: the C pickler looks persistent_id up when it is made.
+        self.persistent_id = self.reached.append  # type: ignore[method-assign]
+        super().__init__(file, serializer, **kwargs)
 
     def note_shared(self, obj: object) -> None:
+        self.always.append(obj)  # counted whatever its type (a class stored by value)
+
+    def settle(self) -> None:
+        """Add what this dump reached to the record; note whose objects it met."""
         record = self.record
         assert record is not None
-        key = id(obj)
-        previous = record.get(key)
-        if previous is None:
-            record[key] = (self.owner, obj)
-        elif previous[0] != self.owner:
-            self.touched_owners.add(previous[0])
+        reached = self.reached
+        flags = list(map(_shareable_kinds.get, map(type, reached)))
+        if None in flags:  # kinds not met before: sort them out once
+            for kind in set(map(type, reached)) - _shareable_kinds.keys():
+                _shareable_kinds[kind] = self._shareable_kind(kind)
+            if len(_shareable_kinds) > 50_000:  # redefined classes pile up in a long session
+                _shareable_kinds.clear()
+                return self.settle()
+            flags = list(map(_shareable_kinds.__getitem__, map(type, reached)))
+        kept = list(itertools.compress(reached, flags))
+        kept += self.always
+        self.touched_owners.update(record.add(self.owner, kept))
+        return None
+
+    def _shareable_kind(self, kind: type) -> bool:
+        if kind in IMMUTABLE or issubclass(kind, _NEVER_SHARED):
+            return False  # classes and functions stored by value are noted explicitly
+        return not identity_free_kind(kind, self.serializer.is_by_value)
+
+
+# Objects of these kinds are written by reference (classes, functions and modules
+# that are imported by name), so a load brings back the very same object anyway.
+_NEVER_SHARED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
+                 types.MethodDescriptorType, types.WrapperDescriptorType,
+                 types.MethodWrapperType, types.ClassMethodDescriptorType)
+_shareable_kinds: dict[type, bool] = {}

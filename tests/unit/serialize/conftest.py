@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernos.serialize.pickler import Pickled, Serializer
+from kernos.serialize.pickler import Pickled, Serializer, SharingRecord
 
 
 def stored_buffers(pickled: Pickled) -> list[Any]:
@@ -47,7 +47,7 @@ class Notebook:
         exec(compile(textwrap.dedent(source), "<cell>", "exec", dont_inherit=True),
              self.namespace)
 
-    def dump(self, *names: str, record: dict[int, tuple[str, object]] | None = None,
+    def dump(self, *names: str, record: SharingRecord | None = None,
              op: int = 1) -> Pickled:
         self.activate()
         return self.serializer.dump([(name, self.namespace[name]) for name in names], op=op,
