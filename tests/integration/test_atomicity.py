@@ -12,7 +12,6 @@ a new kernel on the same workspace after the first one was killed with
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,55 +19,11 @@ from typing import Any
 
 import pytest
 
+from support import assert_workspace_sound, canon, history_length
+
 pytestmark = pytest.mark.kernel
 
 REPLY_TIMEOUT = 180
-
-# The dump is defined under a dunder name: Kernos does not persist dunder
-# names, so the probe adds nothing to the image it inspects.
-CANON = r'''
-def __canon__():
-    import hashlib
-    shell = get_ipython()
-    labels = {}
-
-    def walk(value):
-        if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-            return repr(value)
-        if id(value) in labels:
-            return '@%d' % labels[id(value)]
-        labels[id(value)] = len(labels)
-        tag = '#%d ' % labels[id(value)]
-        kind = type(value)
-        if kind is list:
-            return tag + '[' + ', '.join(map(walk, value)) + ']'
-        if kind is tuple:
-            return tag + '(' + ', '.join(map(walk, value)) + ')'
-        if kind is dict:
-            return tag + '{' + ', '.join(walk(k) + ': ' + walk(v) for k, v in value.items()) + '}'
-        if kind in (set, frozenset):
-            return tag + kind.__name__ + '{' + ', '.join(map(walk, sorted(value, key=repr))) + '}'
-        if isinstance(value, type):
-            return tag + 'class ' + value.__qualname__
-        if kind.__name__ == 'module':
-            return tag + 'module ' + value.__name__
-        if kind.__name__ == 'ndarray':
-            digest = hashlib.sha1(value.tobytes()).hexdigest()
-            return tag + 'ndarray %s %s %s' % (value.dtype.str, value.shape, digest)
-        if kind.__name__ == 'DataFrame':
-            return tag + 'DataFrame %s %s' % (value.to_json(orient='split'), dict(value.dtypes))
-        if callable(value) and hasattr(value, '__code__'):
-            return tag + 'function ' + value.__qualname__
-        if hasattr(value, '__dict__'):
-            return tag + 'instance of ' + walk(kind) + ' ' + walk(vars(value))
-        return tag + kind.__name__ + ' ' + repr(value)
-
-    # Not user_ns_hidden: IPython can wrongly hide restored names (see test_durability).
-    ipython = {'In', 'Out', 'exit', 'quit', 'get_ipython', 'open'}
-    names = sorted(name for name in shell.user_ns
-                   if not name.startswith('_') and name not in ipython)
-    return '\n'.join(name + ' = ' + walk(shell.user_ns[name]) for name in names)
-'''
 
 STATE = """
 import numpy as np
@@ -123,38 +78,6 @@ ENDINGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _private_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # jupyter_client puts ipc sockets in the working directory; a private one
-    # keeps them from clashing with other test runs on the same checkout.
-    monkeypatch.chdir(tmp_path)
-
-
-def history_length(workspace: Path) -> int:
-    done = subprocess.run(["git", "-C", str(workspace / "history.git"), "rev-list", "--count",
-                           "main"], capture_output=True, text=True, check=True)
-    return int(done.stdout)
-
-
-def assert_history_sound(workspace: Path) -> None:
-    done = subprocess.run(["git", "-C", str(workspace / "history.git"), "fsck", "--full",
-                           "--strict", "--unreachable"], capture_output=True, text=True)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert "dangling" not in output and "unreachable" not in output, output
-
-
-def canon(kernel: Any) -> str:
-    """The kernel's canonical dump (defining the dump function first in a new kernel)."""
-    result = kernel.run("print(__canon__())")
-    if result.status == "error" and result.reply["content"]["ename"] == "NameError":
-        defined = kernel.run(CANON)
-        assert defined.committed, (defined.errors, defined.kernos)
-        result = kernel.run("print(__canon__())")
-    assert result.status == "ok", result.errors
-    return result.stdout
-
-
 def restarted(kernel_factory: Any, kernel: Any) -> Any:
     """kill -9 the kernel and start a new one on its workspace."""
     kernel.kill9()
@@ -176,7 +99,7 @@ def assert_unchanged(kernel_factory: Any, kernel: Any, before: str, length: int)
     again = restarted(kernel_factory, kernel)
     assert canon(again) == before
     assert again.value(SHARING) == (True,) * 5
-    assert_history_sound(again.workspace)
+    assert_workspace_sound(again.workspace)
 
 
 @pytest.mark.parametrize("ending", list(ENDINGS.values()), ids=list(ENDINGS))
@@ -320,7 +243,7 @@ def test_failed_commit_to_read_only_objects_rolls_back(kernel_factory: Any) -> N
     # Probes commit too, so they run once the store accepts objects again.
     assert canon(kernel) == before
     assert kernel.value(SHARING) == (True,) * 5
-    assert_history_sound(kernel.workspace)
+    assert_workspace_sound(kernel.workspace)
     result = kernel.run(MUTATIONS)  # the cause is gone: the same cell commits
     assert result.committed, (result.errors, result.kernos)
     after = canon(kernel)
@@ -328,7 +251,7 @@ def test_failed_commit_to_read_only_objects_rolls_back(kernel_factory: Any) -> N
     assert history_length(kernel.workspace) > length
     again = restarted(kernel_factory, kernel)
     assert canon(again) == after
-    assert_history_sound(again.workspace)
+    assert_workspace_sound(again.workspace)
 
 
 # The cell itself caps the size of files the kernel process may write, so its
@@ -359,7 +282,7 @@ def test_commit_failing_midway_on_a_write_error_rolls_back(kernel_factory: Any) 
     assert "File too large" in result.reply["content"]["evalue"]
     assert history_length(kernel.workspace) == length
     assert not (kernel.workspace / "pending").exists()
-    assert_history_sound(kernel.workspace)  # the objects it did write are gone again
+    assert_workspace_sound(kernel.workspace)  # the objects it did write are gone again
     result = kernel.run(UNCAP_FILE_SIZE)
     assert result.committed, (result.errors, result.kernos)
     assert canon(kernel) == before
@@ -370,7 +293,7 @@ def test_commit_failing_midway_on_a_write_error_rolls_back(kernel_factory: Any) 
     after = canon(kernel)
     again = restarted(kernel_factory, kernel)
     assert canon(again) == after
-    assert_history_sound(again.workspace)
+    assert_workspace_sound(again.workspace)
 
 
 def test_failed_commit_leaves_no_temporary_files(kernel_factory: Any) -> None:

@@ -15,40 +15,17 @@ import hashlib
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support import assert_workspace_sound, history_length
+
 pytestmark = pytest.mark.kernel
 
 DEATH_TIMEOUT = 180
-
-
-@pytest.fixture(autouse=True)
-def _private_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # jupyter_client puts ipc sockets in the working directory; a private one
-    # keeps them from clashing with other test runs on the same checkout.
-    monkeypatch.chdir(tmp_path)
-
-
-def history_length(workspace: Path) -> int:
-    done = subprocess.run(["git", "-C", str(workspace / "history.git"), "rev-list", "--count",
-                           "main"], capture_output=True, text=True, check=True)
-    return int(done.stdout)
-
-
-def assert_workspace_sound(workspace: Path) -> None:
-    done = subprocess.run(["git", "-C", str(workspace / "history.git"), "fsck", "--full",
-                           "--strict", "--unreachable"], capture_output=True, text=True)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert "dangling" not in output and "unreachable" not in output, output
-    assert not (workspace / "pending").exists(), "the pending journal was left behind"
-    scratch = workspace / "tmp"
-    assert not scratch.exists() or not any(scratch.iterdir()), list(scratch.iterdir())
 
 
 def wait_for_death(kernel: Any, timeout: float = DEATH_TIMEOUT) -> None:

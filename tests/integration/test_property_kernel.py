@@ -11,49 +11,16 @@ the first time it is met, ``@n`` every later time).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from support import CANON
+
 pytestmark = pytest.mark.kernel
 
-# Dunder names are not persisted by Kernos: the probe adds nothing to the image.
-CANON = r'''
-def __canon__():
-    shell = get_ipython()
-    labels = {}
-
-    def walk(value):
-        if value is None or isinstance(value, (bool, int, float, str, bytes)):
-            return repr(value)
-        if id(value) in labels:
-            return '@%d' % labels[id(value)]
-        labels[id(value)] = len(labels)
-        tag = '#%d ' % labels[id(value)]
-        kind = type(value)
-        if kind is list:
-            return tag + '[' + ', '.join(map(walk, value)) + ']'
-        if kind is tuple:
-            return tag + '(' + ', '.join(map(walk, value)) + ')'
-        if kind is dict:
-            return tag + '{' + ', '.join(walk(k) + ': ' + walk(v) for k, v in value.items()) + '}'
-        if kind is set:
-            return tag + 'set{' + ', '.join(map(walk, sorted(value, key=repr))) + '}'
-        if isinstance(value, type):
-            return tag + 'class ' + value.__qualname__
-        if hasattr(value, '__dict__'):
-            return tag + 'instance of ' + walk(kind) + ' ' + walk(vars(value))
-        return tag + kind.__name__ + ' ' + repr(value)
-
-    # Not user_ns_hidden: IPython can wrongly hide restored names (see test_durability).
-    ipython = {'In', 'Out', 'exit', 'quit', 'get_ipython', 'open'}
-    names = sorted(name for name in shell.user_ns
-                   if not name.startswith('_') and name not in ipython)
-    return '\n'.join(name + ' = ' + walk(shell.user_ns[name]) for name in names)
-'''
 
 CLASS = "class Holder:\n    pass\n"
 
@@ -114,13 +81,6 @@ def cell_of(body: list[str], ending: str) -> str:
     """Each statement runs whatever the earlier ones did (a deleted name, a missing key...)."""
     guarded = [f"try:\n    {line}\nexcept Exception:\n    pass" for line in body]
     return "\n".join([*guarded, "print('REACHED')\nprint(__canon__(), flush=True)", ending])
-
-
-@pytest.fixture(autouse=True)
-def _private_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # jupyter_client puts ipc sockets in the working directory; a private one
-    # keeps them from clashing with other test runs on the same checkout.
-    monkeypatch.chdir(tmp_path)
 
 
 def canon(kernel: Any) -> str:

@@ -20,22 +20,11 @@ from typing import Any
 
 import pytest
 
+from support import history_length
+
 pytestmark = pytest.mark.kernel
 
 KERNOS = str(Path(sys.executable).with_name("kernos"))
-
-
-@pytest.fixture(autouse=True)
-def _private_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # jupyter_client puts ipc sockets in the working directory; a private one
-    # keeps them from clashing with other test runs on the same checkout.
-    monkeypatch.chdir(tmp_path)
-
-
-def history_length(workspace: Path) -> int:
-    done = subprocess.run(["git", "-C", str(workspace / "history.git"), "rev-list", "--count",
-                           "main"], capture_output=True, text=True, check=True)
-    return int(done.stdout)
 
 
 def kernos(*args: str) -> subprocess.CompletedProcess[str]:
