@@ -6,9 +6,9 @@ at *that* instant leaves the workspace restorable to the last acknowledged op.
 Unset (always, outside tests), a point costs one dictionary lookup.
 
 Points, in the order a commit passes them: ``serialize`` (values pickled,
-nothing written), ``objects`` (half of the new objects written), ``sealed``
-(all objects written, ref not moved), ``published`` (ref moved, journal not
-yet removed, reply not sent).
+nothing written), ``objects`` (the values' chunks and trees written, not yet
+the manifest, root tree and commit), ``sealed`` (all objects written, ref not
+moved), ``published`` (ref moved, journal not yet removed, reply not sent).
 """
 
 from __future__ import annotations

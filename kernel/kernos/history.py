@@ -202,9 +202,7 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
                     "deleted": deleted},
         "names": names,
     }
-    writer = SnapshotWriter(workspace, ChunkCache())
-    workspace.objects.begin()
-    try:
+    with SnapshotWriter(workspace, ChunkCache()) as writer:  # discards what it wrote on error
         commit = writer.commit(
             namespace_tree=snapshot.namespace_tree, manifest=manifest, source=None, parent=head,
             message=commit_message(op=op, principal=principal, kind="checkout",
@@ -212,9 +210,6 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
             author=f"{principal} <{principal}@kernos.invalid>",
         )
         writer.publish(commit)
-    except BaseException:
-        workspace.objects.discard()
-        raise
     return commit.hex()
 
 

@@ -144,6 +144,11 @@ class SnapshotWriter:
         self.bytes_written = 0
 
     def __enter__(self) -> SnapshotWriter:
+        """Start the batch; leaving with an error deletes what it wrote.
+
+        An op's commit is spread over the transaction's phases, so the image
+        participant calls ``objects.begin()``/``discard()`` itself instead.
+        """
         self.workspace.objects.begin()
         return self
 
