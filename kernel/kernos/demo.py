@@ -2,8 +2,11 @@
 
 It starts the kernel on a fresh demo workspace, builds state (with a class
 and a function defined in cells), makes a cell fail halfway and shows that
-nothing of it remains, kills the kernel with SIGKILL, starts a new one and
-shows that everything is back, then prints the history.  Each step checks
+nothing of it remains, lets two agents work under capability grants (one
+writes a tool, the other is granted it and uses it; a denied action is
+rolled back even though the agent caught the denial), kills the kernel with
+SIGKILL, starts a new one and shows that everything is back, agents and
+tools included, then prints the history.  Each step checks
 what it claims and the demo exits non-zero if any check fails.
 """
 
@@ -160,7 +163,45 @@ def run_demo(workspace_dir: str | None = None) -> int:
         _check(text.split() == ["400", "2", "1.0"],
                "nothing of the failed cell remains (balances, ledger and array as before)")
 
-        print("4. kill -9 the kernel process.\n")
+        print("4. Two agents under capability grants.\n")
+        session.run(textwrap.dedent("""\
+            %kernos agent add alice
+            %kernos agent add bob
+            %kernos grant alice read:ledger
+            %kernos grant bob spend:USD 100
+            %kernos grant bob call:summarize"""))
+        session.run(textwrap.dedent('''\
+            %%agent alice
+            # Agent code is restricted Python: alice reads the ledger through a
+            # read-only view and writes a tool that persists in the image.
+            print("alice sees", len(read("ledger")["entries"]), "ledger entries")
+            define_tool("summarize", """
+            def summarize(amounts):
+                return {"count": len(amounts), "total": sum(amounts)}
+            """, {"type": "object", "properties": {"amounts": {"type": "array"}},
+                  "required": ["amounts"]}, "Count and total a list of amounts")'''))
+        status, report, text = session.run(textwrap.dedent("""\
+            %%agent bob
+            summary = call("summarize", amounts=[40, 25, 10])
+            left = spend(summary["total"], "USD")
+            print("bob spent", summary["total"], "USD;", left, "left")"""))
+        _check(status == "ok" and report.get("principal") == "bob" and "25 left" in text,
+               "bob used alice's tool and spent within his budget")
+        status, report, text = session.run(textwrap.dedent("""\
+            %%agent bob
+            note = "this assignment is rolled back with the op"
+            try:
+                read("ledger")          # bob was never granted read:ledger
+            except CapabilityDenied:
+                print("bob caught the denial")"""))
+        _check(status == "error" and report.get("status") == "rolled back"
+               and "OpVetoed" in text,
+               "the denied op was rolled back even though bob caught the denial")
+        _, _, text = session.run("print(sorted(agents.namespace('bob')))")
+        _check(text.split() == ["['left',", "'summary']"],
+               "nothing of the denied op remains in bob's namespace")
+
+        print("5. kill -9 the kernel process.\n")
         pid = session.pid
         os.kill(pid, signal.SIGKILL)
         deadline = time.time() + 10
@@ -169,7 +210,7 @@ def run_demo(workspace_dir: str | None = None) -> int:
         _check(not session.manager.is_alive(), f"kernel pid {pid} is dead")
         session.client.stop_channels()
 
-        print("5. Start a new kernel on the same workspace.\n")
+        print("6. Start a new kernel on the same workspace.\n")
         session = Session(workspace)
         print(f"    kernel pid {session.pid}\n")
         _, _, text = session.run(
@@ -179,12 +220,18 @@ def run_demo(workspace_dir: str | None = None) -> int:
         _check(text.split() == ["Account", "ada", "400", "('deposit',", "50)", "2.0", "True",
                                 "250"],
                "classes, functions, instances, containers and arrays are intact")
+        status, _, text = session.run(textwrap.dedent("""\
+            %%agent bob
+            print(call("summarize", amounts=[5])["total"], spend(5, "USD"), summary["count"])"""))
+        _check(status == "ok" and text.split() == ["5", "20", "3"],
+               "agents, grants, budgets, bob's names and alice's tool are intact")
 
-        print("6. The history (one snapshot per committed op).\n")
+        print("7. The history (one snapshot per committed op).\n")
         _, _, text = session.run("%kernos log", show=False)
         print(textwrap.indent(text.rstrip(), "    "))
         print()
-        _check(text.count("human") >= 4, "the history lists every committed op")
+        _check(text.count("human") >= 4 and "alice" in text and "bob" in text,
+               "the history lists every committed op, with its principal")
         print(f"Done. Browse it yourself: kernos log --workspace {workspace}")
         return 0
     except DemoFailure as failure:

@@ -6,12 +6,19 @@ The tree::
     ├── UsageError                the caller used the API wrongly; fix the call
     │   ├── UnknownRef            a history reference that names no snapshot
     │   ├── RequestRejected       a request Kernos refuses before running anything
-    │   └── TransactionStateError a transaction used after it finished or failed
+    │   ├── TransactionStateError a transaction used after it finished or failed
+    │   ├── UnknownAgent          no principal of that name
+    │   ├── UnknownTool           no tool of that name (or no version visible to the op)
+    │   ├── InvalidGrant          a malformed capability, amount or schema
+    │   └── AgentCodeRejected     agent code that the restricted dialect refuses to compile
     ├── WorkspaceError            the workspace directory cannot be used as asked
     │   ├── WorkspaceLocked       another process owns the workspace
     │   ├── WorkspaceCorrupt      the history on disk is damaged or unreadable
     │   └── WorkspaceFormatError  written by a newer Kernos, or not a workspace at all
     ├── CommitFailed              an op could not be committed; the image was rolled back
+    ├── OpVetoed                  an op was rolled back at commit (a denial, a breached limit)
+    ├── CapabilityDenied          a principal used a capability it does not hold
+    ├── BoundaryError             a value that may not cross between an agent and the host
     └── RestoreError              a snapshot could not be loaded into the namespace
 
 Every message says what was wrong and what to do about it.  Errors carry the
@@ -21,13 +28,22 @@ messages.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "AgentCodeRejected",
+    "BoundaryError",
+    "CapabilityDenied",
     "CommitFailed",
+    "InvalidGrant",
     "KernosError",
+    "OpVetoed",
     "RequestRejected",
     "RestoreError",
     "TransactionStateError",
+    "UnknownAgent",
     "UnknownRef",
+    "UnknownTool",
     "UsageError",
     "WorkspaceCorrupt",
     "WorkspaceError",
@@ -134,3 +150,86 @@ class RestoreError(KernosError):
     def __init__(self, message: str, *, names: tuple[str, ...] = ()) -> None:
         self.names = names
         super().__init__(message)
+
+
+class UnknownAgent(UsageError):
+    """A principal name that the image does not know."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.known = known
+        listed = ", ".join(known) if known else "none yet"
+        super().__init__(
+            f"There is no agent {name!r} (agents: {listed}). Add it with "
+            f"`%kernos agent add {name}` or `agents.add({name!r})`."
+        )
+
+
+class UnknownTool(UsageError):
+    """A tool name with no version visible to the op."""
+
+    def __init__(self, name: str, known: list[str], *, detail: str = "") -> None:
+        self.name = name
+        self.known = known
+        listed = ", ".join(known) if known else "none yet"
+        super().__init__(
+            f"There is no tool {name!r}{detail} (tools: {listed}). Register it with "
+            "`agents.register_tool(...)`, or let an agent define it with `define_tool(...)`."
+        )
+
+
+class InvalidGrant(UsageError):
+    """A capability, amount, limit or tool schema that is not well formed."""
+
+
+class AgentCodeRejected(UsageError):
+    """Agent code that the restricted dialect does not accept; nothing ran."""
+
+    def __init__(self, principal: str, problems: list[str]) -> None:
+        self.principal = principal
+        self.problems = problems
+        super().__init__(
+            f"The code for agent {principal!r} was refused before it ran: "
+            + "; ".join(problems) + ". Agent code is a restricted Python dialect: no "
+            "imports, no names or attributes starting with '_', bounded size and nesting."
+        )
+
+
+class CapabilityDenied(KernosError):
+    """A principal tried to use a capability it was not granted (or that was revoked).
+
+    Agent code may catch it, but the op is rolled back at commit regardless.
+    """
+
+    def __init__(self, principal: str, capability: str, *, detail: str = "") -> None:
+        self.principal = principal
+        self.capability = capability
+        self.detail = detail
+        grantable = capability.count(":") == 1 and " " not in capability
+        super().__init__(
+            f"{principal!r} does not hold the capability {capability!r}"
+            + (f" ({detail})" if detail else "")
+            + ". The op will roll back."
+            + (f" A human can grant it with `%kernos grant {principal} {capability}`."
+               if grantable else "")
+        )
+
+
+class BoundaryError(KernosError):
+    """A value that may not pass between an agent and the host (only plain data may)."""
+
+
+class OpVetoed(KernosError):
+    """An op was rolled back at commit because the runtime refused it."""
+
+    def __init__(self, op: int, reasons: list[str]) -> None:
+        self.op = op
+        self.reasons = reasons
+        super().__init__(
+            f"Op {op} was rolled back: " + "; ".join(reasons)
+            + ". Nothing it did was kept, even if its code caught the error."
+        )
+
+    @classmethod
+    def from_op(cls, op: Any) -> OpVetoed:
+        return cls(op.id, list(op.vetoes))

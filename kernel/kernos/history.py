@@ -26,8 +26,19 @@ from kernos.store.snapshots import (
 )
 from kernos.store.workspace import Workspace
 
-__all__ = ["Diff", "LogEntry", "checkout_offline", "diff", "format_diff", "format_log",
-           "format_show", "human_size", "log", "show"]
+__all__ = [
+    "Diff",
+    "LogEntry",
+    "checkout_offline",
+    "diff",
+    "format_diff",
+    "format_log",
+    "format_show",
+    "format_table",
+    "human_size",
+    "log",
+    "show",
+]
 
 
 @dataclass(kw_only=True)
@@ -70,7 +81,7 @@ def format_log(entries: list[LogEntry]) -> str:
             str(entry.op), entry.commit[:12], entry.committed_at.replace("T", " ")[:19],
             entry.principal, _changes(entry.changes), entry.headline,
         ))
-    return _table(rows)
+    return format_table(rows)
 
 
 def _changes(changes: dict[str, list[str]]) -> str:
@@ -123,7 +134,7 @@ def format_diff(result: Diff, ref_a: str = "", ref_b: str = "") -> str:
     for name, (old, new) in result.changed.items():
         kind = old["type"] if old["type"] == new["type"] else f"{old['type']} -> {new['type']}"
         rows.append(("~", name, kind, f"{old['summary']}  ->  {new['summary']}"))
-    return title + "\n" + _table(rows, indent="  ")
+    return title + "\n" + format_table(rows, indent="  ")
 
 
 def show(workspace: Workspace, ref: str = "HEAD") -> dict[str, Any]:
@@ -156,6 +167,10 @@ def format_show(shown: dict[str, Any]) -> str:
         lines.append(manifest["note"])
     changes = _changes(manifest.get("changes", {}))
     lines.append(f"changes: {changes}")
+    tools = manifest.get("facts", {}).get("tools", {})
+    if tools:
+        lines.append("tools: " + ", ".join(f"{name} v{version}"
+                                           for name, version in sorted(tools.items())))
     if shown["source"]:
         lines.append("source:")
         lines += ["    " + line for line in shown["source"].splitlines()]
@@ -164,7 +179,7 @@ def format_show(shown: dict[str, Any]) -> str:
         rows.append((name, meta["type"], human_size(meta["size"]), str(meta["version"]),
                      str(meta["op"]), meta["summary"]))
     lines.append("names:")
-    lines.append(_table(rows, indent="    "))
+    lines.append(format_table(rows, indent="    "))
     if shown["unpersisted"]:
         lines.append("not persisted (a restore puts a placeholder here):")
         for info in shown["unpersisted"]:
@@ -222,7 +237,7 @@ def human_size(size: float) -> str:
     return f"{size:.1f} TB"
 
 
-def _table(rows: Sequence[tuple[str, ...]], indent: str = "") -> str:
+def format_table(rows: Sequence[tuple[str, ...]], indent: str = "") -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:

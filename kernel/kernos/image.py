@@ -15,6 +15,12 @@ What the image keeps in memory mirrors the head snapshot:
 * ``committed``: the exact objects the head snapshot holds, so a rebinding or
   a deletion is found by identity and undone without any unpickling.
 
+The persisted names are the namespace's plus the runtime's own entries in
+``system``: names that start with ``kernos:`` (the agents' registry and each
+agent's namespace; see ``kernos.agents``).  They are not identifiers, so no
+cell can name them; they commit, roll back, and show in history like any
+other name.  ``bind`` / ``unbind`` / ``lookup`` route a name to its mapping.
+
 Nothing here imports Jupyter; the kernel is a thin adapter over this class.
 """
 
@@ -45,7 +51,9 @@ from kernos.store.workspace import Workspace
 if TYPE_CHECKING:
     from kernos.op import Op
 
-__all__ = ["GroupState", "Image", "NameMeta", "RestoreReport"]
+__all__ = ["SYSTEM_PREFIX", "GroupState", "Image", "NameMeta", "RestoreReport"]
+
+SYSTEM_PREFIX = "kernos:"
 
 Progress = Callable[[int, int], None]
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -125,6 +133,8 @@ class Image:
         self.group_of: dict[str, str] = {}
         self.meta: dict[str, NameMeta] = {}
         self.committed: dict[str, object] = {}
+        self.system: dict[str, object] = {}
+        self.current: Op | None = None
         self.last_op = 0
         self._busy = threading.Lock()
         self.restored = threading.Event()
@@ -152,7 +162,7 @@ class Image:
                   for key, tree in snapshot.group_trees.items()}
         loaded, failed = self.load_groups(groups, progress)
         for name, value in loaded.items():
-            self.namespace[name] = value
+            self.bind(name, value)
         self._adopt_snapshot(snapshot, groups, loaded, failed)
         return RestoreReport(
             commit=snapshot.commit.hex(), op=self.head_op, names=len(loaded),
@@ -256,18 +266,40 @@ class Image:
             if reach is None:
                 reach = reach_of_source(source) if source is not None else Reach.all("no code")
             self.last_op += 1
-            return Op(self, op=self.last_op, principal=principal, source=source, kind=kind,
-                      reach=reach)
+            self.current = Op(self, op=self.last_op, principal=principal, source=source,
+                              kind=kind, reach=reach)
+            return self.current
         except BaseException:
             self._busy.release()
             raise
 
     def _release(self) -> None:
+        self.current = None
         self._busy.release()
 
     def persisted_names(self) -> dict[str, object]:
-        return {name: value for name, value in list(self.namespace.items())
-                if self.is_persistent(name)}
+        found = {name: value for name, value in list(self.namespace.items())
+                 if self.is_persistent(name) and not name.startswith(SYSTEM_PREFIX)}
+        found.update(self.system)
+        return found
+
+    def bind(self, name: str, value: object) -> None:
+        """Set a persisted name, in the namespace or (``kernos:...``) in ``system``."""
+        if name.startswith(SYSTEM_PREFIX):
+            self.system[name] = value
+        else:
+            self.namespace[name] = value
+
+    def unbind(self, name: str) -> None:
+        if name.startswith(SYSTEM_PREFIX):
+            del self.system[name]
+        else:
+            del self.namespace[name]
+
+    def lookup(self, name: str, default: object = None) -> object:
+        mapping: MutableMapping[str, Any] = (
+            self.system if name.startswith(SYSTEM_PREFIX) else self.namespace)
+        return mapping.get(name, default)
 
     def expand(self, reach: Reach, current: dict[str, object]) -> Reach:
         """Widen a reach through the code stored by value in the groups it touches."""

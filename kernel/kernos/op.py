@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from kernos import _faults
 from kernos._time import utc_now
 from kernos.analysis import Reach
-from kernos.errors import CommitFailed, KernosError, RestoreError
+from kernos.errors import CommitFailed, KernosError, OpVetoed, RestoreError
 from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
@@ -110,6 +110,10 @@ class Op:
         self.reach = reach
         self.started = time.perf_counter()
         self.note = ""
+        self.facts: dict[str, Any] = {}
+        """Extra facts for the snapshot manifest (for example, which tool versions ran)."""
+        self.vetoes: list[str] = []
+        """Reasons this op must not commit (a capability denial, a breached limit)."""
         self.report: CommitReport | None = None
         self.abort_report: AbortReport | None = None
         self._adopted: dict[str, tuple[StoredGroup, tuple[object, ...]]] = {}
@@ -126,8 +130,28 @@ class Op:
         """Check every value at commit, not only those in the op's reach."""
         self.reach = Reach.all(why)
 
+    def touch(self, *names: str) -> None:
+        """Add names the op changed in place to its reach (the runtime's own state, say)."""
+        self.reach = self.reach.union(Reach(frozenset(names)))
+
+    def veto(self, reason: str) -> None:
+        """Make this op roll back at commit, whatever its code did with the error."""
+        self.vetoes.append(reason)
+
+    def act_as(self, principal: str, kind: str) -> None:
+        """Attribute this op to another principal (a cell that runs as an agent)."""
+        self.principal = principal
+        self.transaction.principal = principal
+        self.kind = kind
+
     def commit(self) -> CommitReport:
-        """Write the snapshot; on failure the image is rolled back and CommitFailed raised."""
+        """Write the snapshot; on failure the image is rolled back and CommitFailed raised.
+
+        A vetoed op is rolled back instead and raises :class:`OpVetoed`.
+        """
+        if self.vetoes:
+            self.abort()
+            raise OpVetoed.from_op(self)
         try:
             self.transaction.commit()
         except KernosError:
@@ -168,11 +192,11 @@ class Op:
             raise RestoreError(
                 f"{ref} cannot be checked out: {', '.join(sorted(failed))} could not be "
                 "loaded. Nothing was changed.", names=tuple(sorted(failed)))
-        namespace = image.namespace
         for name in image.persisted_names():
             if name not in values:
-                del namespace[name]
-        namespace.update(values)
+                image.unbind(name)
+        for name, value in values.items():
+            image.bind(name, value)
         self._adopted = {key: (stored, tuple(values[name] for name in stored.names))
                          for key, stored in groups.items()}
         self._adopted_meta = {name: NameMeta.from_json(data)
@@ -344,6 +368,8 @@ class _ImageParticipant:
                         "deleted": report.deleted},
             "names": {name: meta[name].to_json() for name in sorted(meta)},
         }
+        if op.facts:
+            manifest["facts"] = op.facts
         self.commit_sha = writer.commit(
             groups=[state.stored for state in final.values()], manifest=manifest,
             source=op.source, parent=image.head,
@@ -425,15 +451,14 @@ class _ImageParticipant:
 
     def _rollback(self) -> AbortReport:
         image = self.op.image
-        namespace = image.namespace
         committed = image.committed
         removed = [name for name in image.persisted_names() if name not in committed]
         for name in removed:
-            del namespace[name]
+            image.unbind(name)
         rebound = []
         for name, value in committed.items():
-            if namespace.get(name, _MISSING) is not value:
-                namespace[name] = value
+            if image.lookup(name, _MISSING) is not value:
+                image.bind(name, value)
                 rebound.append(name)
         reach = image.expand(self.op.reach, committed)
         names = set(committed) if reach.everything else reach.names & committed.keys()
@@ -445,7 +470,7 @@ class _ImageParticipant:
             live = {key: image.groups[key].live_transients for key in stale}
             values, _failed = image.load_groups(stale, live=live)
             for name, value in values.items():
-                namespace[name] = value
+                image.bind(name, value)
                 committed[name] = value
                 reloaded.append(name)
         return AbortReport(op=self.op.id, removed=sorted(removed), rebound=sorted(rebound),

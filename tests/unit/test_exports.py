@@ -24,7 +24,8 @@ def test_exports_are_the_intended_ones() -> None:
 
 def test_core_does_not_import_jupyter() -> None:
     core = ["kernos", "kernos.image", "kernos.op", "kernos.history", "kernos.transaction",
-            "kernos.analysis", "kernos.store.snapshots", "kernos.serialize.pickler", "kernos.cli"]
+            "kernos.analysis", "kernos.store.snapshots", "kernos.serialize.pickler", "kernos.cli",
+            "kernos.agents", "kernos.agents.runtime"]
     code = (
         "import sys\n"
         + "".join(f"import {module}\n" for module in core)

@@ -33,6 +33,7 @@ from typing import Any
 from ipykernel.ipkernel import IPythonKernel
 
 from kernos._version import __version__
+from kernos.agents import AgentRuntime, Agents
 from kernos.analysis import Reach, reach_of_source
 from kernos.errors import KernosError, RequestRejected
 from kernos.image import Image, RestoreReport
@@ -91,6 +92,10 @@ class KernosKernel(IPythonKernel):
         from kernos.kernel.magics import KernosMagics
 
         self.ipython.register_magics(KernosMagics(self.shell, kernel=self))
+        self._runtime: AgentRuntime | None = None
+        self.agents = Agents(self.agent_runtime)
+        # Hidden (interactive=False): the kernel's own name, never persisted.
+        self.ipython.push({"agents": self.agents}, interactive=False)
         # The restore starts in start(): after IPython has run its startup files
         # and marked every name they defined as its own (user_ns_hidden).
 
@@ -106,6 +111,15 @@ class KernosKernel(IPythonKernel):
         self._attach()
 
     # -- the workspace ---------------------------------------------------------
+
+    def agent_runtime(self) -> AgentRuntime:
+        """The agent runtime over this kernel's image."""
+        image = self.image
+        if image is None:
+            raise self.attach_error or KernosError("no workspace is attached")
+        if self._runtime is None or self._runtime.image is not image:
+            self._runtime = AgentRuntime(image)
+        return self._runtime
 
     def is_persistent(self, name: str) -> bool:
         """Whether a name is the user's: not IPython's own, unless the user rebound it."""

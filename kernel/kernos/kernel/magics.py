@@ -9,10 +9,11 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from kernos import history
-from kernos.errors import KernosError, UsageError
+from kernos.agents.capabilities import LIMITED_KINDS
+from kernos.errors import InvalidGrant, KernosError, UsageError
 
 if TYPE_CHECKING:
     from kernos.kernel.kernel import KernosKernel
@@ -24,6 +25,15 @@ HELP = """\
 %kernos checkout REF     make the image equal to snapshot REF, as a new op
 %kernos status           workspace, head, image size, values that cannot persist
 %kernos scan             make this cell's op check every value, not only those it names
+
+%kernos agent add NAME [LIMIT=N ...]   a new agent with no grants (limits: seconds=,
+                                       memory_mb=, recursion=, output_bytes=, ...)
+%kernos grant NAME CAPABILITY [AMOUNT] grant call:TOOL, read:NAME, write:NAME,
+                                       spend:UNIT AMOUNT, llm:MODEL TOKENS, agents:spawn
+%kernos revoke NAME CAPABILITY|GRANT   revoke it (and every grant derived from it)
+%kernos grants [NAME]                  grants, who granted them, what is left
+%kernos tools                          the tool registry (latest versions)
+%%agent NAME                           run the cell as agent NAME (restricted code)
 
 REF is a commit id (or a prefix), HEAD, HEAD~N, or @N for the snapshot of op N."""
 
@@ -61,6 +71,75 @@ class KernosMagics(Magics):
 
     def _help(self) -> None:
         print(HELP)
+
+    # -- agents ------------------------------------------------------------------
+
+    @cell_magic
+    def agent(self, line: str, cell: str) -> None:
+        """Run the cell as an agent: `%%agent NAME`."""
+        name = line.strip()
+        if not name:
+            raise UsageError("`%%agent NAME` needs the agent's name")
+        op = self.kernel.current_op
+        if op is None:
+            raise UsageError("`%%agent` must run in a cell")
+        runtime = self.kernel.agent_runtime()
+        runtime.registry.principal(name)  # unknown agent: a clear error, nothing runs
+        op.act_as(name, "agent")
+        runtime.run(name, cell, echo=lambda text: print(text, end=""))
+
+    def _agent(self, action: str = "", name: str = "", *settings: str) -> None:
+        if action != "add" or not name:
+            raise UsageError("`%kernos agent add NAME [LIMIT=N ...]`")
+        limits = {}
+        for setting in settings:
+            key, sep, value = setting.partition("=")
+            if not sep or not value.isdigit():
+                raise UsageError(f"{setting!r}: limits are written NAME=INTEGER")
+            limits[key] = int(value)
+        added = self.kernel.agents.add(name, **limits)
+        print(f"Added agent {added!r} with no grants.")
+
+    def _grant(self, name: str, capability: str, limit: str | None = None) -> None:
+        kind = capability.partition(":")[0]
+        value: object = None
+        if limit is not None:
+            value = _parse_amount(limit)
+        elif kind in LIMITED_KINDS:
+            raise UsageError(f"`%kernos grant {name} {capability} AMOUNT` needs an amount")
+        grant = self.kernel.agents.grant(name, capability, value)
+        print(f"Granted {grant['capability']} to {name} as {grant['id']}"
+              + (f", up to {grant['limit']}" if grant["limit"] is not None else "") + ".")
+
+    def _revoke(self, name: str, capability_or_id: str) -> None:
+        revoked = self.kernel.agents.revoke(name, capability_or_id)
+        print(f"Revoked {', '.join(revoked)}.")
+
+    def _grants(self, name: str | None = None) -> None:
+        grants = self.kernel.agents.grants(name)
+        if not grants:
+            print("No grants." if name is None else f"{name} holds no grants.")
+            return
+        rows = [("id", "principal", "capability", "used/limit", "from", "op", "state")]
+        for grant in grants:
+            budget = "" if grant["limit"] is None else f"{grant['used']}/{grant['limit']}"
+            state = "active" if grant["active"] else f"revoked (op {grant['revoked_op']})"
+            source = str(grant["granted_by"]) + (f" ({grant['parent']})" if grant["parent"]
+                                                 else "")
+            rows.append((str(grant["id"]), str(grant["principal"]), str(grant["capability"]),
+                         budget, source, str(grant["op"]), state))
+        print(history.format_table(rows))
+
+    def _tools(self) -> None:
+        tools = self.kernel.agents.tools()
+        if not tools:
+            print("No tools yet.")
+            return
+        rows = [("tool", "version", "effect", "needs", "author", "op", "description")]
+        rows += [(str(tool["name"]), str(tool["version"]), str(tool["effect"]),
+                  str(tool["capability"]), str(tool["author"]), str(tool["op"]),
+                  str(tool["description"])[:50]) for tool in tools]
+        print(history.format_table(rows))
 
     def _log(self, count: str = "20") -> None:
         if not count.isdigit():
@@ -123,3 +202,15 @@ class KernosMagics(Magics):
         if failed:
             lines.append("not restored (still in the history): " + ", ".join(sorted(failed)))
         print("\n".join(lines))
+
+
+def _parse_amount(text: str) -> object:
+    """An amount typed in a magic: digits are an int, anything else a Decimal."""
+    import decimal
+
+    if text.isdigit():
+        return int(text)
+    try:
+        return decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        raise InvalidGrant(f"{text!r} is not an amount; write digits, like 50 or 12.5") from None

@@ -10,6 +10,8 @@ more closely (an allowlist; anything else stays "everything"):
 * magics that only read the namespace (``%who``, ``%kernos``, ``x?``) and shell
   escapes (``!ls``; an assignment such as ``files = !ls`` is a rebinding,
   which commits find by identity anyway) add nothing;
+* ``%%agent`` runs restricted code that cannot touch the namespace except
+  through the agent runtime, which tells the op what it changed;
 * magics that run their argument as code in the namespace (``%time``,
   ``%timeit``, ``%%capture``, ``%prun``) add the reach of that code.
 """
@@ -28,6 +30,8 @@ READ_ONLY_MAGICS = frozenset({
     "pinfo2", "psearch", "pdoc", "pdef", "psource", "pfile", "quickref", "env",
 })
 CODE_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+# Magics whose changes the agent runtime reports to the op itself (op.touch).
+RUNTIME_MAGICS = frozenset({"agent"})
 SHELL_CALLS = frozenset({"system", "getoutput"})
 
 
@@ -65,6 +69,8 @@ class _Rewriter(ast.NodeTransformer):
                 return ast.copy_location(ast.Constant(None), node)
         if method == "run_cell_magic" and len(args) >= 3 and args[0] is not None:
             name, line, body = args[0], args[1], args[2]
+            if name in RUNTIME_MAGICS:
+                return ast.copy_location(ast.Constant(None), node)
             if name in CODE_MAGICS and line is not None and body is not None:
                 self._add_code(_strip_options(line))
                 self._add_code(body)

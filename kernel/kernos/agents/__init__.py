@@ -1,0 +1,25 @@
+"""Agents as principals: capability grants, contained agent code, tools.
+
+The core of it (no Jupyter here):
+
+* ``capabilities`` and ``registry``: grants and their rules, principals,
+  tool versions (persisted in the image as ``kernos:agents``);
+* ``policy``, ``guards``, ``api`` and ``boundary``: the restricted dialect
+  agent code is compiled in, the allowlists it runs under, the calls it can
+  make, and what may cross between it and the host;
+* ``limits``: time, memory, recursion and output bounds, and the watchdog;
+* ``runtime``: :class:`AgentRuntime`, which runs all of it inside the
+  image's ops;
+* ``human``: :class:`Agents`, the human's Python API (``agents`` in a
+  notebook).
+"""
+
+from kernos.agents import api as _api  # noqa: F401 - fills the agent builtins
+from kernos.agents.capabilities import Grant
+from kernos.agents.human import Agents
+from kernos.agents.limits import Limits
+from kernos.agents.registry import HUMAN, Registry, ToolVersion
+from kernos.agents.runtime import AgentRuntime, RunResult
+
+__all__ = ["HUMAN", "AgentRuntime", "Agents", "Grant", "Limits", "Registry", "RunResult",
+           "ToolVersion"]

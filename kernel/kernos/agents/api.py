@@ -1,0 +1,89 @@
+"""The Kernos calls in agent code's builtins.
+
+Each is a thin function over :class:`~kernos.agents.runtime.AgentRuntime`,
+acting as the principal that is running (``context.current()``).  Agent
+code never holds the runtime, a grant or the image: only these functions.
+
+============================================  ===============================
+``read(name)``                                a read-only view (``read:NAME``)
+``write(name, value)``                        rebind NAME to plain data
+                                              (``write:NAME``)
+``call(tool, **arguments)``                   call a tool (``call:TOOL``)
+``spend(amount, unit)``                       spend from a budget (``spend:UNIT``);
+                                              returns what is left
+``grants()``                                  your active grants, as plain data
+``delegate(grant_id, to, limit=None)``        attenuate a grant to a sub-agent
+``revoke(grant_id)``                          revoke a grant you delegated
+``spawn(name)``                               create sub-agent ``you/name``
+                                              (``agents:spawn``)
+``define_tool(name, source, schema, doc)``    define (a new version of) a tool
+``whoami()``                                  your principal name
+============================================  ===============================
+"""
+
+from __future__ import annotations
+
+from kernos.agents import context
+from kernos.agents.guards import AGENT_BUILTINS
+
+__all__ = ["install"]
+
+
+def read(name: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.read(ctx, name)
+
+
+def write(name: object, value: object) -> None:
+    ctx = context.current()
+    ctx.runtime.write(ctx, name, value)
+
+
+def call(tool: object, /, **arguments: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.call(ctx, tool, arguments)
+
+
+def spend(amount: object, unit: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.spend(ctx, amount, unit)
+
+
+def grants() -> list[object]:
+    ctx = context.current()
+    return ctx.runtime.my_grants(ctx)
+
+
+def delegate(grant_id: object, to: object, limit: object = None) -> object:
+    ctx = context.current()
+    return ctx.runtime.delegate(ctx, grant_id, to, limit)
+
+
+def revoke(grant_id: object) -> list[object]:
+    ctx = context.current()
+    return ctx.runtime.revoke_delegated(ctx, grant_id)
+
+
+def spawn(name: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.spawn(ctx, name)
+
+
+def define_tool(name: object, source: object, schema: object, description: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.define_tool(ctx, name, source, schema, description)
+
+
+def whoami() -> str:
+    return context.current().principal
+
+
+CALLS = {function.__name__: function for function in (
+    read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami)}
+
+
+def install() -> None:
+    AGENT_BUILTINS.update(CALLS)
+
+
+install()

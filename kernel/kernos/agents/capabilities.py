@@ -1,0 +1,137 @@
+"""Capabilities: what a principal may do, as grants the runtime holds.
+
+A capability is written ``KIND:TARGET``:
+
+=================  ==========================================================
+``call:TOOL``      call the tool TOOL (``call:*``: any tool; only the human
+                   can grant a wildcard)
+``read:NAME``      read the human namespace's NAME through a read-only view
+``write:NAME``     read NAME and change it through the view's mutators
+``spend:UNIT``     spend up to ``limit`` of UNIT (``spend:USD`` with 50)
+``llm:MODEL``      use the language model MODEL up to ``limit`` tokens
+``agents:spawn``   create sub-agents (which start with no grants)
+=================  ==========================================================
+
+A :class:`Grant` lives in the runtime's registry, never in agent code: an
+agent names its grants by id and the runtime looks the id up *for that
+principal*, so an id is worth nothing to anyone else.  A grant can be
+revoked; a grant *derived* from another (an attenuation, delegated to a
+sub-agent) is revoked with it, and can never exceed it: the same kind and
+target and at most the parent's remaining limit.
+
+Amounts are validated exactly: an ``int`` or ``decimal.Decimal`` (never a
+subclass, a ``bool``, a ``float`` or a string), finite, non-negative, at most
+:data:`MAX_AMOUNT`.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from dataclasses import dataclass, field
+
+from kernos.errors import InvalidGrant
+
+__all__ = ["KINDS", "MAX_AMOUNT", "Grant", "amount", "parse_capability"]
+
+KINDS = frozenset({"call", "read", "write", "spend", "llm", "agents"})
+LIMITED_KINDS = frozenset({"spend", "llm"})
+MAX_AMOUNT = decimal.Decimal(10) ** 15
+_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}|\*")
+
+
+def amount(value: object, *, what: str = "amount") -> decimal.Decimal:
+    """An exact, finite, non-negative amount, or InvalidGrant naming the problem."""
+    kind = type(value)
+    if kind is int:
+        assert isinstance(value, int)
+        result = decimal.Decimal(value)
+    elif kind is decimal.Decimal:
+        assert isinstance(value, decimal.Decimal)
+        if not value.is_finite():
+            raise InvalidGrant(f"the {what} {value} is not finite; give a finite int or Decimal")
+        result = value
+    else:
+        raise InvalidGrant(
+            f"the {what} must be an int or a decimal.Decimal, not {kind.__name__}"
+            " (floats round, strings and subclasses are not accepted)")
+    if result < 0:
+        raise InvalidGrant(f"the {what} {result} is negative; give zero or more")
+    if result > MAX_AMOUNT:
+        raise InvalidGrant(f"the {what} {result} is over the maximum of {MAX_AMOUNT}")
+    return result
+
+
+def parse_capability(capability: object) -> tuple[str, str]:
+    """``"call:search"`` -> ``("call", "search")``, or InvalidGrant saying what is wrong."""
+    if type(capability) is not str:
+        raise InvalidGrant(f"a capability is a string like 'call:search', not "
+                           f"{type(capability).__name__}")
+    assert isinstance(capability, str)
+    kind, sep, target = capability.partition(":")
+    if not sep or kind not in KINDS:
+        raise InvalidGrant(
+            f"{capability[:80]!r} is not a capability; write KIND:TARGET with KIND one of "
+            f"{', '.join(sorted(KINDS))} (for example 'call:search' or 'spend:USD')")
+    if not _TARGET.fullmatch(target):
+        raise InvalidGrant(f"{capability[:80]!r} has a bad target; use letters, digits, "
+                           "'_', '.', '-' (at most 64), or '*'")
+    if kind == "agents" and target != "spawn":
+        raise InvalidGrant("the only 'agents' capability is 'agents:spawn'")
+    return kind, target
+
+
+@dataclass(kw_only=True)
+class Grant:
+    """One capability held by one principal."""
+
+    id: str
+    """Stable id, unique in the image (``g12``)."""
+    principal: str
+    """Who holds it."""
+    kind: str
+    """``call``, ``read``, ``write``, ``spend``, ``llm`` or ``agents``."""
+    target: str
+    """The tool, name, unit or model it is about."""
+    limit: decimal.Decimal | None = None
+    """For ``spend`` and ``llm``: the most that may be used."""
+    used: decimal.Decimal = field(default_factory=decimal.Decimal)
+    """How much of ``limit`` has been used."""
+    granted_by: str
+    """The principal that granted it."""
+    parent: str | None = None
+    """The grant it was attenuated from, if any."""
+    op: int
+    """The op that granted it."""
+    revoked_op: int | None = None
+    """The op that revoked it (directly or through its parent), if any."""
+
+    @property
+    def capability(self) -> str:
+        return f"{self.kind}:{self.target}"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_op is None
+
+    @property
+    def remaining(self) -> decimal.Decimal | None:
+        return None if self.limit is None else self.limit - self.used
+
+    def covers(self, kind: str, target: str) -> bool:
+        if not self.active:
+            return False
+        if self.kind == kind or (self.kind == "write" and kind == "read"):
+            return self.target in (target, "*")
+        return False
+
+    def describe(self) -> dict[str, object]:
+        """Plain data about the grant (what agents and frontends are shown)."""
+        return {
+            "id": self.id, "principal": self.principal, "capability": self.capability,
+            "limit": None if self.limit is None else str(self.limit),
+            "used": str(self.used) if self.limit is not None else None,
+            "remaining": None if self.limit is None else str(self.remaining),
+            "granted_by": self.granted_by, "parent": self.parent, "op": self.op,
+            "active": self.active, "revoked_op": self.revoked_op,
+        }

@@ -1,0 +1,85 @@
+"""The context an agent's code runs in: who, in which op, under which limits.
+
+The guards and builtins that agent code calls are module-level functions
+shared by every agent; they find the caller through :func:`current`, a
+context variable the runtime sets for the length of each run (and each tool
+call).  So authority is always the *running* principal's: a tool written by
+one agent and called by another acts with the caller's grants, never the
+author's.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kernos.errors import UsageError
+
+if TYPE_CHECKING:
+    from kernos.agents.limits import Limits, Supervisor
+    from kernos.agents.runtime import AgentRuntime
+    from kernos.op import Op
+
+__all__ = ["BoundedOutput", "RunContext", "current", "running"]
+
+
+class BoundedOutput:
+    """What agent code printed, up to a limit in UTF-8 bytes; the rest is counted, not kept."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8", "replace")
+        room = self.limit - self.size
+        if room <= 0:
+            self.dropped += len(data)
+            return
+        kept = data[:room].decode("utf-8", "ignore")
+        self.parts.append(kept)
+        self.size += len(kept.encode("utf-8"))
+        self.dropped += len(data) - len(kept.encode("utf-8"))
+
+    def text(self) -> str:
+        tail = f"\n... ({self.dropped:,} more bytes not shown)\n" if self.dropped else ""
+        return "".join(self.parts) + tail
+
+
+@dataclass(kw_only=True)
+class RunContext:
+    runtime: AgentRuntime
+    principal: str
+    op: Op
+    limits: Limits
+    output: BoundedOutput
+    supervisor: Supervisor | None = None
+    tools_used: dict[str, int] = field(default_factory=dict)
+    depth: int = 0
+    denials: int = 0
+
+
+_CURRENT: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "kernos_agent_context", default=None)
+
+
+def current() -> RunContext:
+    context = _CURRENT.get()
+    if context is None:
+        raise UsageError("this can only be called from agent code run by the Kernos runtime")
+    return context
+
+
+def running() -> RunContext | None:
+    return _CURRENT.get()
+
+
+def enter(context: RunContext) -> contextvars.Token[RunContext | None]:
+    return _CURRENT.set(context)
+
+
+def leave(token: contextvars.Token[RunContext | None]) -> None:
+    _CURRENT.reset(token)

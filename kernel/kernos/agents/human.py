@@ -1,0 +1,112 @@
+"""``agents``: the human's Python API over the agent runtime.
+
+In a Kernos notebook the name ``agents`` is this object (it is the kernel's,
+not the image's: it is never persisted).  Everything it changes is part of
+the cell's op::
+
+    agents.add("alice")
+    agents.grant("alice", "read:dataset")
+    agents.grant("alice", "spend:USD", 50)
+
+    @agents.tool(description="Count words", schema={
+        "type": "object", "properties": {"text": {"type": "string"}},
+        "required": ["text"]})
+    def word_count(text):
+        return len(text.split())
+
+    agents.run("alice", "print(call('word_count', text='a b c'))")
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kernos.agents.limits import Limits
+from kernos.agents.runtime import AgentRuntime, RunResult
+
+__all__ = ["Agents"]
+
+
+class Agents:
+    """Add agents, grant and revoke capabilities, register tools, run agent code."""
+
+    def __init__(self, runtime: Callable[[], AgentRuntime]) -> None:
+        self._runtime = runtime
+
+    @property
+    def runtime(self) -> AgentRuntime:
+        return self._runtime()
+
+    def add(self, name: str, **limits: int) -> str:
+        """A new agent with no grants (and, optionally, its own limits)."""
+        return self.runtime.add_agent(name, limits=limits)
+
+    def names(self) -> list[str]:
+        return self.runtime.agents()
+
+    def grant(self, agent: str, capability: str, limit: object = None) -> dict[str, object]:
+        """Grant ``capability`` (``call:TOOL``, ``read:NAME``, ``spend:USD`` ...)."""
+        return self.runtime.grant(agent, capability, limit)
+
+    def revoke(self, agent: str, capability_or_id: str) -> list[str]:
+        """Revoke by capability or grant id; grants derived from it go too."""
+        return self.runtime.revoke(agent, capability_or_id)
+
+    def grants(self, agent: str | None = None) -> list[dict[str, object]]:
+        return self.runtime.grants(agent)
+
+    def limits(self, agent: str, **overrides: int) -> Limits:
+        """Show (and with keywords, change) an agent's resource limits."""
+        if overrides:
+            return self.runtime.set_limits(agent, **overrides)
+        return self.runtime.limits_for(agent)
+
+    def run(self, agent: str, source: str) -> RunResult:
+        """Run agent code as ``agent`` in this cell's op; prints what it printed."""
+        return self.runtime.run(agent, source, echo=_echo)
+
+    def namespace(self, agent: str) -> Mapping[str, Any]:
+        """A read-only view of an agent's names (for looking, not for changing)."""
+        return types.MappingProxyType(self.runtime.namespace(agent).user_items())
+
+    def call(self, tool: str, /, **arguments: object) -> object:
+        """Call a tool as the human (no grant needed)."""
+        return self.runtime.call_as_human(tool, arguments)
+
+    def register_tool(self, name: str, function: Callable[..., Any], *,
+                      schema: dict[str, Any], description: str, effect: str = "pure",
+                      capability: str | None = None) -> dict[str, object]:
+        return self.runtime.register_tool(name, function, schema=schema,
+                                          description=description, effect=effect,
+                                          capability=capability)
+
+    def tool(self, *, schema: dict[str, Any], description: str, effect: str = "pure",
+             name: str | None = None,
+             capability: str | None = None) -> Callable[[Callable[..., Any]],
+                                                         Callable[..., Any]]:
+        """Decorator form of :meth:`register_tool`."""
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.register_tool(name or function.__name__, function, schema=schema,
+                               description=description, effect=effect,
+                               capability=capability)
+            return function
+
+        return register
+
+    def tools(self) -> list[dict[str, object]]:
+        return self.runtime.tools()
+
+    def denials(self) -> list[dict[str, Any]]:
+        """Denials seen by this kernel (the durable log is the workspace's denials.jsonl)."""
+        return list(self.runtime.denials)
+
+    def __repr__(self) -> str:
+        names = self.names()
+        return (f"<Kernos agents: {', '.join(names) if names else 'none yet'}; "
+                "help(agents) lists the calls>")
+
+
+def _echo(text: str) -> None:
+    print(text, end="" if text.endswith("\n") else "\n")

@@ -1,0 +1,288 @@
+"""The registry: principals, grants and tools, persisted in the image.
+
+The registry is plain data plus tool functions.  It is stored as the
+image's ``kernos:agents`` name, so it commits, rolls back and shows in
+history with everything else.  Its methods are the *rules* (who may grant
+what, what an attenuation may keep, which tool version an op sees); they
+never run agent code, and never check *who is asking* beyond the
+``granter`` argument, which the runtime fills in.
+
+Tool versions are immutable once defined.  An op sees the versions that
+were committed when it started (:meth:`Registry.tool_version`), so a new
+version takes effect from the next op and an op in flight keeps the one it
+started with.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernos.agents.capabilities import LIMITED_KINDS, Grant, amount, parse_capability
+from kernos.errors import CapabilityDenied, InvalidGrant, UnknownAgent, UnknownTool, UsageError
+
+__all__ = ["EFFECTS", "HUMAN", "Principal", "Registry", "ToolVersion", "check_schema"]
+
+HUMAN = "human"
+EFFECTS = frozenset({"pure", "image", "external"})
+_AGENT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}(/[a-z][a-z0-9_]{0,31}){0,3}")
+_TOOL_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_SCHEMA_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
+
+
+@dataclass(kw_only=True)
+class Principal:
+    """A named agent (the human is implicit and never stored)."""
+
+    name: str
+    """``alice``, or ``alice/helper`` for a sub-agent of ``alice``."""
+    parent: str | None
+    """The principal that created it: ``human`` or the parent agent."""
+    created_op: int
+    """The op that added it."""
+    limits: dict[str, int] = field(default_factory=dict)
+    """Overrides of the default resource limits (see ``kernos.agents.limits``)."""
+
+
+@dataclass(kw_only=True)
+class ToolVersion:
+    """One immutable version of a tool."""
+
+    name: str
+    """The tool's name."""
+    version: int
+    """1, 2, ... in order of definition."""
+    function: Callable[..., Any]
+    """What runs: trusted Python (human tools) or restricted code (agent tools)."""
+    schema: dict[str, Any]
+    """JSON schema of the arguments (an object schema), for LLM tool calling."""
+    description: str
+    """One line for humans and models."""
+    capability: str
+    """What a caller must hold: ``call:NAME`` unless registered otherwise."""
+    effect: str
+    """``pure``, ``image`` (changes the image) or ``external`` (a side effect)."""
+    author: str
+    """The principal that defined it."""
+    op: int
+    """The op that defined it; ops after it see this version."""
+    source: str | None = None
+    """The source of an agent-written tool."""
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "version": self.version, "description": self.description,
+                "capability": self.capability, "effect": self.effect, "author": self.author,
+                "op": self.op, "schema": self.schema}
+
+
+def shown(value: object) -> str:
+    """A value from agent code, safe to put in a message (no repr of big ints, bounded)."""
+    if type(value) is str:
+        return value[:80]
+    return f"<a {type(value).__name__}>"
+
+
+def check_schema(schema: object, *, tool: str) -> dict[str, Any]:
+    """A JSON schema for tool arguments: an object schema with typed properties."""
+    def bad(problem: str) -> InvalidGrant:
+        return InvalidGrant(f"the schema of tool {tool!r} is malformed: {problem}. Give "
+                            "{'type': 'object', 'properties': {NAME: {'type': ...}}, "
+                            "'required': [...]}")
+
+    if type(schema) is not dict:
+        raise bad(f"it is a {type(schema).__name__}, not a dict")
+    assert isinstance(schema, dict)
+    if schema.get("type") != "object":
+        raise bad("its 'type' must be 'object'")
+    properties = schema.get("properties", {})
+    if type(properties) is not dict:
+        raise bad("'properties' must be a dict")
+    for key, spec in properties.items():
+        if type(key) is not str or not key.isidentifier() or key.startswith("_"):
+            raise bad(f"property {key!r} is not a plain identifier")
+        if type(spec) is not dict or type(spec.get("type")) is not str or (
+                spec["type"] not in _SCHEMA_TYPES):
+            raise bad(f"property {key!r} needs a 'type' among {sorted(_SCHEMA_TYPES)}")
+    required = schema.get("required", [])
+    if type(required) is not list or any(
+            type(name) is not str or name not in properties for name in required):
+        raise bad("'required' must list names from 'properties'")
+    extra = set(schema) - {"type", "properties", "required", "description",
+                           "additionalProperties"}
+    if extra:
+        raise bad(f"unsupported keys {sorted(extra)}")
+    return schema
+
+
+class Registry:
+    """Principals, grants and tool versions.  Lives in the image as ``kernos:agents``."""
+
+    def __init__(self) -> None:
+        self.principals: dict[str, Principal] = {}
+        self.grants: dict[str, Grant] = {}
+        self.tools: dict[str, list[ToolVersion]] = {}
+        self.next_grant = 1
+
+    # -- principals ------------------------------------------------------------
+
+    def add_agent(self, name: object, *, parent: str, op: int) -> Principal:
+        if type(name) is not str or not _AGENT_NAME.fullmatch(name):
+            raise UsageError(f"{shown(name)!r} is not a valid agent name: use lowercase "
+                             "letters, digits and '_', starting with a letter (sub-agents: "
+                             "'parent/child')")
+        assert isinstance(name, str)
+        if name == HUMAN or name in self.principals:
+            raise UsageError(f"the agent {name!r} already exists")
+        if "/" in name and name.rsplit("/", 1)[0] != parent:
+            raise UsageError(f"{name!r} can only be created by {name.rsplit('/', 1)[0]!r}")
+        principal = Principal(name=name, parent=parent, created_op=op)
+        self.principals[name] = principal
+        return principal
+
+    def principal(self, name: object) -> Principal:
+        if type(name) is not str or name not in self.principals:
+            raise UnknownAgent(shown(name), sorted(self.principals))
+        assert isinstance(name, str)
+        return self.principals[name]
+
+    def is_descendant(self, name: str, ancestor: str) -> bool:
+        while True:
+            parent = self.principals[name].parent if name in self.principals else None
+            if parent is None:
+                return False
+            if parent == ancestor:
+                return True
+            name = parent
+
+    # -- grants ----------------------------------------------------------------
+
+    def grant(self, principal: str, capability: object, *, limit: object = None,
+              granter: str, op: int, parent: Grant | None = None) -> Grant:
+        """Record a grant.  The human may grant anything; agents only attenuate."""
+        self.principal(principal)
+        kind, target = parse_capability(capability)
+        if kind in LIMITED_KINDS:
+            if limit is None:
+                raise InvalidGrant(f"{capability!r} needs a limit (an int or Decimal)")
+            checked: decimal.Decimal | None = amount(limit, what="limit")
+        elif limit is not None:
+            raise InvalidGrant(f"{capability!r} takes no limit")
+        else:
+            checked = None
+        if granter != HUMAN:
+            if parent is None:
+                raise CapabilityDenied(granter, shown(capability),
+                                       detail="agents can only delegate grants they hold")
+            if target == "*" and parent.target != "*":
+                raise InvalidGrant("a wildcard cannot be derived from a narrower grant")
+        grant = Grant(id=f"g{self.next_grant}", principal=principal, kind=kind, target=target,
+                      limit=checked, granted_by=granter, parent=parent.id if parent else None,
+                      op=op)
+        self.next_grant += 1
+        self.grants[grant.id] = grant
+        return grant
+
+    def attenuate(self, holder: str, grant_id: object, to: object, *, limit: object = None,
+                  target: object = None, op: int) -> Grant:
+        """Derive a narrower grant from ``holder``'s grant for one of its sub-agents."""
+        parent = self.held(holder, grant_id)
+        recipient = self.principal(to)
+        if not self.is_descendant(recipient.name, holder):
+            raise CapabilityDenied(holder, f"delegate to {recipient.name}",
+                                   detail="grants can only be delegated to your sub-agents")
+        new_target = parent.target if target is None else target
+        if type(new_target) is not str:
+            raise InvalidGrant("a target is a string")
+        assert isinstance(new_target, str)
+        if parent.target != "*" and new_target != parent.target:
+            raise CapabilityDenied(holder, f"{parent.kind}:{new_target}",
+                                   detail=f"grant {parent.id} covers only {parent.capability}")
+        new_limit = limit
+        if parent.limit is not None:
+            remaining = parent.remaining
+            assert remaining is not None
+            new_limit = remaining if limit is None else amount(limit, what="limit")
+            if new_limit > remaining:
+                raise CapabilityDenied(holder, f"{parent.capability} up to {new_limit}",
+                                       detail=f"grant {parent.id} has only {remaining} left")
+        return self.grant(recipient.name, f"{parent.kind}:{new_target}", limit=new_limit,
+                          granter=holder, op=op, parent=parent)
+
+    def held(self, holder: str, grant_id: object) -> Grant:
+        """``holder``'s own active grant by id; an id held by anyone else is unknown."""
+        grant = self.grants.get(grant_id) if type(grant_id) is str else None
+        if grant is None or grant.principal != holder or not grant.active:
+            raise CapabilityDenied(holder, f"grant {shown(grant_id)}",
+                                   detail="no such active grant is held by this principal")
+        return grant
+
+    def revoke(self, grant: Grant, *, op: int) -> list[Grant]:
+        """Revoke a grant and everything derived from it; returns what was revoked."""
+        revoked = []
+        frontier = [grant]
+        while frontier:
+            current = frontier.pop()
+            if current.active:
+                current.revoked_op = op
+                revoked.append(current)
+            frontier += [child for child in self.grants.values() if child.parent == current.id]
+        return revoked
+
+    def matching(self, principal: str, capability: object) -> list[Grant]:
+        kind, target = parse_capability(capability)
+        return [grant for grant in self.grants.values()
+                if grant.principal == principal and grant.active
+                and grant.kind == kind and grant.target == target]
+
+    def find(self, principal: str, kind: str, target: str) -> Grant | None:
+        """The active grant that lets ``principal`` do ``kind`` on ``target``, if any."""
+        for grant in self.grants.values():
+            if grant.principal == principal and grant.covers(kind, target):
+                return grant
+        return None
+
+    def of(self, principal: str | None = None) -> list[Grant]:
+        return [grant for grant in self.grants.values()
+                if principal is None or grant.principal == principal]
+
+    # -- tools -----------------------------------------------------------------
+
+    def define_tool(self, *, name: object, function: Callable[..., Any], schema: object,
+                    description: object, effect: object, author: str, op: int,
+                    capability: object = None, source: str | None = None) -> ToolVersion:
+        if type(name) is not str or not _TOOL_NAME.fullmatch(name):
+            raise UsageError(f"{shown(name)!r} is not a valid tool name: lowercase letters, "
+                             "digits and '_', starting with a letter")
+        assert isinstance(name, str)
+        if type(description) is not str or len(description) > 1000:
+            raise InvalidGrant(f"the description of tool {name!r} must be a string of at most "
+                               "1000 characters")
+        if type(effect) is not str or effect not in EFFECTS:
+            raise InvalidGrant(f"the effect of tool {name!r} must be one of {sorted(EFFECTS)}")
+        required = f"call:{name}" if capability is None else capability
+        parse_capability(required)
+        versions = self.tools.get(name, [])
+        if versions and versions[-1].author != author and author != HUMAN:
+            raise CapabilityDenied(author, f"define tool {name}",
+                                   detail=f"it belongs to {versions[-1].author}")
+        version = ToolVersion(
+            name=name, version=len(versions) + 1, function=function,
+            schema=check_schema(schema, tool=name), description=str(description),
+            capability=str(required), effect=str(effect), author=author, op=op, source=source)
+        self.tools[name] = [*versions, version]  # only once everything is checked
+        return version
+
+    def tool_version(self, name: object, *, before_op: int) -> ToolVersion:
+        """The newest version of ``name`` defined by an op before ``before_op``."""
+        versions = self.tools.get(name) if type(name) is str else None
+        if not versions:
+            raise UnknownTool(shown(name), sorted(self.tools))
+        visible = [version for version in versions if version.op < before_op]
+        if not visible:
+            raise UnknownTool(shown(name), sorted(self.tools),
+                              detail=" yet: it was defined in this op and can be called from "
+                                     "the next op")
+        return visible[-1]

@@ -1,0 +1,472 @@
+"""The agent runtime: runs principals' code and tools inside the image's ops.
+
+One :class:`AgentRuntime` belongs to one :class:`~kernos.image.Image`.  It
+keeps *no* state of its own that outlives an op: the registry
+(``kernos:agents``) and every agent's namespace (``kernos:ns:NAME``) live in
+the image, so they commit, roll back and restore with it, and the runtime
+looks them up afresh on every call (a rollback may have replaced them).
+The one exception is the denial log: a denial rolls its op back, so it is
+written to the workspace's ``denials.jsonl`` as it happens.
+
+Every mutation goes through the op that is running (``image.current``); the
+runtime tells the op which runtime names it changed (``op.touch``), and
+vetoes the op (``op.veto``) on a denial or a breached limit, so the op rolls
+back at commit even if agent code caught the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kernos.agents import context
+from kernos.agents.boundary import ObjectView, to_agent, to_host
+from kernos.agents.capabilities import amount, parse_capability
+from kernos.agents.context import BoundedOutput, RunContext
+from kernos.agents.guards import AGENT_BUILTINS
+from kernos.agents.limits import AGENT_FILENAME_PREFIX, LimitExceeded, Limits, Supervisor
+from kernos.agents.policy import compile_agent
+from kernos.agents.registry import HUMAN, Registry, ToolVersion, shown
+from kernos.errors import (
+    BoundaryError,
+    CapabilityDenied,
+    InvalidGrant,
+    KernosError,
+    OpVetoed,
+    UnknownAgent,
+    UsageError,
+)
+from kernos.image import Image
+from kernos.op import Op
+
+__all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key"]
+
+REGISTRY = "kernos:agents"
+MAX_DENIALS_LOGGED = 20
+"""Denials recorded per run; more are counted, and the op is vetoed anyway."""
+
+
+def namespace_key(agent: str) -> str:
+    return f"kernos:ns:{agent}"
+
+
+class AgentNamespace(dict[str, Any]):
+    """An agent's globals: its own names, plus the agent builtins (never persisted)."""
+
+    def __init__(self, owner: str, label: str | None = None) -> None:
+        super().__init__()
+        self.owner = owner
+        self["__builtins__"] = AGENT_BUILTINS
+        self["__name__"] = f"agent:{label or owner}"
+
+    def user_items(self) -> dict[str, Any]:
+        return {key: value for key, value in self.items()
+                if not (key.startswith("__") and key.endswith("__"))}
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        items = [(key, value) for key, value in self.items() if key != "__builtins__"]
+        return (rebuild_namespace, (self.owner,), None, None, iter(items))
+
+
+def rebuild_namespace(owner: str) -> AgentNamespace:
+    """Load-side constructor (part of the on-disk format)."""
+    return AgentNamespace(owner)
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    """What running agent code produced."""
+
+    principal: str
+    """Who ran."""
+    op: int
+    """The op it ran in."""
+    output: str
+    """What it printed (bounded)."""
+    seconds: float
+    """Wall time of the run."""
+
+
+class AgentRuntime:
+    """Principals, grants, contained agent code and tools, over one image."""
+
+    def __init__(self, image: Image, *, default_limits: Limits | None = None) -> None:
+        self.image = image
+        self.default_limits = default_limits or Limits()
+        self.denials: list[dict[str, Any]] = []
+
+    # -- state in the image ------------------------------------------------------
+
+    @property
+    def registry(self) -> Registry:
+        """The registry, read-only use (an empty one if no agent was ever added)."""
+        found = self.image.system.get(REGISTRY)
+        return found if isinstance(found, Registry) else Registry()
+
+    def _mutable_registry(self, op: Op) -> Registry:
+        found = self.image.system.get(REGISTRY)
+        if not isinstance(found, Registry):
+            found = Registry()
+            self.image.bind(REGISTRY, found)
+        op.touch(REGISTRY)
+        return found
+
+    def _op(self) -> Op:
+        op = self.image.current
+        if op is None:
+            raise UsageError("the agent runtime changes the image only inside an op: run "
+                             "this from a cell (or an op started with image.begin())")
+        return op
+
+    def namespace(self, agent: str) -> AgentNamespace:
+        self.registry.principal(agent)
+        found = self.image.system.get(namespace_key(agent))
+        if not isinstance(found, AgentNamespace):
+            raise UsageError(f"the namespace of agent {agent!r} is missing from the image")
+        return found
+
+    def limits_for(self, principal: str) -> Limits:
+        if principal == HUMAN:
+            return self.default_limits
+        return self.default_limits.with_overrides(self.registry.principal(principal).limits)
+
+    # -- the human's operations --------------------------------------------------------
+
+    def add_agent(self, name: object, *, parent: str = HUMAN,
+                  limits: dict[str, int] | None = None) -> str:
+        limits = dict(limits or {})
+        op = self._op()
+        registry = self._mutable_registry(op)
+        self.default_limits.with_overrides(limits)  # validate before anything changes
+        principal = registry.add_agent(name, parent=parent, op=op.id)
+        principal.limits = dict(limits)
+        self.image.bind(namespace_key(principal.name), AgentNamespace(principal.name))
+        op.touch(namespace_key(principal.name))
+        return principal.name
+
+    def set_limits(self, agent: str, **limits: int) -> Limits:
+        op = self._op()
+        principal = self._mutable_registry(op).principal(agent)
+        merged = {**principal.limits, **limits}
+        result = self.default_limits.with_overrides(merged)
+        principal.limits = merged
+        return result
+
+    def grant(self, agent: str, capability: object, limit: object = None, *,
+              granter: str = HUMAN) -> dict[str, object]:
+        op = self._op()
+        registry = self._mutable_registry(op)
+        if granter != HUMAN:
+            raise CapabilityDenied(granter, shown(capability),
+                                   detail="only the human grants directly; agents delegate")
+        return registry.grant(agent, capability, limit=limit, granter=granter,
+                              op=op.id).describe()
+
+    def revoke(self, agent: str, capability_or_id: object) -> list[str]:
+        """Revoke grants (by capability or id) and all grants derived from them."""
+        op = self._op()
+        registry = self._mutable_registry(op)
+        registry.principal(agent)
+        if type(capability_or_id) is str and capability_or_id.startswith("g"):
+            targets = [registry.held(agent, capability_or_id)]
+        else:
+            targets = registry.matching(agent, capability_or_id)
+        if not targets:
+            raise UsageError(f"{agent!r} holds no active grant {capability_or_id!r}; "
+                             f"`%kernos grants {agent}` lists them")
+        revoked = []
+        for grant in targets:
+            revoked += [g.id for g in registry.revoke(grant, op=op.id)]
+        return revoked
+
+    def grants(self, agent: str | None = None) -> list[dict[str, object]]:
+        registry = self.registry
+        if agent is not None:
+            registry.principal(agent)
+        return [grant.describe() for grant in registry.of(agent)]
+
+    def agents(self) -> list[str]:
+        return sorted(self.registry.principals)
+
+    def register_tool(self, name: str, function: Callable[..., Any], *,
+                      schema: dict[str, Any], description: str, effect: str = "pure",
+                      capability: str | None = None) -> dict[str, object]:
+        """Register trusted Python (the human's) as a tool."""
+        if not callable(function):
+            raise UsageError(f"tool {name!r}: {function!r} is not callable")
+        op = self._op()
+        version = self._mutable_registry(op).define_tool(
+            name=name, function=function, schema=schema, description=description,
+            effect=effect, author=HUMAN, op=op.id, capability=capability)
+        return version.describe()
+
+    def tools(self) -> list[dict[str, object]]:
+        return [versions[-1].describe() for versions in self.registry.tools.values()]
+
+    # -- running agent code ----------------------------------------------------------------
+
+    def run(self, principal: str, source: object,
+            echo: Callable[[str], object] | None = None) -> RunResult:
+        """Run ``source`` as ``principal`` inside the current op.
+
+        ``echo`` receives what the code printed (bounded), also when it fails.
+        """
+        op = self._op()
+        if principal == HUMAN:
+            raise UsageError("the human runs ordinary cells; `%%agent NAME` runs agent code")
+        limits = self.limits_for(principal)
+        code = compile_agent(source, principal=principal,
+                             filename=f"{AGENT_FILENAME_PREFIX}{principal}>",
+                             max_source=limits.source_bytes, max_depth=limits.ast_depth)
+        namespace = self.namespace(principal)
+        op.touch(namespace_key(principal), REGISTRY)
+        started = time.perf_counter()
+        with self._running(principal, op) as ctx:
+            try:
+                exec(code, namespace)
+            finally:
+                output = ctx.output.text()
+                namespace.pop("_print", None)  # RestrictedPython's per-run print target
+                if echo is not None and output:
+                    echo(output)
+        return RunResult(principal=principal, op=op.id, output=output,
+                         seconds=time.perf_counter() - started)
+
+    @contextlib.contextmanager
+    def _running(self, principal: str, op: Op) -> Iterator[RunContext]:
+        """Enter agent context under supervision, unless already inside it."""
+        outer = context.running()
+        if outer is not None:
+            yield outer
+            return
+        limits = self.limits_for(principal)
+        supervisor = Supervisor(limits, describe=f"op {op.id} ({principal})")
+        ctx = RunContext(runtime=self, principal=principal, op=op, limits=limits,
+                         output=BoundedOutput(limits.output_bytes), supervisor=supervisor)
+        token = context.enter(ctx)
+        supervisor.start()
+        try:
+            yield ctx
+        except LimitExceeded:
+            pass  # reported below, with the supervisor's message
+        finally:
+            _stop(supervisor)
+            context.leave(token)
+        if supervisor.breach is not None:  # raised, or tripped and swallowed somewhere
+            op.veto(supervisor.breach.message)
+            raise OpVetoed(op.id, [supervisor.breach.message])
+
+    # -- denials ----------------------------------------------------------------------
+
+    def deny(self, ctx: RunContext, capability: str, detail: str = "") -> CapabilityDenied:
+        """Record a denial, veto the op, and return the error to raise."""
+        capability, detail = capability[:120], detail[:300]  # agent text is bounded
+        error = CapabilityDenied(ctx.principal, capability, detail=detail)
+        record = {"op": ctx.op.id, "principal": ctx.principal, "capability": capability,
+                  "detail": detail, "at": time.time()}
+        ctx.denials += 1
+        if ctx.denials > MAX_DENIALS_LOGGED:
+            return error  # the op is vetoed already; a flood is not written out
+        del self.denials[:-1000]
+        self.denials.append(record)
+        ctx.op.veto(f"{ctx.principal!r} was denied {capability!r}")
+        with contextlib.suppress(OSError):
+            path = os.path.join(self.image.workspace.path, "denials.jsonl")
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                os.fsync(log.fileno())
+        return error
+
+    def _require(self, ctx: RunContext, kind: str, target: str) -> None:
+        if ctx.principal == HUMAN:
+            return
+        if self.registry.find(ctx.principal, kind, target) is None:
+            raise self.deny(ctx, f"{kind}:{target}")
+
+    def _invalid(self, ctx: RunContext, error: KernosError) -> KernosError:
+        """A malformed request from agent code counts as a denial too."""
+        self.deny(ctx, "a well-formed request", detail=str(error)[:200])
+        return error
+
+    # -- calls from agent code (see kernos.agents.api) -----------------------------------
+
+    def read(self, ctx: RunContext, name: object) -> ObjectView:
+        if type(name) is not str:
+            raise self._invalid(ctx, BoundaryError("read() takes a name (a str)"))
+        self._require(ctx, "read", name)
+        if name not in self.image.namespace or not self._is_human_name(name):
+            raise KeyError(f"there is no {name!r} to read")
+        return ObjectView(name)
+
+    def write(self, ctx: RunContext, name: object, value: object) -> None:
+        if (type(name) is not str or not name.isidentifier() or name.startswith("_")
+                or not self._is_human_name(name)):
+            raise self._invalid(ctx, BoundaryError("write() takes an identifier (a str)"))
+        assert isinstance(name, str)
+        self._require(ctx, "write", name)
+        self.image.namespace[name] = to_host(value)
+        ctx.op.touch(name)
+
+    def resolve_view(self, ctx: RunContext, name: str, path: tuple[tuple[str, object], ...],
+                     *, write: bool) -> object:
+        self._require(ctx, "write" if write else "read", name)
+        if name not in self.image.namespace:
+            raise KeyError(f"{name!r} no longer exists")
+        value = self.image.namespace[name]
+        for kind, key in path:
+            value = value[key] if kind == "item" else vars(value)[key]
+        if write:
+            ctx.op.touch(name)
+        return value
+
+    def _is_human_name(self, name: str) -> bool:
+        return self.image.is_persistent(name) and not name.startswith("kernos:")
+
+    def spend(self, ctx: RunContext, value: object, unit: object) -> object:
+        if type(unit) is not str:
+            raise self._invalid(ctx, InvalidGrant("spend() takes a unit (a str)"))
+        try:
+            checked = amount(value)
+        except InvalidGrant as error:
+            raise self._invalid(ctx, error) from None
+        registry = self._mutable_registry(ctx.op)
+        grant = registry.find(ctx.principal, "spend", unit)
+        if grant is None:
+            raise self.deny(ctx, f"spend:{unit}")
+        # A derived grant spends from every grant it was derived from, so
+        # delegating cannot multiply a budget.
+        chain = [grant]
+        while chain[-1].parent is not None:
+            chain.append(registry.grants[chain[-1].parent])
+        for link in chain:
+            remaining = link.remaining
+            assert remaining is not None
+            if checked > remaining:
+                raise self.deny(ctx, f"spend:{unit}",
+                                detail=f"{checked} asked, {remaining} left of grant {link.id}")
+        for link in chain:
+            link.used += checked
+        return min(link.remaining for link in chain if link.remaining is not None)
+
+    def my_grants(self, ctx: RunContext) -> list[object]:
+        return [to_agent(grant.describe()) for grant in self.registry.of(ctx.principal)
+                if grant.active]
+
+    def delegate(self, ctx: RunContext, grant_id: object, to: object,
+                 limit: object = None) -> object:
+        registry = self._mutable_registry(ctx.op)
+        try:
+            grant = registry.attenuate(ctx.principal, grant_id, to, limit=limit, op=ctx.op.id)
+        except CapabilityDenied as denied:
+            raise self.deny(ctx, denied.capability, detail=denied.detail) from None
+        except (InvalidGrant, UnknownAgent) as error:
+            raise self._invalid(ctx, error) from None
+        return to_agent(grant.describe())
+
+    def revoke_delegated(self, ctx: RunContext, grant_id: object) -> list[object]:
+        registry = self._mutable_registry(ctx.op)
+        grant = registry.grants.get(grant_id) if type(grant_id) is str else None
+        if grant is None or grant.granted_by != ctx.principal:
+            raise self.deny(ctx, f"revoke {shown(grant_id)}",
+                            detail="agents revoke only the grants they delegated")
+        return [g.id for g in registry.revoke(grant, op=ctx.op.id)]
+
+    def spawn(self, ctx: RunContext, name: object) -> object:
+        self._require(ctx, "agents", "spawn")
+        if type(name) is not str:
+            raise self._invalid(ctx, InvalidGrant("spawn() takes a name (a str)"))
+        return self.add_agent(f"{ctx.principal}/{name}", parent=ctx.principal)
+
+    def define_tool(self, ctx: RunContext, name: object, source: object, schema: object,
+                    description: object) -> object:
+        if ctx.principal == HUMAN:
+            raise UsageError("the human registers tools with agents.register_tool()")
+        registry = self._mutable_registry(ctx.op)
+        version_number = len(registry.tools.get(name, [])) + 1 if type(name) is str else 0
+        label = f"{ctx.principal}:tool:{name}:v{version_number}"
+        code = compile_agent(source, principal=ctx.principal,
+                             filename=f"{AGENT_FILENAME_PREFIX}{label}>",
+                             max_source=ctx.limits.source_bytes, max_depth=ctx.limits.ast_depth)
+        namespace = AgentNamespace(ctx.principal, label=label)
+        exec(code, namespace)
+        namespace.pop("_print", None)
+        function = namespace.get(name) if type(name) is str else None
+        if not callable(function):
+            raise UsageError(f"the source of tool {name!r} must define a function {name}()")
+        version = registry.define_tool(
+            name=name, function=function, schema=to_host(schema), description=description,
+            effect="pure", author=ctx.principal, op=ctx.op.id, source=str(source))
+        return version.version
+
+    def call(self, ctx: RunContext, name: object, arguments: dict[str, object]) -> object:
+        """Call a tool as ``ctx.principal``, with the version pinned for this op."""
+        version = self._pinned(ctx, name)
+        # A trusted tool may change human names in place: with the registry in
+        # the op's reach, the commit widens it through the tool's code.
+        ctx.op.touch(REGISTRY)
+        if ctx.principal != HUMAN and version.author != ctx.principal:
+            kind, target = parse_capability(version.capability)
+            self._require(ctx, kind, target)
+        arguments = to_host(arguments)
+        _check_arguments(version, arguments)
+        ctx.depth += 1
+        try:
+            result = version.function(**arguments)
+        finally:
+            ctx.depth -= 1
+        if ctx.principal != HUMAN:
+            return to_agent(result)
+        return result if version.author == HUMAN else to_host(result)
+
+    def call_as_human(self, name: object, arguments: dict[str, object]) -> object:
+        op = self._op()
+        with self._running(HUMAN, op) as ctx:
+            return self.call(ctx, name, arguments)
+
+    def _pinned(self, ctx: RunContext, name: object) -> ToolVersion:
+        pins = ctx.op.facts.get("tools", {})
+        registry = self.registry
+        if type(name) is str and name in pins:
+            number = pins[name]
+            pinned: ToolVersion = registry.tools[name][number - 1]
+            return pinned
+        version = registry.tool_version(name, before_op=ctx.op.id)
+        ctx.op.facts.setdefault("tools", {})[version.name] = version.version
+        ctx.tools_used[version.name] = version.version
+        return version
+
+
+def _stop(supervisor: Supervisor) -> None:
+    """Stop supervision, even if a last asynchronous breach lands meanwhile."""
+    while True:
+        try:
+            supervisor.stop()
+            return
+        except LimitExceeded:
+            continue
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list, tuple), "object": (dict,), "null": (type(None),),
+}
+
+
+def _check_arguments(version: ToolVersion, arguments: dict[str, object]) -> None:
+    properties = version.schema.get("properties", {})
+    missing = [name for name in version.schema.get("required", []) if name not in arguments]
+    if missing:
+        raise TypeError(f"tool {version.name!r} needs {', '.join(missing)}")
+    for key, value in arguments.items():
+        if key not in properties:
+            raise TypeError(f"tool {version.name!r} takes no argument {key!r}")
+        expected = _JSON_TYPES[properties[key]["type"]]
+        if type(value) not in expected or (type(value) is bool and bool not in expected):
+            raise TypeError(f"tool {version.name!r}: {key} must be a "
+                            f"{properties[key]['type']}, not {type(value).__name__}")
