@@ -320,6 +320,20 @@ def agent_class(name: str, bases: tuple[type, ...], namespace: dict[str, object]
     return type(name, bases, namespace)
 
 
+_C_IMPORTS = frozenset({"time", "_strptime"})
+
+
+def _internal_import(name: str, *args: object, **kwargs: object) -> types.ModuleType:
+    """For C code only (``strftime`` imports ``time`` through the caller's builtins).
+
+    Agent code cannot name it (it starts with ``_``); it imports only what
+    datetime's C code needs.
+    """
+    if name not in _C_IMPORTS:
+        raise ImportError(f"agent code cannot import {name!r}")
+    return builtins.__import__(name, *args, **kwargs)  # type: ignore[arg-type]
+
+
 def _module_view(name: str) -> ModuleView:
     return MODULES[name]
 
@@ -359,6 +373,7 @@ def _build_builtins() -> dict[str, object]:
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
         "_unpack_sequence_": guarded_unpack_sequence,
         "__metaclass__": agent_class, "__build_class__": builtins.__build_class__,
+        "__import__": _internal_import,
         **EXCEPTIONS, **MODULES,
     }
     return builtins_

@@ -9,6 +9,10 @@ On top of that this policy refuses, before anything runs:
   allowlisted wrappers in their builtins);
 * a bare ``except:`` (it would swallow the runtime's limit breaches) and
   ``finally:`` (it would run agent code while a breach unwinds);
+* an ``except`` clause naming anything but the allowed exception classes,
+  and rebinding any builtin name (``ValueError = 5``, ``def len(...)``):
+  otherwise matching a breach against the clause could itself raise, and an
+  outer ``except Exception`` would catch that instead of the breach;
 * ``global`` (an agent function rebinding namespace names behind the op's
   back) -- top-level assignments are how agents keep state;
 * ``a ** b``, ``a * b`` and ``a << b`` go through ``_binop_``, which refuses
@@ -31,6 +35,7 @@ from typing import Any
 from RestrictedPython.compile import compile_restricted_exec
 from RestrictedPython.transformer import RestrictingNodeTransformer
 
+from kernos.agents.guards import AGENT_BUILTINS, EXCEPTIONS
 from kernos.errors import AgentCodeRejected
 
 __all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_SOURCE", "compile_agent"]
@@ -54,7 +59,31 @@ class AgentPolicy(RestrictingNodeTransformer):
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> Any:
         if node.type is None:
             self.error(node, "a bare 'except:' is not allowed; name the exceptions to catch")
+        else:
+            names = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            if not all(isinstance(name, ast.Name) and name.id in EXCEPTIONS
+                       for name in names):
+                self.error(node, "an 'except' clause may name only the exceptions agents "
+                                 f"have: {', '.join(sorted(EXCEPTIONS))}")
+        self._check_rebinding(node, node.name)
         return super().visit_ExceptHandler(node)
+
+    def _check_rebinding(self, node: ast.AST, name: str | None) -> None:
+        if name is not None and name in AGENT_BUILTINS:
+            self.error(node, f"{name!r} is a builtin of agent code and cannot be rebound")
+
+    def visit_Name(self, node: ast.Name) -> Any:
+        if not isinstance(node.ctx, ast.Load):
+            self._check_rebinding(node, node.id)
+        return super().visit_Name(node)
+
+    def visit_arg(self, node: ast.arg) -> Any:
+        self._check_rebinding(node, node.arg)
+        return super().visit_arg(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> Any:
+        self._check_rebinding(node, node.name)
+        return super().visit_ClassDef(node)
 
     def visit_Try(self, node: ast.Try) -> Any:
         if node.finalbody:
@@ -76,6 +105,7 @@ class AgentPolicy(RestrictingNodeTransformer):
         return ast.copy_location(call, node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
+        self._check_rebinding(node, node.name)
         if node.name.startswith("__") and node.name not in _ALLOWED_SPECIAL_METHODS:
             self.error(node, f"the special method {node.name!r} is not allowed "
                              "(only __init__)")

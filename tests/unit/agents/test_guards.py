@@ -296,7 +296,14 @@ for name in ('mro', 'missing'):
 
 
 def test_the_agent_builtins() -> None:
-    for missing in ("type", "object", "open", "__import__", "BaseException", "eval", "exec",
+    # C code (datetime's strftime) imports through the caller's builtins: only
+    # what it needs, and agent code cannot name it.
+    importer = AGENT_BUILTINS["__import__"]
+    assert importer("time").__name__ == "time"  # type: ignore[operator]
+    for module in ("os", "sys", "builtins", "importlib", "subprocess"):
+        with pytest.raises(ImportError):
+            importer(module)  # type: ignore[operator]
+    for missing in ("type", "object", "open", "BaseException", "eval", "exec",
                     "compile", "globals", "locals", "vars", "dir", "setattr", "delattr",
                     "input", "breakpoint", "memoryview", "bytearray", "super", "classmethod",
                     "staticmethod", "property", "help", "exit", "quit", "KeyboardInterrupt",
