@@ -233,3 +233,4 @@ class OpVetoed(KernosError):
     @classmethod
     def from_op(cls, op: Any) -> OpVetoed:
         return cls(op.id, list(op.vetoes))
+

@@ -3,7 +3,7 @@
 1. **In the interpreter.**  While agent code runs, a trace function watches
    the agent's own frames (host frames are not traced, so host code pays
    nothing).  On each line it checks the deadline and the recursion depth,
-   and every few hundred lines the process's resident memory.  A breach
+   and every 64 lines the process's resident memory.  A breach
    raises a :class:`LimitExceeded`, which is a ``BaseException``: agent code
    cannot name it (no ``BaseException`` is in the agent's builtins), a bare
    ``except:`` is refused by the dialect, and ``except Exception`` does not
@@ -177,7 +177,7 @@ class Supervisor:
             if time.monotonic() > self._deadline:
                 self._trip(DeadlineExceeded(
                     f"{self.describe} ran over its {self.limits.seconds} s deadline"))
-            elif self._lines % 256 == 0:
+            elif self._lines % 64 == 0:
                 grown = resident_bytes() - self._memory_base
                 if grown > self.limits.memory_mb * 1024 * 1024:
                     self._trip(MemoryLimitExceeded(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import reprlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,6 +64,10 @@ class AgentNamespace(dict[str, Any]):
         self.owner = owner
         self["__builtins__"] = AGENT_BUILTINS
         self["__name__"] = f"agent:{label or owner}"
+
+    def __repr__(self) -> str:
+        # Cheap and bounded: summaries of the image call repr() on every value.
+        return f"<namespace of {self.owner}: {len(self) - 2} names>"
 
     def user_items(self) -> dict[str, Any]:
         return {key: value for key, value in self.items()
@@ -229,6 +234,13 @@ class AgentRuntime:
         with self._running(principal, op) as ctx:
             try:
                 exec(code, namespace)
+            except KernosError:
+                raise
+            except Exception as error:
+                # Host code (the kernel's traceback) formats the error's args,
+                # which agent code chose: bound them first.
+                error.args = (_bounded_args(error.args),)
+                raise
             finally:
                 output = ctx.output.text()
                 namespace.pop("_print", None)  # RestrictedPython's per-run print target
@@ -399,9 +411,12 @@ class AgentRuntime:
         function = namespace.get(name) if type(name) is str else None
         if not callable(function):
             raise UsageError(f"the source of tool {name!r} must define a function {name}()")
-        version = registry.define_tool(
-            name=name, function=function, schema=to_host(schema), description=description,
-            effect="pure", author=ctx.principal, op=ctx.op.id, source=str(source))
+        try:
+            version = registry.define_tool(
+                name=name, function=function, schema=to_host(schema), description=description,
+                effect="pure", author=ctx.principal, op=ctx.op.id, source=str(source))
+        except CapabilityDenied as denied:  # another principal's tool
+            raise self.deny(ctx, denied.capability, detail=denied.detail) from None
         return version.version
 
     def call(self, ctx: RunContext, name: object, arguments: dict[str, object]) -> object:
@@ -440,6 +455,14 @@ class AgentRuntime:
         ctx.op.facts.setdefault("tools", {})[version.name] = version.version
         ctx.tools_used[version.name] = version.version
         return version
+
+
+def _bounded_args(args: tuple[object, ...]) -> str:
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxstring, shown.maxother = 3, 200, 60
+    text = ", ".join(arg if type(arg) is str else shown.repr(arg)
+                     for arg in args[:3])
+    return text[:1000]
 
 
 def _stop(supervisor: Supervisor) -> None:

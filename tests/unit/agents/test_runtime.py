@@ -336,7 +336,7 @@ except Exception:
     with env.op():
         env.agents.grant("bob", "call:shout")
     assert env.run("bob", "print(call('shout', text='ok'))") == "OK!\n"
-    with env.op(), pytest.raises(CapabilityDenied, match="it belongs to alice"):
+    with pytest.raises(CapabilityDenied, match="it belongs to alice"), env.op():
         env.runtime.run("bob", "define_tool('shout', 'def shout(text):\\n    return 1', "
                                "{'type': 'object'}, 'mine')")
 
