@@ -83,11 +83,6 @@ def to_agent(value: object) -> Any:
                  views=False)
 
 
-def _preview(value: object) -> str:
-    text = repr(value) if type(value) in ATOMIC else f"<{type(value).__name__}>"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 class ObjectView:
     """A capability proxy on a name in the human namespace (or a part of it)."""
 

@@ -11,13 +11,13 @@ author's.
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kernos.errors import UsageError
 
 if TYPE_CHECKING:
-    from kernos.agents.limits import Limits, Supervisor
+    from kernos.agents.limits import Limits
     from kernos.agents.runtime import AgentRuntime
     from kernos.op import Op
 
@@ -56,8 +56,6 @@ class RunContext:
     op: Op
     limits: Limits
     output: BoundedOutput
-    supervisor: Supervisor | None = None
-    tools_used: dict[str, int] = field(default_factory=dict)
     depth: int = 0
     denials: int = 0
 

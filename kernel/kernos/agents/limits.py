@@ -82,11 +82,9 @@ class LimitExceeded(BaseException):
 
     kind = "limit"
 
-    def __init__(self, message: str = "") -> None:
-        # Raised asynchronously, the class is instantiated without arguments:
-        # the supervisor's ``breach`` carries the message then.
-        super().__init__(message or "an agent resource limit was breached")
-        self.message = message or "an agent resource limit was breached"
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class DeadlineExceeded(LimitExceeded):
@@ -129,7 +127,6 @@ class Supervisor:
         self._deadline = 0.0
         self._memory_base = 0
         self._previous_trace: Any = None
-        self._thread = 0
         self._breach_at = 0.0
         self._active = False
         self._watchdog: threading.Thread | None = None
@@ -140,7 +137,6 @@ class Supervisor:
         self._started = time.monotonic()
         self._deadline = self._started + self.limits.seconds
         self._memory_base = resident_bytes()
-        self._thread = threading.get_ident()
         self._previous_trace = sys.gettrace()
         self._active = True
         # The last resort, in C: a thread that needs no GIL, so it fires even

@@ -259,7 +259,7 @@ class AgentRuntime:
         limits = self.limits_for(principal)
         supervisor = Supervisor(limits, describe=f"op {op.id} ({principal})")
         ctx = RunContext(runtime=self, principal=principal, op=op, limits=limits,
-                         output=BoundedOutput(limits.output_bytes), supervisor=supervisor)
+                         output=BoundedOutput(limits.output_bytes))
         token = context.enter(ctx)
         supervisor.start()
         try:
@@ -267,7 +267,7 @@ class AgentRuntime:
         except LimitExceeded:
             pass  # reported below, with the supervisor's message
         finally:
-            _stop(supervisor)
+            supervisor.stop()
             context.leave(token)
         if supervisor.breach is not None:  # raised, or tripped and swallowed somewhere
             op.veto(supervisor.breach.message)
@@ -453,7 +453,6 @@ class AgentRuntime:
             return pinned
         version = registry.tool_version(name, before_op=ctx.op.id)
         ctx.op.facts.setdefault("tools", {})[version.name] = version.version
-        ctx.tools_used[version.name] = version.version
         return version
 
 
@@ -463,16 +462,6 @@ def _bounded_args(args: tuple[object, ...]) -> str:
     text = ", ".join(arg if type(arg) is str else shown.repr(arg)
                      for arg in args[:3])
     return text[:1000]
-
-
-def _stop(supervisor: Supervisor) -> None:
-    """Stop supervision, even if a last asynchronous breach lands meanwhile."""
-    while True:
-        try:
-            supervisor.stop()
-            return
-        except LimitExceeded:
-            continue
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
