@@ -76,11 +76,16 @@ def define_tool(who: str, name: str, body: str, *, description: str = "a tool",
 
 
 def denials(workspace: Path) -> list[dict[str, Any]]:
-    """The durable denial log of a workspace (empty if nothing was ever denied)."""
-    path = Path(workspace) / "denials.jsonl"
+    """Every denial the workspace's audit log records, oldest first, with its op."""
+    path = Path(workspace) / "audit" / "chain.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        for denial in (record.get("grants") or {}).get("denied", []):
+            found.append({**denial, "op": record["op"]})
+    return found
 
 
 def grant_row(table: str, grant_id: str) -> dict[str, str]:

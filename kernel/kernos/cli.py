@@ -4,10 +4,14 @@
 ``kernos demo``               the headless demonstration, on a real kernel
 ``kernos log|show|diff``      browse a workspace's history; no kernel needed
 ``kernos checkout REF``       record a new snapshot equal to REF (the kernel must be stopped)
+``kernos audit verify``       verify the audit chain, the snapshots and the history
+``kernos audit log``          the audit records, newest last
+``kernos events``             committed events, from the durable log
+``kernos erase SUBJECT``      erase a data subject (the kernel must be stopped)
 
 The workspace is ``--workspace DIR``, else ``$KERNOS_WORKSPACE``, else the
-default (see ``kernos.store.workspace``).  Errors print one clear line and
-exit with status 2.
+default (see ``kernos.store.workspace``).  Exit status: 0 success, 1 ``audit
+verify`` found tampering, 2 an error (one clear line on stderr).
 """
 
 from __future__ import annotations
@@ -56,6 +60,40 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("ref_b", nargs="?", default="HEAD")
     checkout = with_workspace("checkout", "record a new snapshot equal to REF")
     checkout.add_argument("ref")
+
+    audit = commands.add_parser("audit", help="verify or list the audit log")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True,
+                                          metavar="SUBCOMMAND")
+    verify = audit_commands.add_parser(
+        "verify", help="verify the chain, the snapshots and the history (exit 1 if tampered)")
+    verify.add_argument("--workspace", "-w", metavar="DIR",
+                        help="the workspace directory (default: $KERNOS_WORKSPACE)")
+    verify.add_argument("--anchor", metavar="INDEX:HASH",
+                        help="a head digest printed by an earlier verify, kept elsewhere")
+    verify.add_argument("--no-objects", action="store_true",
+                        help="skip re-hashing every git object (faster, weaker)")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    audit_log = audit_commands.add_parser("log", help="list audit records, oldest first")
+    audit_log.add_argument("--workspace", "-w", metavar="DIR",
+                           help="the workspace directory (default: $KERNOS_WORKSPACE)")
+    audit_log.add_argument("-n", type=int, default=20, metavar="N",
+                           help="the newest N (default 20)")
+    audit_log.add_argument("--principal", help="only this principal's ops")
+    audit_log.add_argument("--status", help="committed, rolled back, failed, interrupted, "
+                                            "denied or vetoed")
+    audit_log.add_argument("--topic", help="only ops that emitted a matching event")
+    audit_log.add_argument("--json", action="store_true", help="one JSON record per line")
+
+    events = with_workspace("events", "committed events, from the durable log")
+    events.add_argument("--since", type=int, default=0, metavar="SEQ",
+                        help="after this sequence number (default 0: all)")
+    events.add_argument("--topic", metavar="PATTERN", help="only matching topics")
+    events.add_argument("--principal", help="only events this principal emitted")
+    events.add_argument("-n", type=int, default=None, metavar="N", help="at most N")
+    events.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    erase = with_workspace("erase", "erase a data subject's personal values (irreversible)")
+    erase.add_argument("subject")
     return parser
 
 
@@ -80,6 +118,32 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_demo(args.workspace)
     path = args.workspace or default_workspace()
+    if args.command == "audit":
+        return _audit(args, path)
+    if args.command == "erase":
+        from kernos.audit import erase, open_audit
+
+        with Workspace.open(path, create=False, purpose="kernos erase") as workspace:
+            report = erase(open_audit(workspace), args.subject)
+        print(f"Erased the data subject {report.subject!r}: key "
+              f"{'destroyed' if report.key_destroyed else 'already gone'}, "
+              f"{len(report.payloads)} audit payload(s) deleted; audit record {report.record}.")
+        return 0
+    if args.command == "events":
+        import json
+
+        from kernos.audit import open_audit
+
+        with Workspace.open(path, writable=False) as workspace:
+            found = open_audit(workspace).events_since(
+                args.since, topic=args.topic, principal=args.principal, limit=args.n)
+        for event in found:
+            if args.json:
+                print(json.dumps(event, sort_keys=True))
+            else:
+                print(f"{event['seq']:>6}  op {event['op']:<5} {event['principal']:<12} "
+                      f"{event['topic']}  {json.dumps(event['payload'], sort_keys=True)[:80]}")
+        return 0
     if args.command == "checkout":
         with Workspace.open(path, create=False, purpose="kernos checkout") as workspace:
             commit = history.checkout_offline(workspace, args.ref)
@@ -94,6 +158,28 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "diff":
             result = history.diff(workspace, args.ref_a, args.ref_b)
             print(history.format_diff(result, args.ref_a, args.ref_b))
+    return 0
+
+
+def _audit(args: argparse.Namespace, path: object) -> int:
+    import json
+
+    from kernos.audit import open_audit, verify
+
+    if args.audit_command == "verify":
+        report = verify(str(path), anchor=args.anchor, objects=not args.no_objects)
+        print(json.dumps(report.to_json(), indent=2) if args.json else report.summary())
+        return 0 if report.ok else 1
+    with Workspace.open(str(path), writable=False) as workspace:
+        records = open_audit(workspace).records(principal=args.principal, status=args.status,
+                                                topic=args.topic, limit=args.n)
+    if args.json:
+        for record in records:
+            print(json.dumps(record, sort_keys=True))
+    else:
+        from kernos.audit.human import format_records
+
+        print(format_records(records))
     return 0
 
 

@@ -4,10 +4,12 @@ It starts the kernel on a fresh demo workspace, builds state (with a class
 and a function defined in cells), makes a cell fail halfway and shows that
 nothing of it remains, lets two agents work under capability grants (one
 writes a tool, the other is granted it and uses it; a denied action is
-rolled back even though the agent caught the denial), kills the kernel with
-SIGKILL, starts a new one and shows that everything is back, agents and
-tools included, then prints the history.  Each step checks
-what it claims and the demo exits non-zero if any check fails.
+rolled back even though the agent caught the denial), reacts to events
+with a subscriber that commits and rolls back with its op, kills the kernel
+with SIGKILL, starts a new one and shows that everything is back, agents and
+tools included, prints the history and the audit log, verifies the audit
+chain from disk and erases a data subject.  Each step checks what it claims
+and the demo exits non-zero if any check fails.
 """
 
 from __future__ import annotations
@@ -201,7 +203,23 @@ def run_demo(workspace_dir: str | None = None) -> int:
         _check(text.split() == ["['left',", "'summary']"],
                "nothing of the denied op remains in bob's namespace")
 
-        print("5. kill -9 the kernel process.\n")
+        print("5. Events: a subscriber runs inside the op that emits.\n")
+        session.run(textwrap.dedent("""\
+            @events.subscribe("payments.*")
+            def record_payment(event):
+                ledger["entries"].append(("payment", event.payload["amount"]))"""))
+        session.run('events.emit("payments.received", {"amount": 30})')
+        status, _, _ = session.run(textwrap.dedent("""\
+            events.emit("payments.received", {"amount": 999})
+            raise RuntimeError("the order was cancelled")"""))
+        _, _, text = session.run(
+            "print(ledger['entries'][-1], len(ledger['entries']))\n"
+            "print([e['payload']['amount'] for e in events.since(0)])")
+        _check(status == "error" and text.split() == ["('payment',", "30)", "3", "[30]"],
+               "the subscriber's change committed with its op; the cancelled op left no "
+               "entry and no event")
+
+        print("6. kill -9 the kernel process.\n")
         pid = session.pid
         os.kill(pid, signal.SIGKILL)
         deadline = time.time() + 10
@@ -210,14 +228,14 @@ def run_demo(workspace_dir: str | None = None) -> int:
         _check(not session.manager.is_alive(), f"kernel pid {pid} is dead")
         session.client.stop_channels()
 
-        print("6. Start a new kernel on the same workspace.\n")
+        print("7. Start a new kernel on the same workspace.\n")
         session = Session(workspace)
         print(f"    kernel pid {session.pid}\n")
         _, _, text = session.run(
             "print(type(accounts[0]).__name__, accounts[0].owner, total(accounts), "
             "ledger['entries'][-1], prices[-1])\n"
             "print(isinstance(accounts[1], Account), accounts[1].deposit(0))")
-        _check(text.split() == ["Account", "ada", "400", "('deposit',", "50)", "2.0", "True",
+        _check(text.split() == ["Account", "ada", "400", "('payment',", "30)", "2.0", "True",
                                 "250"],
                "classes, functions, instances, containers and arrays are intact")
         status, _, text = session.run(textwrap.dedent("""\
@@ -226,13 +244,35 @@ def run_demo(workspace_dir: str | None = None) -> int:
         _check(status == "ok" and text.split() == ["5", "20", "3"],
                "agents, grants, budgets, bob's names and alice's tool are intact")
 
-        print("7. The history (one snapshot per committed op).\n")
+        print("8. The history (one snapshot per committed op).\n")
         _, _, text = session.run("%kernos log", show=False)
         print(textwrap.indent(text.rstrip(), "    "))
         print()
         _check(text.count("human") >= 4 and "alice" in text and "bob" in text,
                "the history lists every committed op, with its principal")
-        print(f"Done. Browse it yourself: kernos log --workspace {workspace}")
+
+        print("9. The audit log: every op, committed or not, hash-chained.\n")
+        _, _, text = session.run("%kernos audit 20", show=False)
+        print(textwrap.indent(text.rstrip(), "    "))
+        print()
+        _check("failed" in text and "denied" in text and "committed" in text,
+               "failed and denied ops are recorded next to committed ones")
+        session.run('customer = personal("Ada Lovelace, 12 Marylebone Rd", subject="c-1042")')
+        status, _, text = session.run("%kernos erase c-1042\nprint(customer)")
+        _check(status == "ok" and "personal(<erased>, subject='c-1042')" in text,
+               "erasing the data subject made its value unreadable")
+        import subprocess
+
+        verify = subprocess.run([sys.executable, "-m", "kernos.cli", "audit", "verify",
+                                 "--workspace", str(workspace)],
+                                capture_output=True, text=True, check=False)
+        print(textwrap.indent(verify.stdout.rstrip(), "    "))
+        print()
+        _check(verify.returncode == 0 and verify.stdout.startswith("ok:"),
+               "`kernos audit verify` (a separate process) checks the chain, every snapshot and "
+               "the history")
+        print(f"Done. Browse it yourself: kernos log --workspace {workspace}\n"
+              f"                          kernos audit log --workspace {workspace}")
         return 0
     except DemoFailure as failure:
         print(f"\nDEMO FAILED: {failure}", file=sys.stderr)

@@ -10,7 +10,9 @@ The tree::
     │   ├── UnknownAgent          no principal of that name
     │   ├── UnknownTool           no tool of that name (or no version visible to the op)
     │   ├── InvalidGrant          a malformed capability, amount or schema
-    │   └── AgentCodeRejected     agent code that the restricted dialect refuses to compile
+    │   ├── AgentCodeRejected     agent code that the restricted dialect refuses to compile
+    │   ├── EventError            a malformed topic, pattern or event payload
+    │   └── UnknownSubject        erasure of a data subject Kernos never saw
     ├── WorkspaceError            the workspace directory cannot be used as asked
     │   ├── WorkspaceLocked       another process owns the workspace
     │   ├── WorkspaceCorrupt      the history on disk is damaged or unreadable
@@ -19,6 +21,10 @@ The tree::
     ├── OpVetoed                  an op was rolled back at commit (a denial, a breached limit)
     ├── CapabilityDenied          a principal used a capability it does not hold
     ├── BoundaryError             a value that may not cross between an agent and the host
+    ├── EventCascadeTooDeep       events triggered events past the depth limit
+    ├── SubscriberFailed          an in-image subscriber raised; the op rolls back
+    ├── AuditError                the audit log cannot be read or appended to as asked
+    ├── ErasedValue               a personal value whose subject was erased
     └── RestoreError              a snapshot could not be loaded into the namespace
 
 Every message says what was wrong and what to do about it.  Errors carry the
@@ -32,17 +38,23 @@ from typing import Any
 
 __all__ = [
     "AgentCodeRejected",
+    "AuditError",
     "BoundaryError",
     "CapabilityDenied",
     "CommitFailed",
+    "ErasedValue",
+    "EventCascadeTooDeep",
+    "EventError",
     "InvalidGrant",
     "KernosError",
     "OpVetoed",
     "RequestRejected",
     "RestoreError",
+    "SubscriberFailed",
     "TransactionStateError",
     "UnknownAgent",
     "UnknownRef",
+    "UnknownSubject",
     "UnknownTool",
     "UsageError",
     "WorkspaceCorrupt",
@@ -234,3 +246,72 @@ class OpVetoed(KernosError):
     def from_op(cls, op: Any) -> OpVetoed:
         return cls(op.id, list(op.vetoes))
 
+
+
+class EventError(UsageError):
+    """A topic, a topic pattern or an event payload that Kernos cannot accept."""
+
+
+class UnknownSubject(UsageError):
+    """An erasure request for a data subject that no value was ever tagged with."""
+
+    def __init__(self, subject: str, known: list[str]) -> None:
+        self.subject = subject
+        self.known = known
+        shown = ", ".join(repr(name) for name in known[:10]) or "none"
+        super().__init__(
+            f"no value was ever tagged with the data subject {subject!r}, so there is nothing "
+            f"to erase. Subjects with values in this workspace: {shown}. Nothing was changed."
+        )
+
+
+class EventCascadeTooDeep(KernosError):
+    """Events triggered events, past the depth limit: the op rolls back."""
+
+    def __init__(self, op: int, topic: str, depth: int, limit: int) -> None:
+        self.op = op
+        self.topic = topic
+        self.depth = depth
+        self.limit = limit
+        super().__init__(
+            f"op {op}: the event {topic!r} would be delivered at depth {depth}, past the limit "
+            f"of {limit} (subscribers emitting events that reach subscribers that emit ...). "
+            "The op rolls back with all its events. Break the cycle, or narrow the patterns."
+        )
+
+
+class SubscriberFailed(KernosError):
+    """An in-image subscriber raised while an event was delivered: the op rolls back."""
+
+    def __init__(self, subscription: str, principal: str, topic: str,
+                 cause: BaseException) -> None:
+        self.subscription = subscription
+        self.principal = principal
+        self.topic = topic
+        self.cause_name = type(cause).__name__
+        text = str(cause)
+        super().__init__(
+            f"subscriber {subscription} ({principal}) failed on {topic!r}: "
+            f"{self.cause_name}: {text[:300]}. The op rolls back with all its events; fix the "
+            f"subscriber or remove it with events.unsubscribe({subscription!r})."
+        )
+
+
+class AuditError(KernosError):
+    """The audit log cannot be used as asked (damaged, or appended to out of order)."""
+
+    def __init__(self, message: str, *, path: str = "", index: int | None = None) -> None:
+        self.path = path
+        self.index = index
+        super().__init__(message)
+
+
+class ErasedValue(KernosError):
+    """The value of a ``personal(...)`` wrapper whose data subject was erased."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        super().__init__(
+            f"this value belonged to the data subject {subject!r}, which was erased; it "
+            "cannot be read any more (by design)."
+        )

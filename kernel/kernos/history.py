@@ -191,12 +191,16 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
     """Record a new snapshot equal to ``ref``, without a kernel.  Returns the commit id."""
     if not workspace.writable:
         raise UsageError("checkout needs the workspace opened writable (it takes the lock)")
+    from kernos.audit import open_audit
+
+    log = open_audit(workspace)
     target = workspace.resolve(ref)
     head = workspace.head()
     assert head is not None
     current = read_snapshot(workspace, head)
     snapshot = read_snapshot(workspace, target)
-    op = int(current.manifest.get("op", 0)) + 1
+    op = max(int(current.manifest.get("op", 0)), log.last_op) + 1
+    started = utc_now()
     old_names = current.manifest.get("names", {})
     names = {}
     changed = []
@@ -216,6 +220,7 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
                     "changed": sorted(n for n in changed if n in old_names),
                     "deleted": deleted},
         "names": names,
+        "facts": {"audit": log.binding()},
     }
     with SnapshotWriter(workspace, ChunkCache()) as writer:  # discards what it wrote on error
         commit = writer.commit(
@@ -224,6 +229,13 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
                                    headline=f"checkout {target.hex()[:12]}"),
             author=f"{principal} <{principal}@kernos.invalid>",
         )
+        # As for every op: the record first, then the commit point.
+        log.append({"type": "op", "op": op, "kind": "checkout", "principal": principal,
+                    "status": "committed", "error": None, "code": None,
+                    "grants": {"used": [], "denied": []}, "changes": manifest["changes"],
+                    "events": [], "attempted_events": 0, "effects": [],
+                    "commit": commit.hex(), "started_at": started, "finished_at": utc_now(),
+                    "note": f"offline checkout of {target.hex()[:12]}"})
         writer.publish(commit)
     return commit.hex()
 

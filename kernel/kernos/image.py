@@ -26,6 +26,7 @@ Nothing here imports Jupyter; the kernel is a thin adapter over this class.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import threading
 import time
@@ -35,7 +36,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernos.analysis import DYNAMIC_NAMES, Reach, reach_of_source
-from kernos.errors import RestoreError, UsageError
+from kernos.audit.erasure import finish_erasures
+from kernos.audit.log import AuditLog
+from kernos.errors import RestoreError, UsageError, WorkspaceCorrupt
+from kernos.personal import Keyring, forget_created
 from kernos.serialize.pickler import Serializer, Transient
 from kernos.serialize.unpersisted import Unpersisted
 from kernos.store.snapshots import (
@@ -125,7 +129,12 @@ class Image:
         self.namespace = namespace
         self.is_persistent = is_persistent
         self.is_alias = is_alias
+        self.keyring = Keyring(workspace.path / "keys", durable=workspace.durable)
+        self.audit = AuditLog(workspace.path, keyring=self.keyring, durable=workspace.durable)
+        head = workspace.head()
+        self.audit.ensure_genesis(None if head is None else head.hex())
         self.serializer = Serializer(namespace, module_name=module_name, module=module)
+        self.serializer.keyring = self.keyring
         self.cache = ChunkCache()
         self.head: bytes | None = None
         self.head_op = 0
@@ -151,11 +160,22 @@ class Image:
                     report = RestoreReport(commit=None, op=0, names=0, bytes=0, seconds=0.0)
                 else:
                     report = self._restore(read_snapshot(self.workspace, head), progress)
+                notes = self.audit.recover(None if head is None else head.hex(), self._exists)
+                notes += finish_erasures(self)
+                self.last_op = max(self.last_op, self.audit.last_op)
                 report.seconds = time.perf_counter() - started
-                report.recovery = self.workspace.recovery_note
+                report.recovery = "; ".join(
+                    note for note in [self.workspace.recovery_note, *notes] if note) or None
                 return report
             finally:
                 self.restored.set()
+
+    def _exists(self, commit: str) -> bool:
+        try:
+            self.workspace.read_commit(bytes.fromhex(commit))
+        except (WorkspaceCorrupt, ValueError):
+            return False
+        return True
 
     def _restore(self, snapshot: Snapshot, progress: Progress | None) -> RestoreReport:
         groups = {key: read_group(self.workspace, key, tree)
@@ -266,6 +286,10 @@ class Image:
             if reach is None:
                 reach = reach_of_source(source) if source is not None else Reach.all("no code")
             self.last_op += 1
+            forget_created()
+            self.audit.note_inflight(self.last_op, principal, kind, None if source is None else
+                                     hashlib.sha256(source.encode("utf-8", "surrogatepass"))
+                                     .hexdigest())
             self.current = Op(self, op=self.last_op, principal=principal, source=source,
                               kind=kind, reach=reach)
             return self.current

@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 from kernos import _faults
 from kernos._time import utc_now
 from kernos.analysis import Reach
+from kernos.audit.record import AuditParticipant
 from kernos.errors import CommitFailed, KernosError, OpVetoed, RestoreError
+from kernos.personal import created_subjects
 from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
@@ -49,6 +51,7 @@ from kernos.store.snapshots import (
 from kernos.transaction import Status, Transaction
 
 if TYPE_CHECKING:
+    from kernos.events.bus import Event
     from kernos.image import GroupState, Image, NameMeta, Progress
 
 __all__ = ["AbortReport", "CheckoutReport", "CommitReport", "Op"]
@@ -73,6 +76,10 @@ class CommitReport:
     bytes_written: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
     reach: str = ""
+    audit: dict[str, Any] = field(default_factory=dict)
+    """The op's audit record: its ``index`` and ``hash``."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """The committed events, as external subscribers receive them."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -114,13 +121,28 @@ class Op:
         """Extra facts for the snapshot manifest (for example, which tool versions ran)."""
         self.vetoes: list[str] = []
         """Reasons this op must not commit (a capability denial, a breached limit)."""
+        self.veto_status = "vetoed"
+        """The audit status of a vetoed op (``denied``, ``failed``, ...)."""
+        self.events: list[tuple[Event, Any]] = []
+        """Events emitted so far, with the payload as the audit log stores it."""
+        self.event_depth = 0
+        """How deep event delivery is right now (see kernos.events.bus)."""
+        self.grants_used: dict[str, str] = {}
+        """Grant id -> capability, for every grant the op's principals used."""
+        self.denied: list[dict[str, Any]] = []
+        """Capabilities that were refused (bounded by the runtime)."""
+        self.outcome: tuple[str, dict[str, str] | None] = ("rolled back", None)
+        """(status, error) of an op that did not commit, for its audit record."""
+        self.report_draft: CommitReport | None = None
         self.report: CommitReport | None = None
         self.abort_report: AbortReport | None = None
         self._adopted: dict[str, tuple[StoredGroup, tuple[object, ...]]] = {}
         self._adopted_meta: dict[str, NameMeta] = {}
         self._participant = _ImageParticipant(self)
+        self._audit = AuditParticipant(self, image.audit)
         self.transaction = Transaction(op=op, principal=principal)
         self.transaction.join(self._participant)
+        self.transaction.join(self._audit)
 
     @property
     def status(self) -> Status:
@@ -134,9 +156,14 @@ class Op:
         """Add names the op changed in place to its reach (the runtime's own state, say)."""
         self.reach = self.reach.union(Reach(frozenset(names)))
 
-    def veto(self, reason: str) -> None:
-        """Make this op roll back at commit, whatever its code did with the error."""
+    def veto(self, reason: str, *, status: str = "vetoed") -> None:
+        """Make this op roll back at commit, whatever its code did with the error.
+
+        ``status`` is what its audit record will say (a denial wins over others).
+        """
         self.vetoes.append(reason)
+        if self.veto_status != "denied":
+            self.veto_status = status
 
     def act_as(self, principal: str, kind: str) -> None:
         """Attribute this op to another principal (a cell that runs as an agent)."""
@@ -150,8 +177,9 @@ class Op:
         A vetoed op is rolled back instead and raises :class:`OpVetoed`.
         """
         if self.vetoes:
-            self.abort()
-            raise OpVetoed.from_op(self)
+            vetoed = OpVetoed.from_op(self)
+            self.abort(status=self.veto_status, error=vetoed)
+            raise vetoed
         try:
             self.transaction.commit()
         except KernosError:
@@ -161,16 +189,41 @@ class Op:
         finally:
             self.image._release()
         assert self.report is not None
+        audit = self.image.audit
+        index = self._audit.index
+        assert index is not None
+        audit.published = index
+        self.report.audit = {"index": index, "hash": audit.entries[index].hash}
+        self.report.events = [
+            audit.resolve_event(event, {"op": self.id, "commit": self.report.commit,
+                                        "finished_at": self.report.committed_at})
+            for event in audit.read(index)["events"]]
         return self.report
 
-    def abort(self) -> AbortReport:
-        """Put the namespace back exactly as the last commit left it."""
+    def abort(self, *, status: str | None = None,
+              error: BaseException | tuple[str, str] | None = None) -> AbortReport:
+        """Put the namespace back exactly as the last commit left it.
+
+        ``status`` and ``error`` are what the audit record says about why
+        (by default derived from ``error``: interrupted, denied, failed).
+        """
+        self.outcome = outcome(self, status, error)
         try:
             self.transaction.abort()
         finally:
             self.image._release()
         assert self.abort_report is not None
         return self.abort_report
+
+    def commit_id(self) -> str | None:
+        """The id of the commit being written (from the commit phase on)."""
+        sha = self._participant.commit_sha
+        return None if sha is None else sha.hex()
+
+    @property
+    def sealed(self) -> frozenset[str]:
+        """Data subjects this op tagged: its code is stored sealed for them."""
+        return created_subjects()
 
     def checkout(self, ref: str, progress: Progress | None = None) -> CheckoutReport:
         """Make the namespace equal to snapshot ``ref``, as part of this op.
@@ -370,9 +423,14 @@ class _ImageParticipant:
         }
         if op.facts:
             manifest["facts"] = op.facts
+        sealed = op.sealed
+        if sealed:
+            manifest["sealed_for"] = sorted(sealed)
+        self.op.report_draft = report
         self.commit_sha = writer.commit(
             groups=[state.stored for state in final.values()], manifest=manifest,
-            source=op.source, parent=image.head,
+            source=_sealed_source(sealed) if sealed and op.source is not None else op.source,
+            parent=image.head,
             message=_message(op), author=f"{op.principal} <{op.principal}@kernos.invalid>",
         )
         timings["write"] = (time.perf_counter() - clock) * 1000
@@ -508,9 +566,41 @@ def _content_hash(pickled: Pickled, stored: StoredGroup, writer: SnapshotWriter)
     return digest.hexdigest()
 
 
+def _sealed_source(subjects: frozenset[str]) -> str:
+    return (f"# The code of this op tagged personal data of {', '.join(sorted(subjects))}, so it "
+            "is kept\n# only in the audit log, sealed under those subjects' keys (see "
+            "kernos.personal).\n")
+
+
+def outcome(op: Op, status: str | None,
+            error: BaseException | tuple[str, str] | None) -> tuple[str, dict[str, str] | None]:
+    """The audit status and error of an op that did not commit."""
+    if isinstance(error, BaseException):
+        name, message = type(error).__name__, str(error)
+    elif error is not None:
+        name, message = error
+    else:
+        name = message = ""
+    if status is None:
+        if op.vetoes:
+            status = op.veto_status
+        elif name == "KeyboardInterrupt":
+            status = "interrupted"
+        elif name in ("CapabilityDenied", "OpVetoed") and op.denied:
+            status = "denied"
+        elif name:
+            status = "failed"
+        else:
+            status = "rolled back"
+    shown = {"kind": name[:120], "message": message[:500]} if name else None
+    return status, shown
+
+
 def _message(op: Op) -> str:
     if op.note:
         headline = op.note
+    elif op.sealed:
+        headline = "(code sealed: it tagged personal data)"
     else:
         lines = [line.strip() for line in (op.source or "").splitlines() if line.strip()]
         headline = lines[0] if lines else f"({op.kind})"

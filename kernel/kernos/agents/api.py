@@ -18,6 +18,10 @@ code never holds the runtime, a grant or the image: only these functions.
                                               (``agents:spawn``)
 ``define_tool(name, source, schema, doc)``    define (a new version of) a tool
 ``whoami()``                                  your principal name
+``emit(topic, payload=None)``                 emit an event (``emit:TOPIC``)
+``subscribe(pattern, handler)``               run your function on matching
+                                              events (``subscribe:PATTERN``)
+``unsubscribe(subscription_id)``              remove one of your subscriptions
 ============================================  ===============================
 """
 
@@ -78,8 +82,24 @@ def whoami() -> str:
     return context.current().principal
 
 
+def emit(topic: object, payload: object = None) -> None:
+    ctx = context.current()
+    ctx.runtime.emit(ctx, topic, payload)
+
+
+def subscribe(pattern: object, handler: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.subscribe(ctx, pattern, handler)
+
+
+def unsubscribe(subscription_id: object) -> None:
+    ctx = context.current()
+    ctx.runtime.unsubscribe(ctx, subscription_id)
+
+
 CALLS = {function.__name__: function for function in (
-    read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami)}
+    read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami,
+    emit, subscribe, unsubscribe)}
 
 
 def install() -> None:

@@ -10,6 +10,8 @@ A capability is written ``KIND:TARGET``:
 ``spend:UNIT``     spend up to ``limit`` of UNIT (``spend:USD`` with 50)
 ``llm:MODEL``      use the language model MODEL up to ``limit`` tokens
 ``agents:spawn``   create sub-agents (which start with no grants)
+``emit:PATTERN``   emit events whose topic PATTERN matches (``emit:orders.*``)
+``subscribe:PAT``  subscribe with patterns that PAT covers (``subscribe:orders.**``)
 =================  ==========================================================
 
 A :class:`Grant` lives in the runtime's registry, never in agent code: an
@@ -34,7 +36,8 @@ from kernos.errors import InvalidGrant
 
 __all__ = ["KINDS", "MAX_AMOUNT", "Grant", "amount", "parse_capability"]
 
-KINDS = frozenset({"call", "read", "write", "spend", "llm", "agents"})
+KINDS = frozenset({"call", "read", "write", "spend", "llm", "agents", "emit", "subscribe"})
+EVENT_KINDS = frozenset({"emit", "subscribe"})
 LIMITED_KINDS = frozenset({"spend", "llm"})
 MAX_AMOUNT = decimal.Decimal(10) ** 15
 _TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}|\*")
@@ -73,6 +76,15 @@ def parse_capability(capability: object) -> tuple[str, str]:
         raise InvalidGrant(
             f"{capability[:80]!r} is not a capability; write KIND:TARGET with KIND one of "
             f"{', '.join(sorted(KINDS))} (for example 'call:search' or 'spend:USD')")
+    if kind in EVENT_KINDS:
+        from kernos.errors import EventError
+        from kernos.events.topics import compile_pattern
+
+        try:
+            compile_pattern(target)
+        except EventError as error:
+            raise InvalidGrant(f"{capability[:80]!r}: {error}") from None
+        return kind, target
     if not _TARGET.fullmatch(target):
         raise InvalidGrant(f"{capability[:80]!r} has a bad target; use letters, digits, "
                            "'_', '.', '-' (at most 64), or '*'")
@@ -121,6 +133,10 @@ class Grant:
     def covers(self, kind: str, target: str) -> bool:
         if not self.active:
             return False
+        if self.kind in EVENT_KINDS and self.kind == kind:
+            from kernos.events.topics import compile_pattern, covers
+
+            return covers(compile_pattern(self.target), compile_pattern(target))
         if self.kind == kind or (self.kind == "write" and kind == "read"):
             return self.target in (target, "*")
         return False

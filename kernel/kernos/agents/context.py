@@ -79,5 +79,10 @@ def enter(context: RunContext) -> contextvars.Token[RunContext | None]:
     return _CURRENT.set(context)
 
 
+def suspend() -> contextvars.Token[RunContext | None]:
+    """Leave agent context for trusted code (a human's subscriber); undo with leave()."""
+    return _CURRENT.set(None)
+
+
 def leave(token: contextvars.Token[RunContext | None]) -> None:
     _CURRENT.reset(token)

@@ -5,8 +5,10 @@ keeps *no* state of its own that outlives an op: the registry
 (``kernos:agents``) and every agent's namespace (``kernos:ns:NAME``) live in
 the image, so they commit, roll back and restore with it, and the runtime
 looks them up afresh on every call (a rollback may have replaced them).
-The one exception is the denial log: a denial rolls its op back, so it is
-written to the workspace's ``denials.jsonl`` as it happens.
+Denials and the grants used are noted on the op, and so reach its audit
+record (``kernos.audit``), committed or not.  Events (``kernos.events``) run
+through :attr:`AgentRuntime.events`, which knows how to run an agent's
+subscriber as that agent.
 
 Every mutation goes through the op that is running (``image.current``); the
 runtime tells the op which runtime names it changed (``op.touch``), and
@@ -17,14 +19,13 @@ back at commit even if agent code caught the error.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import reprlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kernos._time import utc_now
 from kernos.agents import context
 from kernos.agents.boundary import ObjectView, to_agent, to_host
 from kernos.agents.capabilities import amount, parse_capability
@@ -36,12 +37,14 @@ from kernos.agents.registry import HUMAN, Registry, ToolVersion, shown
 from kernos.errors import (
     BoundaryError,
     CapabilityDenied,
+    EventError,
     InvalidGrant,
     KernosError,
     OpVetoed,
     UnknownAgent,
     UsageError,
 )
+from kernos.events.bus import EventBus
 from kernos.image import Image
 from kernos.op import Op
 
@@ -104,6 +107,8 @@ class AgentRuntime:
         self.image = image
         self.default_limits = default_limits or Limits()
         self.denials: list[dict[str, Any]] = []
+        self.events = EventBus(image, runner=self._run_subscriber,
+                               authorize=self._authorize_event, principal=self._principal)
 
     # -- state in the image ------------------------------------------------------
 
@@ -280,26 +285,23 @@ class AgentRuntime:
         capability, detail = capability[:120], detail[:300]  # agent text is bounded
         error = CapabilityDenied(ctx.principal, capability, detail=detail)
         record = {"op": ctx.op.id, "principal": ctx.principal, "capability": capability,
-                  "detail": detail, "at": time.time()}
+                  "detail": detail, "at": utc_now()}
         ctx.denials += 1
         if ctx.denials > MAX_DENIALS_LOGGED:
-            return error  # the op is vetoed already; a flood is not written out
+            return error  # the op is vetoed already; a flood is not recorded
         del self.denials[:-1000]
         self.denials.append(record)
-        ctx.op.veto(f"{ctx.principal!r} was denied {capability!r}")
-        with contextlib.suppress(OSError):
-            path = os.path.join(self.image.workspace.path, "denials.jsonl")
-            with open(path, "a", encoding="utf-8") as log:
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-                os.fsync(log.fileno())
+        ctx.op.denied.append({key: record[key] for key in ("principal", "capability", "detail")})
+        ctx.op.veto(f"{ctx.principal!r} was denied {capability!r}", status="denied")
         return error
 
     def _require(self, ctx: RunContext, kind: str, target: str) -> None:
         if ctx.principal == HUMAN:
             return
-        if self.registry.find(ctx.principal, kind, target) is None:
+        grant = self.registry.find(ctx.principal, kind, target)
+        if grant is None:
             raise self.deny(ctx, f"{kind}:{target}")
+        ctx.op.grants_used[grant.id] = grant.capability
 
     def _invalid(self, ctx: RunContext, error: KernosError) -> KernosError:
         """A malformed request from agent code counts as a denial too."""
@@ -364,6 +366,7 @@ class AgentRuntime:
                                 detail=f"{checked} asked, {remaining} left of grant {link.id}")
         for link in chain:
             link.used += checked
+            ctx.op.grants_used[link.id] = link.capability
         return min(link.remaining for link in chain if link.remaining is not None)
 
     def my_grants(self, ctx: RunContext) -> list[object]:
@@ -454,6 +457,66 @@ class AgentRuntime:
         version = registry.tool_version(name, before_op=ctx.op.id)
         ctx.op.facts.setdefault("tools", {})[version.name] = version.version
         return version
+
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _principal(self) -> str | None:
+        ctx = context.running()
+        return None if ctx is None else ctx.principal
+
+    def _authorize_event(self, principal: str, kind: str, target: str) -> None:
+        ctx = context.running()
+        if ctx is None or ctx.principal != principal:
+            raise UsageError(f"events are checked against {principal!r}'s grants only while "
+                             "its code runs")
+        self._require(ctx, kind, target)
+
+    def _run_subscriber(self, principal: str, handler: Callable[..., Any], event: Any) -> None:
+        """Run an in-image subscriber as its own principal, inside the running op."""
+        op = self._op()
+        outer = context.running()
+        if principal == HUMAN:
+            token = context.suspend()  # trusted code: not under the emitter's authority
+            try:
+                handler(event)
+            finally:
+                context.leave(token)
+            return
+        self.registry.principal(principal)
+        op.touch(namespace_key(principal), REGISTRY)
+        if outer is None:
+            with self._running(principal, op):
+                handler(event)
+            return
+        # Already under a supervisor (an agent emitted): switch principal only.
+        inner = RunContext(runtime=self, principal=principal, op=op, limits=outer.limits,
+                           output=outer.output, depth=outer.depth + 1)
+        token = context.enter(inner)
+        try:
+            handler(event)
+        finally:
+            outer.denials += inner.denials
+            context.leave(token)
+
+    def emit(self, ctx: RunContext, topic: object, payload: object) -> None:
+        try:
+            plain = to_host(payload)
+            self.events.emit(topic, plain, principal=ctx.principal)
+        except (EventError, BoundaryError) as error:
+            raise self._invalid(ctx, error) from None
+
+    def subscribe(self, ctx: RunContext, pattern: object, handler: object) -> object:
+        try:
+            return self.events.subscribe(pattern, handler, principal=ctx.principal)
+        except EventError as error:
+            raise self._invalid(ctx, error) from None
+
+    def unsubscribe(self, ctx: RunContext, subscription_id: object) -> None:
+        try:
+            self.events.unsubscribe(subscription_id, principal=ctx.principal)
+        except UsageError as error:
+            raise self._invalid(ctx, error) from None
 
 
 def _bounded_args(args: tuple[object, ...]) -> str:

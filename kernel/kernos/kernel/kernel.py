@@ -32,13 +32,18 @@ from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 
+from kernos import _faults
 from kernos._version import __version__
 from kernos.agents import AgentRuntime, Agents
 from kernos.analysis import Reach, reach_of_source
+from kernos.audit.human import Audit
 from kernos.errors import KernosError, RequestRejected
+from kernos.events.human import Events
 from kernos.image import Image, RestoreReport
 from kernos.kernel.reach import cell_reach
+from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import CommitReport, Op
+from kernos.personal import personal
 from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
 
@@ -94,8 +99,13 @@ class KernosKernel(IPythonKernel):
         self.ipython.register_magics(KernosMagics(self.shell, kernel=self))
         self._runtime: AgentRuntime | None = None
         self.agents = Agents(self.agent_runtime)
-        # Hidden (interactive=False): the kernel's own name, never persisted.
-        self.ipython.push({"agents": self.agents}, interactive=False)
+        self.events = Events(lambda: self.agent_runtime().events)
+        self.audit = Audit(self.attached_image)
+        self.streams = EventStreams(lambda: self.attached_image().audit)
+        self.comm_manager.register_target(TARGET, self.streams.open)
+        # Hidden (interactive=False): the kernel's own names, never persisted.
+        self.ipython.push({"agents": self.agents, "events": self.events, "audit": self.audit,
+                           "personal": personal}, interactive=False)
         # The restore starts in start(): after IPython has run its startup files
         # and marked every name they defined as its own (user_ns_hidden).
 
@@ -112,11 +122,15 @@ class KernosKernel(IPythonKernel):
 
     # -- the workspace ---------------------------------------------------------
 
-    def agent_runtime(self) -> AgentRuntime:
-        """The agent runtime over this kernel's image."""
+    def attached_image(self) -> Image:
         image = self.image
         if image is None:
             raise self.attach_error or KernosError("no workspace is attached")
+        return image
+
+    def agent_runtime(self) -> AgentRuntime:
+        """The agent runtime over this kernel's image."""
+        image = self.attached_image()
         if self._runtime is None or self._runtime.image is not image:
             self._runtime = AgentRuntime(image)
         return self._runtime
@@ -139,12 +153,19 @@ class KernosKernel(IPythonKernel):
             self._restore_done.set()
             return
         self.attach_error = None
-        self.image = Image(
-            workspace, self.ipython.user_ns, module=self.ipython.user_module,
-            module_name=self.ipython.user_module.__name__,
-            is_persistent=self.is_persistent, is_alias=lambda name: name in _ALIASES
-            or bool(re.fullmatch(r"_\d+", name)),
-        )
+        try:
+            self.image = Image(
+                workspace, self.ipython.user_ns, module=self.ipython.user_module,
+                module_name=self.ipython.user_module.__name__,
+                is_persistent=self.is_persistent, is_alias=lambda name: name in _ALIASES
+                or bool(re.fullmatch(r"_\d+", name)),
+            )
+        except KernosError as error:  # a damaged audit log, say: explain it in every cell
+            workspace.close()
+            self.attach_error = error
+            self.log.error("Kernos: %s", error)
+            self._restore_done.set()
+            return
         self._restore_done.clear()
         threading.Thread(target=self._restore, name="kernos-restore", daemon=True).start()
 
@@ -251,8 +272,14 @@ class KernosKernel(IPythonKernel):
             except BaseException as error:  # an interrupt between IPython's own handlers
                 failure = error
             ok = failure is None and reply is not None and reply.get("status") == "ok"
-            outcome = self._finish(op, ok)
+            why: BaseException | tuple[str, str] | None = failure
+            if why is None and reply is not None and not ok:
+                why = (str(reply.get("ename", "")), str(reply.get("evalue", "")))
+            outcome = self._finish(op, ok, why)
             self.current_op = None
+            if isinstance(outcome, CommitReport) and outcome.events:
+                _faults.point("notify")
+                self.streams.publish(outcome.events)
         if isinstance(outcome, BaseException):
             return self._error_reply(outcome, reply)
         if failure is not None:
@@ -267,7 +294,8 @@ class KernosKernel(IPythonKernel):
             transformed = code
         return cell_reach(transformed, self.ipython.transform_cell)
 
-    def _finish(self, op: Op, ok: bool) -> CommitReport | BaseException | None:
+    def _finish(self, op: Op, ok: bool, error: BaseException | tuple[str, str] | None = None
+                ) -> CommitReport | BaseException | None:
         """Commit or roll back, never cut short by an interrupt."""
         while True:
             try:
@@ -275,21 +303,28 @@ class KernosKernel(IPythonKernel):
                     if op.status is not Status.ACTIVE:
                         return op.report
                     if not ok:
-                        aborted = op.abort()
+                        aborted = op.abort(error=error)
                         self._last_report = {"status": "rolled back", "op": op.id,
-                                             "reloaded": aborted.reloaded}
+                                             "reloaded": aborted.reloaded,
+                                             "audit": self._audit_head(op)}
                         return None
                     try:
                         report = op.commit()
-                    except KernosError as error:
+                    except KernosError as problem:
                         self._last_report = {"status": "rolled back", "op": op.id,
-                                             "error": str(error)}
-                        return error
+                                             "error": str(problem),
+                                             "audit": self._audit_head(op)}
+                        return problem
                     self._last_report = {"status": "committed", **report.to_json()}
                     self._warn_unpersisted(report)
                     return report
             except KeyboardInterrupt:
                 continue
+
+    @staticmethod
+    def _audit_head(op: Op) -> dict[str, Any]:
+        index, digest = op.image.audit.head()
+        return {"index": index, "hash": digest}
 
     def _warn_unpersisted(self, report: CommitReport) -> None:
         for info in report.unpersisted:

@@ -13,6 +13,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from kernos import history
 from kernos.agents.capabilities import LIMITED_KINDS
+from kernos.audit.human import format_records
 from kernos.errors import InvalidGrant, KernosError, UsageError
 
 if TYPE_CHECKING:
@@ -34,6 +35,13 @@ HELP = """\
 %kernos grants [NAME]                  grants, who granted them, what is left
 %kernos tools                          the tool registry (latest versions)
 %%agent NAME                           run the cell as agent NAME (restricted code)
+
+%kernos events [SEQ] [topic=PATTERN]   committed events after sequence number SEQ
+%kernos subscriptions                  the image's in-image subscribers
+%kernos audit [N] [principal=P] [status=S] [topic=T]
+                                       the last N audit records (default 20)
+%kernos audit verify [INDEX:HASH]      verify chain, snapshots and history (and an anchor)
+%kernos erase SUBJECT                  erase a data subject's personal values (irreversible)
 
 REF is a commit id (or a prefix), HEAD, HEAD~N, or @N for the snapshot of op N."""
 
@@ -141,6 +149,60 @@ class KernosMagics(Magics):
                   str(tool["description"])[:50]) for tool in tools]
         print(history.format_table(rows))
 
+    # -- events and audit -----------------------------------------------------------
+
+    def _events(self, *args: str) -> None:
+        options, positional = _options(args, {"topic", "principal", "op"})
+        if len(positional) > 1 or (positional and not positional[0].isdigit()):
+            raise UsageError("`%kernos events [SEQ] [topic=PATTERN] [principal=P] [op=N]`")
+        seq = int(positional[0]) if positional else 0
+        op = options.get("op")
+        if op is not None and not op.isdigit():
+            raise UsageError(f"op= takes an op number, not {op!r}")
+        found = self.kernel.events.since(seq, op=int(op) if op else None,
+                                         topic=options.get("topic"),
+                                         principal=options.get("principal"), limit=200)
+        if not found:
+            print("No committed events" + (f" after {seq}." if seq else "."))
+            return
+        rows = [("seq", "op", "principal", "topic", "payload")]
+        rows += [(str(event["seq"]), str(event["op"]), str(event["principal"]),
+                  str(event["topic"]), _short(event["payload"])) for event in found]
+        print(history.format_table(rows))
+
+    def _subscriptions(self) -> None:
+        found = self.kernel.events.subscriptions()
+        if not found:
+            print("No subscriptions.")
+            return
+        rows = [("id", "pattern", "principal", "handler", "op")]
+        rows += [(str(sub["id"]), str(sub["pattern"]), str(sub["principal"]),
+                  str(sub["handler"]), str(sub["op"])) for sub in found]
+        print(history.format_table(rows))
+
+    def _audit(self, *args: str) -> None:
+        if args and args[0] == "verify":
+            if len(args) > 2:
+                raise UsageError("`%kernos audit verify [INDEX:HASH]`")
+            report = self.kernel.audit.verify(args[1] if len(args) == 2 else None)
+            print(report.summary())
+            return
+        options, positional = _options(args, {"principal", "status", "topic"})
+        if len(positional) > 1 or (positional and not positional[0].isdigit()):
+            raise UsageError("`%kernos audit [N] [principal=P] [status=S] [topic=T]`")
+        limit = int(positional[0]) if positional else 20
+        records = self.kernel.audit.records(limit=limit, principal=options.get("principal"),
+                                            status=options.get("status"),
+                                            topic=options.get("topic"))
+        print(format_records(records))
+
+    def _erase(self, subject: str) -> None:
+        report = self.kernel.audit.erase(subject)
+        print(f"Erased the data subject {report.subject!r}: key "
+              f"{'destroyed' if report.key_destroyed else 'already gone'}, "
+              f"{len(report.payloads)} audit payload(s) deleted, {report.live} live value(s) "
+              f"now erased; audit record {report.record}. This cannot be undone.")
+
     def _log(self, count: str = "20") -> None:
         if not count.isdigit():
             raise UsageError(f"`%kernos log N` takes a number, not {count!r}")
@@ -202,6 +264,27 @@ class KernosMagics(Magics):
         if failed:
             lines.append("not restored (still in the history): " + ", ".join(sorted(failed)))
         print("\n".join(lines))
+
+
+def _options(args: tuple[str, ...], allowed: set[str]) -> tuple[dict[str, str], list[str]]:
+    options: dict[str, str] = {}
+    positional: list[str] = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            positional.append(arg)
+        elif key in allowed:
+            options[key] = value
+        else:
+            raise UsageError(f"unknown option {key!r}; options: {', '.join(sorted(allowed))}")
+    return options, positional
+
+
+def _short(value: object, width: int = 60) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _parse_amount(text: str) -> object:

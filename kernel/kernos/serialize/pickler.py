@@ -44,6 +44,7 @@ from typing import Any
 
 import dill
 
+from kernos.personal import Personal
 from kernos.serialize import rebuild
 from kernos.serialize.kinds import (
     IMMUTABLE,
@@ -151,6 +152,8 @@ class Serializer:
         self.namespace = namespace
         self.module_name = module_name
         self.module = module
+        self.keyring: Any = None
+        """Seals personal values (see kernos.personal); set by the image."""
 
     @property
     def transient_reasons(self) -> dict[type, str]:
@@ -232,7 +235,8 @@ class Serializer:
     ) -> tuple[object, ...]:
         """Load a tuple written by :meth:`dump` into this serializer's namespace."""
         context = rebuild.LoadContext(
-            namespace=self.namespace, module=self.module, live_transients=live_transients
+            namespace=self.namespace, module=self.module, live_transients=live_transients,
+            keyring=self.keyring,
         )
         token = rebuild.use_context(context)
         try:
@@ -324,6 +328,12 @@ class _ImagePickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
+        if kind is Personal:
+            keyring = self.serializer.keyring
+            if keyring is None:
+                raise TypeError("personal values can be persisted only in a workspace "
+                                "(it holds the subjects' keys)")
+            return obj._sealed(keyring)
         if kind is types.FunctionType:
             return self._reduce_function(obj)
         if isinstance(obj, type):

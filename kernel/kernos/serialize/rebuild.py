@@ -36,6 +36,8 @@ class LoadContext:
     """Objects that could not be persisted but are still alive (used on rollback)."""
     deferred: list[tuple[type, str, object]] = field(default_factory=list)
     """Class attributes to set once the whole stream is loaded (see set_class_state)."""
+    keyring: Any = None
+    """The workspace's :class:`~kernos.personal.Keyring`, to open sealed personal values."""
 
     def finish(self) -> None:
         """Set the deferred class attributes."""
@@ -49,6 +51,12 @@ _context: contextvars.ContextVar[LoadContext] = contextvars.ContextVar("kernos_l
 
 def use_context(context: LoadContext) -> contextvars.Token[LoadContext]:
     return _context.set(context)
+
+
+def current_keyring() -> Any:
+    """The keyring of the load in progress, if any."""
+    context = _context.get(None)
+    return None if context is None else context.keyring
 
 
 def reset_context(token: contextvars.Token[LoadContext]) -> None:

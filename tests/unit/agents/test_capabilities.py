@@ -122,7 +122,8 @@ def test_parse_capability_accepts_well_formed_capabilities(capability: str,
 
 
 def test_the_kinds() -> None:
-    assert frozenset({"call", "read", "write", "spend", "llm", "agents"}) == KINDS
+    assert frozenset({"call", "read", "write", "spend", "llm", "agents", "emit",
+                      "subscribe"}) == KINDS
 
 
 @pytest.mark.parametrize("capability", [

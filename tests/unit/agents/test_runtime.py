@@ -125,8 +125,8 @@ for capability_use in (lambda: read('secret'), lambda: call('double', x=1),
     denied = [(d["principal"], d["capability"]) for d in env.agents.denials()]
     assert denied == [("bob", "read:secret"), ("bob", "call:double"), ("bob", "spend:USD"),
                       ("bob", "agents:spawn"), ("bob", "write:secret")]
-    lines = (env.path / "denials.jsonl").read_text().splitlines()
-    assert [json.loads(line)["capability"] for line in lines] == [c for _, c in denied]
+    records = env.image.audit.records(status="denied")
+    assert [d["capability"] for d in records[-1]["grants"]["denied"]] == [c for _, c in denied]
 
 
 def test_malformed_requests_count_as_denials(env) -> None:  # type: ignore[no-untyped-def]
@@ -390,5 +390,6 @@ print('done')
     assert out == "done\n"
     with pytest.raises(OpVetoed):
         op.commit()
-    assert (env.path / "denials.jsonl").stat().st_size < 200_000
+    assert len(env.image.audit.read(len(env.image.audit) - 1)["grants"]["denied"]) <= 20
+    assert (env.path / "audit" / "chain.jsonl").stat().st_size < 200_000
     assert sum(len(json.dumps(record)) for record in env.agents.denials()) < 200_000

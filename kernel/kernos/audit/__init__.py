@@ -1,0 +1,64 @@
+"""The audit: a tamper-evident, hash-chained record of every op, and erasure.
+
+* ``kernos.audit.log``: the chain on disk (:class:`AuditLog`);
+* ``kernos.audit.record``: how an op's transaction writes its record;
+* ``kernos.audit.verify``: :func:`verify`, run from disk in any process;
+* ``kernos.audit.erasure``: :func:`erase` a data subject.
+
+Nothing here imports Jupyter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernos.audit.erasure import ErasureReport, erase, finish_pending
+from kernos.audit.log import AuditLog, record_hash
+from kernos.audit.verify import Problem, VerifyReport, verify
+from kernos.personal import Keyring
+from kernos.store.workspace import Workspace
+
+__all__ = [
+    "AuditLog",
+    "ErasureReport",
+    "Problem",
+    "VerifyReport",
+    "erase",
+    "open_audit",
+    "record_hash",
+    "verify",
+]
+
+
+def open_audit(workspace: Workspace) -> AuditLog:
+    """The audit log of a workspace opened without a kernel (recovered if writable)."""
+    keyring = Keyring(Path(workspace.path) / "keys", durable=workspace.durable)
+    log = AuditLog(workspace.path, keyring=keyring, durable=workspace.durable,
+                   writable=workspace.writable)
+    head = workspace.head()
+    if workspace.writable:
+
+        def exists(commit: str) -> bool:
+            try:
+                workspace.read_commit(bytes.fromhex(commit))
+            except Exception:
+                return False
+            return True
+
+        log.recover(None if head is None else head.hex(), exists)
+        finish_pending(log)
+    else:
+        log.published = _published(log, None if head is None else head.hex())
+    return log
+
+
+def _published(log: AuditLog, head: str | None) -> int:
+    """The newest record whose commit the branch has reached (reading from disk)."""
+    for entry in reversed(log.entries):
+        if entry.type == "op" and entry.status == "committed" and not entry.voided:
+            if entry.commit == head:
+                return entry.index
+            # a record written just before its commit point: not yet published
+            continue
+    return len(log.entries) - 1 if head is None or not any(
+        entry.type == "op" and entry.status == "committed" for entry in log.entries) else -1

@@ -1,0 +1,154 @@
+"""Erasing a data subject (crypto-shredding; see ``kernos.personal`` for the choice).
+
+``erase(log, subject)`` makes every value tagged with ``subject`` unreadable
+everywhere on disk, without rewriting history:
+
+1. an intent file (``keys/<id>.erasing``) is written and synced, so that a
+   crash part-way is finished by the next open (:func:`finish_erasures`);
+2. live wrappers in this process are erased (they show ``<erased>``);
+3. the subject's key is overwritten, synced and deleted: every sealed copy in
+   snapshots, packfiles, old commits and the audit payloads is now noise;
+4. the audit payloads sealed for the subject (event payloads, the code of ops
+   that tagged the subject's values) are deleted as well;
+5. an ``erasure`` record is appended to the chain, naming the subject and
+   the payloads removed, so ``verify`` knows those payloads are missing on
+   purpose; the intent file is removed.
+
+Erasure is not part of an op's transaction: it cannot be rolled back, by
+design.  Snapshot hashes and the chain are untouched, so ``verify`` still
+passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kernos.audit.log import AuditLog
+from kernos.errors import UnknownSubject, UsageError
+from kernos.personal import check_subject, erase_live
+
+if TYPE_CHECKING:
+    from kernos.image import Image
+
+__all__ = ["ErasureReport", "erase", "finish_erasures", "known_subjects"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErasureReport:
+    """What an erasure did."""
+
+    subject: str
+    """The data subject erased."""
+    key_destroyed: bool
+    """Whether a key existed and was destroyed."""
+    payloads: tuple[str, ...]
+    """Audit payloads deleted."""
+    live: int
+    """Live values in this process that now show ``<erased>``."""
+    record: int
+    """The index of the erasure record in the chain."""
+
+
+def known_subjects(log: AuditLog) -> tuple[set[str], dict[str, int]]:
+    """(subjects with a key or a sealed payload, subject -> index of its erasure record)."""
+    known = set(log.keyring.subjects())
+    erased: dict[str, int] = {}
+    for entry in log.entries:
+        if entry.type == "erasure":
+            record = log.read(entry.index)
+            erased[str(record["subject"])] = entry.index
+        elif entry.type == "op":
+            known |= set(_subjects_of_record(log.read(entry.index)))
+    return known, erased
+
+
+def _subjects_of_record(record: dict[str, object]) -> list[str]:
+    found: list[str] = []
+    code = record.get("code")
+    if isinstance(code, dict):
+        found += list(code.get("sealed", []))
+    events = record.get("events")
+    if isinstance(events, list):
+        for event in events:
+            found += list(event.get("subjects", []))
+    return found
+
+
+def _refs_for(log: AuditLog, subject: str) -> list[str]:
+    refs = []
+    for entry in log.entries:
+        if entry.type != "op":
+            continue
+        record = log.read(entry.index)
+        code = record.get("code")
+        if isinstance(code, dict) and subject in code.get("sealed", []):
+            refs.append(str(code["ref"]))
+        for event in record.get("events") or []:
+            if subject in event.get("subjects", []):
+                refs.append(str(event["ref"]))
+    return sorted(set(refs))
+
+
+def _intent(log: AuditLog, subject: str) -> str:
+    import hashlib
+
+    return str(log.keyring.directory / (hashlib.sha256(subject.encode()).hexdigest()[:40]
+                                        + ".erasing"))
+
+
+def erase(log: AuditLog, subject: object) -> ErasureReport:
+    """Erase ``subject`` (see the module docstring); UnknownSubject if it was never seen."""
+    subject = check_subject(subject)
+    known, erased = known_subjects(log)
+    if subject in erased and log.keyring.key(subject) is None:
+        raise UsageError(f"the data subject {subject!r} was already erased (audit record "
+                         f"{erased[subject]}); there is nothing left to erase")
+    if subject not in known:
+        raise UnknownSubject(subject, sorted(known - set(erased)))
+    from kernos.store.objects import fsync_dir
+
+    log.keyring.directory.mkdir(exist_ok=True)
+    path = _intent(log, subject)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps({"subject": subject}).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(log.keyring.directory)
+    return _complete(log, subject, path)
+
+
+def _complete(log: AuditLog, subject: str, intent: str) -> ErasureReport:
+    live = erase_live(subject)
+    destroyed = log.keyring.destroy(subject)
+    refs = _refs_for(log, subject)
+    deleted = tuple(ref for ref in refs if log.delete_payload(ref))
+    record = log.append({"type": "erasure", "subject": subject, "refs": refs,
+                         "key_destroyed": destroyed})
+    os.unlink(intent)
+    return ErasureReport(subject=subject, key_destroyed=destroyed, payloads=deleted, live=live,
+                         record=record["index"])
+
+
+def finish_erasures(image: Image) -> list[str]:
+    """Complete erasures that a crash interrupted (their intent files remain)."""
+    return finish_pending(image.audit)
+
+
+def finish_pending(log: AuditLog) -> list[str]:
+    notes: list[str] = []
+    directory = log.keyring.directory
+    if not directory.is_dir():
+        return notes
+    for path in sorted(directory.glob("*.erasing")):
+        try:
+            subject = check_subject(json.loads(path.read_text())["subject"])
+        except (ValueError, KeyError, TypeError, UsageError):
+            continue
+        _complete(log, subject, str(path))
+        notes.append(f"finished erasing the data subject {subject!r}")
+    return notes

@@ -1,0 +1,458 @@
+"""The audit log: an append-only, hash-chained record of every op.
+
+Layout, beside the history in the workspace::
+
+    audit/
+        chain.jsonl      one record per line, in canonical JSON (see canonical.py)
+        payloads/<sha>   large or personal payloads, named by the SHA-256 of their bytes
+        inflight.json    the op now running (overwritten as each op begins)
+
+A record is a JSON object.  Every record has ``v`` (format), ``index`` (its
+position, from 0), ``type``, ``at`` (UTC time), ``prev`` (the previous
+record's hash; 64 zeros for the first) and ``hash``: SHA-256 over the
+canonical encoding of the record without ``hash``.  Types:
+
+``genesis``
+    The first record.  ``adopts`` names the history's head when the log was
+    started (a workspace that predates its audit log), else null.
+``op``
+    One op, committed or not: ``op``, ``kind``, ``principal``, ``status``
+    (``committed``, ``rolled back``, ``failed``, ``interrupted``, ``denied``,
+    ``vetoed``), ``error``, ``code`` (``sha256`` and ``text`` inline when
+    small, else a payload ``ref``; *sealed* for the op's data subjects when it
+    tagged personal values), ``grants`` (``used`` and ``denied``),
+    ``changes``, ``events``, ``effects``, ``commit`` (the snapshot, for a
+    committed op), ``started_at`` and ``finished_at``.
+``void``
+    ``voids`` names an ``op`` record whose commit never became visible (the
+    kernel died, or the commit failed, after the record was written).
+``died``
+    An op that was running when its kernel died: ``op``, ``principal``,
+    ``kind``, ``code`` (hash only), ``started_at``.
+``erasure``
+    A data subject was erased: ``subject`` and the payload ``refs`` deleted.
+
+Crash semantics match the snapshots': the record of a committed op is
+appended and synced *before* the branch moves (the commit point), so an op
+acknowledged as committed always has its record.  If the process dies in
+between, the next open finds a record whose commit is not in the history and
+appends a ``void`` record for it.  Events are published (to external
+subscribers) only from committed records that are not voided and whose
+commit the branch has reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernos._time import utc_now
+from kernos.audit.canonical import canonical, digest
+from kernos.errors import AuditError
+from kernos.personal import Keyring
+
+__all__ = ["GENESIS_PREV", "AuditLog", "Entry", "record_hash"]
+
+FORMAT = 1
+DIRECTORY = "audit"
+CHAIN = "chain.jsonl"
+PAYLOADS = "payloads"
+INFLIGHT = "inflight.json"
+GENESIS_PREV = "0" * 64
+INLINE_CODE_BYTES = 4096
+INLINE_PAYLOAD_BYTES = 1024
+COMMITTED = "committed"
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    """The hash of a record: SHA-256 of its canonical form without ``hash``."""
+    body = {key: value for key, value in record.items() if key != "hash"}
+    return digest(canonical(body))
+
+
+@dataclass(kw_only=True)
+class Entry:
+    """What the log keeps in memory about one record (the record itself stays on disk)."""
+
+    index: int
+    """Position in the chain."""
+    offset: int
+    """Byte offset of its line in chain.jsonl."""
+    length: int
+    """Length of its line, newline included."""
+    type: str
+    """genesis, op, void, died or erasure."""
+    hash: str
+    """Its hash."""
+    op: int | None = None
+    """The op it records, if any."""
+    status: str | None = None
+    """For op records: committed, rolled back, ..."""
+    principal: str | None = None
+    """Who ran the op."""
+    commit: str | None = None
+    """The snapshot a committed op wrote."""
+    first_seq: int = 0
+    """The sequence number of its first event."""
+    events: int = 0
+    """How many events it holds."""
+    topics: frozenset[str] = field(default_factory=frozenset)
+    """The topics of its events (for filtering without reading the record)."""
+    voided: bool = False
+    """A later void record says its commit never became visible."""
+
+
+class AuditLog:
+    """The audit chain of one workspace.  Writable only by the process holding its lock."""
+
+    def __init__(self, root: Path, *, keyring: Keyring, durable: bool = True,
+                 writable: bool = True) -> None:
+        self.root = root
+        self.directory = root / DIRECTORY
+        self.path = self.directory / CHAIN
+        self.payload_dir = self.directory / PAYLOADS
+        self.keyring = keyring
+        self.durable = durable
+        self.writable = writable
+        self.entries: list[Entry] = []
+        self.published = -1
+        """Index of the newest op record whose commit is visible."""
+        self._size = 0
+        self.notes: list[str] = []
+        self._load()
+
+    # -- reading ------------------------------------------------------------------
+
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        torn = b""
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            data, torn = data[:cut], data[cut:]
+        offset = 0
+        previous = GENESIS_PREV
+        for index, line in enumerate(data.splitlines(keepends=True)):
+            try:
+                record = json.loads(line)
+                if type(record) is not dict:
+                    raise ValueError("not an object")
+                if record.get("index") != index or record.get("prev") != previous:
+                    raise ValueError("out of sequence")
+            except ValueError as error:
+                raise self._damaged(index, f"it cannot be read ({error})") from None
+            entry = _entry(record, index=index, offset=offset, length=len(line))
+            if entry.type == "void":
+                target = record.get("voids")
+                if type(target) is int and 0 <= target < len(self.entries):
+                    self.entries[target].voided = True
+            self.entries.append(entry)
+            previous = entry.hash
+            offset += len(line)
+        if self.entries:
+            last = self.read(len(self.entries) - 1)
+            if record_hash(last) != last.get("hash"):
+                raise self._damaged(len(self.entries) - 1, "its hash does not match its content")
+        self._size = offset
+        if torn:
+            if not self.writable:
+                raise self._damaged(len(self.entries),
+                                    "the last line is incomplete (an append was cut short)")
+            self._cut_torn(torn)
+
+    def _damaged(self, index: int, problem: str) -> AuditError:
+        return AuditError(
+            f"the audit log {self.path} is damaged at record {index}: {problem}. Nothing was "
+            "changed. Run `kernos audit verify` to see the first bad record; to keep working, "
+            "move the audit directory aside (it is evidence) and restore it from a backup.",
+            path=str(self.path), index=index)
+
+    def _cut_torn(self, torn: bytes) -> None:
+        keep = self.directory / f"torn-{int(time.time())}.bin"
+        keep.write_bytes(torn)
+        with open(self.path, "r+b") as log:
+            log.truncate(self._size)
+        self.notes.append(f"an audit record cut short by a crash ({len(torn)} bytes, never "
+                          f"acknowledged) was moved to {keep.name}")
+
+    def read(self, index: int) -> dict[str, Any]:
+        entry = self.entries[index]
+        with open(self.path, "rb") as log:
+            log.seek(entry.offset)
+            line = log.read(entry.length)
+        record: dict[str, Any] = json.loads(line)
+        return record
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def head(self) -> tuple[int, str]:
+        """(index, hash) of the newest record: the digest to anchor elsewhere."""
+        if not self.entries:
+            return (-1, GENESIS_PREV)
+        return (self.entries[-1].index, self.entries[-1].hash)
+
+    @property
+    def last_op(self) -> int:
+        return max((entry.op for entry in self.entries if entry.op is not None), default=0)
+
+    @property
+    def next_seq(self) -> int:
+        for entry in reversed(self.entries):
+            if entry.events:
+                return entry.first_seq + entry.events
+        return 1
+
+    def last_commit_index(self) -> int | None:
+        for entry in reversed(self.entries):
+            if entry.type == "op" and entry.status == COMMITTED and not entry.voided:
+                return entry.index
+        return None
+
+    def binding(self) -> dict[str, Any]:
+        """What the next snapshot's manifest records of the chain before it."""
+        start = self.last_commit_index()
+        start = 0 if start is None else start
+        hashes = [entry.hash for entry in self.entries[start:]]
+        return {"index": len(self.entries), "from": start, "hashes": hashes}
+
+    def records(self, *, principal: str | None = None, status: str | None = None,
+                topic: str | None = None, type: str | None = None,
+                since_op: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Records, oldest first, filtered; ``limit`` keeps the newest."""
+        from kernos.events.topics import compile_pattern, matches
+
+        pattern = compile_pattern(topic) if topic is not None else None
+        chosen = []
+        for entry in self.entries:
+            if principal is not None and entry.principal != principal:
+                continue
+            if status is not None and entry.status != status:
+                continue
+            if type is not None and entry.type != type:
+                continue
+            if since_op is not None and (entry.op is None or entry.op <= since_op):
+                continue
+            if pattern is not None and not any(matches(pattern, t) for t in entry.topics):
+                continue
+            chosen.append(entry.index)
+        if limit is not None:
+            chosen = chosen[-limit:] if limit > 0 else []
+        return [self.read(index) for index in chosen]
+
+    def events_since(self, seq: int | None = None, *, op: int | None = None,
+                     topic: str | None = None, principal: str | None = None,
+                     limit: int | None = None) -> list[dict[str, Any]]:
+        """Committed, published events after ``seq`` (exclusive) or after op ``op``.
+
+        Oldest first, at most ``limit``.  Personal values in payloads come back as
+        ``{"$personal": {"subject": ..., "value": ...}}`` (``"erased": true`` once erased).
+        """
+        from kernos.events.topics import compile_pattern, matches
+
+        pattern = compile_pattern(topic) if topic is not None else None
+        found: list[dict[str, Any]] = []
+        for entry in self._published_entries():
+            if not entry.events:
+                continue
+            if seq is not None and entry.first_seq + entry.events - 1 <= seq:
+                continue
+            if op is not None and (entry.op is None or entry.op <= op):
+                continue
+            if pattern is not None and not any(matches(pattern, t) for t in entry.topics):
+                continue
+            record = self.read(entry.index)
+            for event in record["events"]:
+                if seq is not None and event["seq"] <= seq:
+                    continue
+                if pattern is not None and not matches(pattern, event["topic"]):
+                    continue
+                if principal is not None and event["principal"] != principal:
+                    continue
+                found.append(self.resolve_event(event, record))
+                if limit is not None and len(found) >= limit:
+                    return found
+        return found
+
+    def _published_entries(self) -> Iterator[Entry]:
+        for entry in self.entries[: self.published + 1]:
+            if entry.type == "op" and entry.status == COMMITTED and not entry.voided:
+                yield entry
+
+    def resolve_event(self, event: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+        """An event as external subscribers see it: its payload resolved and opened."""
+        out = {"seq": event["seq"], "topic": event["topic"], "principal": event["principal"],
+               "op": record["op"], "depth": event["depth"], "commit": record["commit"],
+               "at": record["finished_at"]}
+        if "payload" in event:
+            out["payload"] = event["payload"]
+        else:
+            out["payload"] = self._load_payload(event["ref"], event.get("subjects", []))
+        return out
+
+    def _load_payload(self, ref: str, subjects: Sequence[str]) -> Any:
+        from kernos.events.bus import open_personal_markers
+
+        data = self.payload(ref)
+        if data is None:
+            return {"$erased": {"subjects": list(subjects)}}
+        value = json.loads(data)
+        return open_personal_markers(value, self.keyring)
+
+    def code(self, op: int) -> str | None:
+        """The code an op ran, if it is still readable (None once sealed and erased)."""
+        for entry in reversed(self.entries):
+            if entry.op == op and entry.type == "op":
+                code = self.read(entry.index)["code"]
+                if code is None:
+                    return None
+                if "text" in code:
+                    return str(code["text"])
+                data = self.payload(code["ref"])
+                if data is None:
+                    return None
+                if code.get("sealed"):
+                    opened = self.keyring.open(code["sealed"], data)
+                    return None if opened is None else opened.decode()
+                return data.decode()
+        return None
+
+    # -- payloads -----------------------------------------------------------------
+
+    def payload(self, ref: str) -> bytes | None:
+        try:
+            return (self.payload_dir / ref).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def store_payload(self, data: bytes) -> str:
+        from kernos.store.objects import fsync_dir
+
+        ref = digest(data)
+        path = self.payload_dir / ref
+        if path.exists():
+            return ref
+        self.payload_dir.mkdir(parents=True, exist_ok=True)
+        temporary = self.payload_dir / f".{ref}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            if self.durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        if self.durable:
+            fsync_dir(self.payload_dir)
+        return ref
+
+    def delete_payload(self, ref: str) -> bool:
+        path = self.payload_dir / ref
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return False
+        with open(path, "r+b") as handle:
+            handle.write(b"\0" * size)
+            handle.flush()
+            os.fsync(handle.fileno())
+        path.unlink()
+        return True
+
+    # -- writing ------------------------------------------------------------------
+
+    def append(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Append a record (``type`` and its fields); returns it with index, prev and hash."""
+        if not self.writable:
+            raise AuditError("this audit log was opened read-only", path=str(self.path))
+        index, previous = self.head()
+        record = {"v": FORMAT, "at": utc_now(), **body, "index": index + 1, "prev": previous}
+        record["hash"] = record_hash(record)
+        line = canonical(record) + b"\n"
+        self.directory.mkdir(exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                os.ftruncate(fd, self._size)
+                raise AuditError(f"the audit log could not be appended to ({written} of "
+                                 f"{len(line)} bytes written)", path=str(self.path))
+            if self.durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
+        if entry.type == "void":
+            self.entries[record["voids"]].voided = True
+        self.entries.append(entry)
+        self._size += len(line)
+        return record
+
+    def ensure_genesis(self, head: str | None) -> None:
+        if not self.entries:
+            self.append({"type": "genesis", "adopts": head})
+            self.published = 0
+
+    def note_inflight(self, op: int, principal: str, kind: str, code_sha256: str | None) -> None:
+        """Remember the op that is starting (no sync: it only has to survive the process)."""
+        data = json.dumps({"op": op, "principal": principal, "kind": kind,
+                           "code": code_sha256, "started_at": utc_now()}).encode()
+        self.directory.mkdir(exist_ok=True)
+        fd = os.open(self.directory / INFLIGHT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def recover(self, head: str | None, is_commit: Any) -> list[str]:
+        """After the workspace's own recovery: void unpublished commits, record dead ops.
+
+        ``head`` is the branch's commit (hex) and ``is_commit(hex)`` says whether
+        a commit exists in the history.
+        """
+        notes = list(self.notes)
+        self.notes.clear()
+        self.ensure_genesis(head)
+        for entry in self.entries:
+            if (entry.type == "op" and entry.status == COMMITTED and not entry.voided
+                    and entry.commit is not None and not is_commit(entry.commit)):
+                self.append({"type": "void", "voids": entry.index, "op": entry.op,
+                             "reason": "the process died before this op's commit was "
+                                       "published; the op did not happen"})
+                notes.append(f"op {entry.op} was voided: its commit was never published")
+        inflight = self._inflight()
+        if inflight is not None and type(inflight.get("op")) is int:
+            op = inflight["op"]
+            if not any(entry.op == op for entry in self.entries if entry.type != "void"):
+                self.append({"type": "died", "op": op, "principal": inflight.get("principal"),
+                             "kind": inflight.get("kind"), "code": inflight.get("code"),
+                             "started_at": inflight.get("started_at")})
+                notes.append(f"op {op} was running when the kernel died; it was rolled back")
+        self.published = len(self.entries) - 1
+        return notes
+
+    def _inflight(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.directory / INFLIGHT).read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if type(data) is dict else None
+
+
+def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> Entry:
+    events = record.get("events") or []
+    first_seq = events[0]["seq"] if events else 0
+    return Entry(
+        index=index, offset=offset, length=length, type=str(record.get("type")),
+        hash=str(record.get("hash")), op=record.get("op"), status=record.get("status"),
+        principal=record.get("principal"), commit=record.get("commit"),
+        first_seq=first_seq, events=len(events),
+        topics=frozenset(str(event.get("topic")) for event in events),
+    )

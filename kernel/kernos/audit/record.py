@@ -1,0 +1,139 @@
+"""How an op becomes an audit record: the op's transaction participant.
+
+:class:`AuditParticipant` joins every op's transaction.  It sorts before the
+image's participant, so its phases run first:
+
+``tpc_begin``
+    records in the op's facts where the chain stands (``binding()``), so the
+    snapshot's manifest binds every record before it;
+``tpc_vote``
+    appends the op's record, status ``committed`` with the new commit's id,
+    and syncs it; the image's ``tpc_finish`` then moves the branch, which is
+    the commit point, so an acknowledged op always has its record;
+``tpc_abort``
+    if the record was already written, appends a ``void`` record for it;
+``abort``
+    appends the record of an op that did not commit (rolled back, failed,
+    interrupted, denied, vetoed), unless ``tpc_abort`` already closed it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from kernos._time import utc_now
+from kernos.audit.canonical import canonical
+from kernos.audit.log import INLINE_CODE_BYTES, INLINE_PAYLOAD_BYTES, AuditLog
+from kernos.events.bus import subjects_of
+from kernos.personal import created_subjects
+
+if TYPE_CHECKING:
+    from kernos.op import Op
+    from kernos.transaction import Transaction
+
+__all__ = ["AuditParticipant", "code_field", "event_fields"]
+
+MAX_DENIALS = 20
+
+
+def code_field(log: AuditLog, source: str | None,
+               subjects: frozenset[str]) -> dict[str, Any] | None:
+    """How a record holds an op's code: inline, by reference, or sealed for its subjects."""
+    if source is None:
+        return None
+    data = source.encode("utf-8", "surrogatepass")
+    if subjects:
+        sealed = log.keyring.seal(sorted(subjects), data)
+        return {"sealed": sorted(subjects), "ref": log.store_payload(sealed), "size": len(data)}
+    field: dict[str, Any] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    if len(data) <= INLINE_CODE_BYTES:
+        field["text"] = source
+    else:
+        field["ref"] = log.store_payload(data)
+    return field
+
+
+def event_fields(log: AuditLog, op: Op) -> list[dict[str, Any]]:
+    """The op's events as the record holds them, numbered from the log's next sequence."""
+    first = log.next_seq
+    out = []
+    for number, (event, stored) in enumerate(op.events):
+        item: dict[str, Any] = {"seq": first + number, "topic": event.topic,
+                                "principal": event.principal, "depth": event.depth}
+        subjects = subjects_of(stored)
+        data = canonical(stored)
+        if subjects or len(data) > INLINE_PAYLOAD_BYTES:
+            item["ref"] = log.store_payload(data)
+            if subjects:
+                item["subjects"] = sorted(subjects)
+        else:
+            item["payload"] = stored
+        out.append(item)
+    return out
+
+
+class AuditParticipant:
+    """Writes the op's audit record at the right moment of its transaction."""
+
+    def __init__(self, op: Op, log: AuditLog) -> None:
+        self.op = op
+        self.log = log
+        self.index: int | None = None
+        self.closed = False
+        self.started_at = utc_now()
+
+    def sort_key(self) -> str:
+        return "~kernos.audit"  # before "~kernos.image": the record precedes the commit point
+
+    def _body(self, *, status: str, commit: str | None,
+              error: dict[str, str] | None) -> dict[str, Any]:
+        op = self.op
+        committed = status == "committed"
+        report = op.report_draft
+        return {
+            "type": "op", "op": op.id, "kind": op.kind, "principal": op.principal,
+            "status": status, "error": error,
+            "code": code_field(self.log, op.source, created_subjects()),
+            "grants": {"used": [{"id": grant, "capability": capability}
+                                for grant, capability in sorted(op.grants_used.items())],
+                       "denied": op.denied[:MAX_DENIALS]},
+            "changes": ({"added": report.added, "changed": report.changed,
+                         "deleted": report.deleted}
+                        if committed and report is not None else None),
+            "events": event_fields(self.log, op) if committed else [],
+            "attempted_events": 0 if committed else len(op.events),
+            "effects": [],
+            "commit": commit,
+            "started_at": self.started_at,
+            "finished_at": utc_now(),
+        }
+
+    # -- two-phase commit ----------------------------------------------------------
+
+    def tpc_begin(self, txn: Transaction) -> None:
+        self.op.facts["audit"] = self.log.binding()
+
+    def commit(self, txn: Transaction) -> None:
+        pass
+
+    def tpc_vote(self, txn: Transaction) -> None:
+        commit = self.op.commit_id()
+        record = self.log.append(self._body(status="committed", commit=commit, error=None))
+        self.index = record["index"]
+
+    def tpc_finish(self, txn: Transaction) -> None:
+        pass
+
+    def tpc_abort(self, txn: Transaction) -> None:
+        if self.index is not None and not self.closed:
+            self.closed = True
+            self.log.append({"type": "void", "voids": self.index, "op": self.op.id,
+                             "reason": "the commit failed after its record was written"})
+
+    def abort(self, txn: Transaction) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        status, error = self.op.outcome
+        self.log.append(self._body(status=status, commit=None, error=error))
