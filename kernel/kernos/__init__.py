@@ -17,12 +17,18 @@ The Jupyter kernel (``kernos.kernel``) runs every cell this way.
 
 from kernos._version import __version__
 from kernos.errors import (
+    AuditError,
     CommitFailed,
+    ErasedValue,
+    EventCascadeTooDeep,
+    EventError,
     KernosError,
     RequestRejected,
     RestoreError,
+    SubscriberFailed,
     TransactionStateError,
     UnknownRef,
+    UnknownSubject,
     UsageError,
     WorkspaceCorrupt,
     WorkspaceError,
@@ -31,22 +37,30 @@ from kernos.errors import (
 )
 from kernos.image import Image, RestoreReport
 from kernos.op import AbortReport, CheckoutReport, CommitReport, Op
+from kernos.personal import Personal, personal
 from kernos.serialize.unpersisted import Unpersisted, UnpersistedValueError
 from kernos.store.workspace import Workspace, default_workspace
 
 __all__ = [
     "AbortReport",
+    "AuditError",
     "CheckoutReport",
     "CommitFailed",
     "CommitReport",
+    "ErasedValue",
+    "EventCascadeTooDeep",
+    "EventError",
     "Image",
     "KernosError",
     "Op",
+    "Personal",
     "RequestRejected",
     "RestoreError",
     "RestoreReport",
+    "SubscriberFailed",
     "TransactionStateError",
     "UnknownRef",
+    "UnknownSubject",
     "Unpersisted",
     "UnpersistedValueError",
     "UsageError",
@@ -57,4 +71,5 @@ __all__ = [
     "WorkspaceLocked",
     "__version__",
     "default_workspace",
+    "personal",
 ]

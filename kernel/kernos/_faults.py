@@ -7,8 +7,10 @@ Unset (always, outside tests), a point costs one dictionary lookup.
 
 Points, in the order a commit passes them: ``serialize`` (values pickled,
 nothing written), ``objects`` (the values' chunks and trees written, not yet
-the manifest, root tree and commit), ``sealed`` (all objects written, ref not
-moved), ``published`` (ref moved, journal not yet removed, reply not sent).
+the manifest, root tree and commit), ``sealed`` (all objects and the op's
+audit record written, ref not moved), ``published`` (ref moved, journal not
+yet removed, reply not sent), ``notify`` (in the kernel: committed, its
+events not yet sent to external subscribers).
 """
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ class OpVetoed(KernosError):
         self.op = op
         self.reasons = reasons
         super().__init__(
-            f"Op {op} was rolled back: " + "; ".join(reasons)
+            f"Op {op} was rolled back: " + "; ".join(reason.rstrip(". ") for reason in reasons)
             + ". Nothing it did was kept, even if its code caught the error."
         )
 
@@ -274,8 +274,9 @@ class EventCascadeTooDeep(KernosError):
         self.depth = depth
         self.limit = limit
         super().__init__(
-            f"op {op}: the event {topic!r} would be delivered at depth {depth}, past the limit "
-            f"of {limit} (subscribers emitting events that reach subscribers that emit ...). "
+            f"op {op}: the event {topic!r} would be emitted at depth {depth}, but events nest at "
+            f"most {limit} deep (depths 0 to {limit - 1}: subscribers emitting events that reach "
+            "subscribers that emit ...). "
             "The op rolls back with all its events. Break the cycle, or narrow the patterns."
         )
 
@@ -289,10 +290,10 @@ class SubscriberFailed(KernosError):
         self.principal = principal
         self.topic = topic
         self.cause_name = type(cause).__name__
-        text = str(cause)
+        text = str(cause)[:300].rstrip(". ")
         super().__init__(
             f"subscriber {subscription} ({principal}) failed on {topic!r}: "
-            f"{self.cause_name}: {text[:300]}. The op rolls back with all its events; fix the "
+            f"{self.cause_name}: {text}. The op rolls back with all its events; fix the "
             f"subscriber or remove it with events.unsubscribe({subscription!r})."
         )
 

@@ -194,10 +194,8 @@ class Op:
         assert index is not None
         audit.published = index
         self.report.audit = {"index": index, "hash": audit.entries[index].hash}
-        self.report.events = [
-            audit.resolve_event(event, {"op": self.id, "commit": self.report.commit,
-                                        "finished_at": self.report.committed_at})
-            for event in audit.read(index)["events"]]
+        record = audit.read(index)
+        self.report.events = [audit.resolve_event(event, record) for event in record["events"]]
         return self.report
 
     def abort(self, *, status: str | None = None,

@@ -156,7 +156,8 @@ class Personal:
     def __deepcopy__(self, memo: dict[int, object]) -> Personal:
         if self._erased:
             return self
-        return Personal(copy.deepcopy(self._value, memo), subject=self._subject)
+        # A copy is not a new tag: it does not make the running op's code personal.
+        return Personal._restored(self._subject, copy.deepcopy(self._value, memo), False)
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise TypeError("a personal value is pickled only by the Kernos image, which seals "

@@ -74,3 +74,33 @@ def test_kill_at_each_point_of_a_commit_leaves_a_consistent_workspace(
     assert fsck.returncode == 0, fsck.stderr
     assert "dangling" not in fsck.stdout + fsck.stderr
     assert session.run("items.append(4)").changed == ["alias", "items"]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_the_audit_tells_the_truth_after_a_kill_at_each_point(
+    workspace_dir: Path, reopen, phase: str,
+) -> None:  # type: ignore[no-untyped-def]
+    """Every op has one final word in the chain, which verifies, whatever the crash point."""
+    from kernos.audit import verify
+
+    assert child(workspace_dir, "setup").returncode == 0
+    assert child(workspace_dir, phase).returncode == -signal.SIGKILL
+    session = reopen()
+    log = session.image.audit
+    ops = [record for record in log.records(limit=None) if record.get("op") == 2]
+    final = {record["type"]: record for record in ops}
+    if phase == "published":  # committed: its record was written before the ref moved
+        assert [r["type"] for r in ops] == ["op"] and final["op"]["status"] == "committed"
+        assert final["op"]["commit"] == session.image.head.hex()
+    elif phase == "sealed":  # record written, commit point never reached: voided
+        assert [r["type"] for r in ops] == ["op", "void"]
+        assert final["void"]["voids"] == final["op"]["index"]
+        assert "voided" in (session.restore_report.recovery or "")
+    else:  # died before any record: the next start records that it died
+        assert [r["type"] for r in ops] == ["died"]
+        assert "died" in (session.restore_report.recovery or "")
+    assert log.events_since(0) == []
+    report = verify(workspace_dir)
+    assert report.ok, report.summary()
+    # The next op gets a fresh id, never the dead op's.
+    assert session.run("fresh2 = 1").op == 3

@@ -8,8 +8,10 @@ import sys
 import kernos
 
 EXPECTED = {
-    "AbortReport", "CheckoutReport", "CommitFailed", "CommitReport", "Image", "KernosError",
-    "Op", "RequestRejected", "RestoreError", "RestoreReport", "TransactionStateError",
+    "AbortReport", "AuditError", "CheckoutReport", "CommitFailed", "CommitReport",
+    "ErasedValue", "EventCascadeTooDeep", "EventError", "Image", "KernosError", "Op",
+    "Personal", "SubscriberFailed", "UnknownSubject", "personal", "RequestRejected",
+    "RestoreError", "RestoreReport", "TransactionStateError",
     "UnknownRef", "Unpersisted", "UnpersistedValueError", "UsageError", "Workspace",
     "WorkspaceCorrupt", "WorkspaceError", "WorkspaceFormatError", "WorkspaceLocked",
     "__version__", "default_workspace",
@@ -25,7 +27,9 @@ def test_exports_are_the_intended_ones() -> None:
 def test_core_does_not_import_jupyter() -> None:
     core = ["kernos", "kernos.image", "kernos.op", "kernos.history", "kernos.transaction",
             "kernos.analysis", "kernos.store.snapshots", "kernos.serialize.pickler", "kernos.cli",
-            "kernos.agents", "kernos.agents.runtime"]
+            "kernos.agents", "kernos.agents.runtime", "kernos.events", "kernos.events.bus",
+            "kernos.events.human", "kernos.audit", "kernos.audit.verify", "kernos.audit.human",
+            "kernos.personal"]
     code = (
         "import sys\n"
         + "".join(f"import {module}\n" for module in core)

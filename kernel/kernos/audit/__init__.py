@@ -53,12 +53,15 @@ def open_audit(workspace: Workspace) -> AuditLog:
 
 
 def _published(log: AuditLog, head: str | None) -> int:
-    """The newest record whose commit the branch has reached (reading from disk)."""
-    for entry in reversed(log.entries):
-        if entry.type == "op" and entry.status == "committed" and not entry.voided:
-            if entry.commit == head:
-                return entry.index
-            # a record written just before its commit point: not yet published
-            continue
-    return len(log.entries) - 1 if head is None or not any(
-        entry.type == "op" and entry.status == "committed" for entry in log.entries) else -1
+    """The newest record whose events are visible, reading from disk.
+
+    That is the newest committed record whose commit the branch names; a
+    newer one (written just before its commit point) is not published yet.
+    A log with no committed op publishes everything (there is nothing to hide).
+    """
+    committed = [entry for entry in log.entries
+                 if entry.type == "op" and entry.status == "committed" and not entry.voided]
+    for entry in reversed(committed):
+        if entry.commit == head:
+            return entry.index
+    return -1 if committed else len(log.entries) - 1

@@ -67,8 +67,10 @@ def _check(value: object, path: str, depth: int, max_depth: int) -> None:
             _check(item, f"{path}[{key[:40]!r}]", depth + 1, max_depth)
         return
     hint = " (use a list)" if kind in (tuple, set, frozenset) else ""
-    raise EventError(f"{path} is a {kind.__name__}, which is not JSON{hint}. A payload holds "
-                     "only dicts with str keys, lists, str, int, finite float, bool and None.")
+    article = "an" if kind.__name__[:1].lower() in "aeiou" else "a"
+    raise EventError(f"{path} is {article} {kind.__name__}, which is not JSON{hint}. A payload "
+                     "holds only dicts with str keys, lists, str, int, finite float, bool and "
+                     "None.")
 
 
 def _shown(value: object) -> str:

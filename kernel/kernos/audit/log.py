@@ -259,6 +259,8 @@ class AuditLog:
 
         pattern = compile_pattern(topic) if topic is not None else None
         found: list[dict[str, Any]] = []
+        if limit is not None and limit <= 0:
+            return found
         for entry in self._published_entries():
             if not entry.events:
                 continue
@@ -420,9 +422,14 @@ class AuditLog:
         notes = list(self.notes)
         self.notes.clear()
         self.ensure_genesis(head)
-        for entry in self.entries:
-            if (entry.type == "op" and entry.status == COMMITTED and not entry.voided
-                    and entry.commit is not None and not is_commit(entry.commit)):
+        # Ops run one at a time and each record precedes its commit point, so
+        # only the newest committed record can name a commit that never became
+        # visible.  (A commit that exists but is not the head is not ours to
+        # judge: verify reports a rewritten history.)
+        last = self.last_commit_index()
+        if last is not None:
+            entry = self.entries[last]
+            if entry.commit != head and entry.commit is not None and not is_commit(entry.commit):
                 self.append({"type": "void", "voids": entry.index, "op": entry.op,
                              "reason": "the process died before this op's commit was "
                                        "published; the op did not happen"})

@@ -184,6 +184,7 @@ class _Checker:
         adopted = genesis.get("adopts") if genesis is not None else None
         voided = {record.get("voids") for record in self.records
                   if record is not None and record.get("type") == "void"}
+        self._voids()
         previous_commit: str | None = adopted if isinstance(adopted, str) else None
         previous_index = 0
         if previous_commit is not None and check_objects:
@@ -219,6 +220,25 @@ class _Checker:
         head_hex = None if head is None else head.hex()
         if head_hex != previous_commit:
             self._head_mismatch(head_hex, previous_commit, previous_index)
+
+    def _voids(self) -> None:
+        """A void is true only for a commit that never became visible (it does not exist)."""
+        for index, record in enumerate(self.records):
+            if record is None or record.get("type") != "void":
+                continue
+            target = record.get("voids")
+            voided = self.records[target] if type(target) is int and 0 <= target < index else None
+            if voided is None or voided.get("type") != "op" or voided.get(
+                    "status") != "committed":
+                self.bad(index, f"it voids {target!r}, which is not an earlier committed op")
+                continue
+            commit = voided.get("commit")
+            try:
+                self.workspace.read_commit(bytes.fromhex(str(commit)))
+            except (KernosError, ValueError):
+                continue
+            self.bad(index, f"it voids op {voided.get('op')}, but that op's commit "
+                            f"{str(commit)[:12]} exists: the op did happen (a forged void)")
 
     def _head_mismatch(self, head: str | None, expected: str | None, last: int) -> None:
         ahead = []

@@ -241,8 +241,7 @@ class EventBus:
         stored = self.stored_form(payload)
         depth = op.event_depth
         if depth >= MAX_DEPTH or len(op.events) >= MAX_EVENTS:
-            error = EventCascadeTooDeep(op.id, topic, depth + 1 if depth >= MAX_DEPTH else depth,
-                                        MAX_DEPTH)
+            error = EventCascadeTooDeep(op.id, topic, depth, MAX_DEPTH)
             if depth < MAX_DEPTH:
                 error.args = (f"op {op.id} emitted more than {MAX_EVENTS} events; the op rolls "
                               "back. Emit fewer, larger events.",)

@@ -78,15 +78,17 @@ def matches(pattern: tuple[str, ...], topic: str) -> bool:
 
 def covers(granted: tuple[str, ...], requested: tuple[str, ...]) -> bool:
     """Whether every topic ``requested`` matches is matched by ``granted`` too."""
-    if granted and granted[-1] == "**":
-        head = granted[:-1]
-        if len(requested) < len(head) or (requested[-1:] == ("**",)
-                                          and len(requested) - 1 < len(head)):
-            return False
-        return all(r != "**" and g in ("*", r)
-                   for g, r in zip(head, requested[: len(head)], strict=True))
-    if requested and requested[-1] == "**":
+    g_open = bool(granted) and granted[-1] == "**"
+    r_open = bool(requested) and requested[-1] == "**"
+    g_head = granted[:-1] if g_open else granted
+    r_head = requested[:-1] if r_open else requested
+    if any((r == "*" and g != "*") or g not in ("*", r)
+           for g, r in zip(g_head, r_head, strict=False)):
         return False
-    if len(granted) != len(requested):
+    if not r_open:  # requested topics have exactly len(r_head) segments
+        return len(r_head) == len(g_head) or (g_open and len(r_head) >= len(g_head))
+    # Requested topics have len(r_head) or more segments (at least one: no topic is empty).
+    if not g_open:
         return False
-    return all(g == "*" or g == r for g, r in zip(granted, requested, strict=True))
+    shortest = max(len(r_head), 1)
+    return shortest >= len(g_head) and all(g == "*" for g in g_head[len(r_head):])

@@ -67,13 +67,22 @@ class EventStreams:
             comm.close()
             return
         log: AuditLog = self._log()
-        cursor = log.next_seq - 1 if since is None else since
+        last = log.next_seq - 1
+        if since is not None and since > last:
+            comm.send({"v": VERSION, "type": "error",
+                       "error": f"'since' is {since}, but the last event is {last}: this cursor "
+                                "is not from this workspace. Reconnect with a cursor it sent "
+                                "you, or 0 for everything."})
+            comm.close()
+            return
+        cursor = last if since is None else since
         subscriber = _Subscriber(comm=comm, cursor=cursor, topic=topic,
                                  pattern=compile_pattern(topic) if topic else None)
         self.subscribers[comm.comm_id] = subscriber
         comm.on_close(lambda _message: self._closed(comm.comm_id))
         comm.on_msg(lambda msg: self._message(subscriber, msg))
         self._send_backlog(subscriber, log)
+        subscriber.cursor = max(subscriber.cursor, last)  # past filtered-out events too
         comm.send({"v": VERSION, "type": "ready", "cursor": subscriber.cursor})
 
     def _message(self, subscriber: _Subscriber, message: dict[str, Any]) -> None:

@@ -1,0 +1,18 @@
+"""Events: emitted by ops, delivered inside the transaction, published once committed.
+
+* ``kernos.events.topics``: topic and pattern syntax;
+* ``kernos.events.bus``: :class:`EventBus`, emit/subscribe and in-op delivery;
+* ``kernos.events.human``: :class:`Events`, the ``events`` object of notebooks.
+
+Committed events are read back from the audit log (``AuditLog.events_since``).
+Nothing here imports Jupyter.
+"""
+
+from __future__ import annotations
+
+from kernos.events.bus import Event, EventBus, Subscription
+from kernos.events.human import Events
+from kernos.events.topics import check_topic, compile_pattern, covers, matches
+
+__all__ = ["Event", "EventBus", "Events", "Subscription", "check_topic", "compile_pattern",
+           "covers", "matches"]
