@@ -520,3 +520,19 @@ def test_an_event_is_the_same_live_and_from_the_log(kernel: Any) -> None:
     assert feed.events(from_log) == feed.events(live)
     assert feed.value("events.since(0)") == feed.events(live)
 
+
+
+def test_a_late_subscriber_can_ask_for_the_events_after_an_op(kernel: Any) -> None:
+    """``{"op": N}`` replays the committed events of every op after op N, then goes live."""
+    feed = Feed(kernel)
+    ops = []
+    for number in range(4):
+        ops.append(feed_commits(feed, f"events.emit('tick.n', {number})").kernos["op"])
+    feed.run("events.emit('tick.n', 99)\nraise ValueError('rolled back')")
+    comm = feed.open(data={"v": 1, "op": ops[1]})
+    assert [event["payload"] for event in feed.events(comm)] == [2, 3]
+    assert [event["op"] for event in feed.events(comm)] == ops[2:]
+    feed_commits(feed, "events.emit('tick.n', 4)")
+    assert [event["payload"] for event in feed.events(comm)] == [2, 3, 4]
+    both = feed.open(data={"v": 1, "op": 1, "since": 0})
+    assert feed.of_type(both, "error") and both in feed.closed

@@ -246,6 +246,9 @@ class KernosMagics(Magics):
             f"{history.human_size(total)} stored",
             f"history    {commits} snapshots, {history.human_size(workspace.disk_usage())} on disk",
         ]
+        audit_index, audit_hash = image.audit.head()
+        lines.append(f"audit      {audit_index + 1} records, head "
+                     f"{audit_index}:{audit_hash[:16]}... (`%kernos audit verify`)")
         report = kernel.restore_report
         if report is not None:
             lines.append(f"restore    {report.names} names in {report.seconds:.2f} s at start"

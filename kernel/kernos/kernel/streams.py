@@ -3,10 +3,11 @@
 A harness, a widget or the JupyterLab panel opens a comm on the target
 ``kernos.events`` with::
 
-    {"v": 1, "since": SEQ | null, "topic": PATTERN | null}
+    {"v": 1, "since": SEQ | null, "op": OP | null, "topic": PATTERN | null}
 
 ``since`` is the sequence number of the last event the subscriber has seen
 (0 for "from the beginning"; null for "only what commits from now on").
+Instead of ``since``, ``op`` asks for the events of every op after op OP.
 The kernel answers on the comm with messages::
 
     {"v": 1, "type": "events", "events": [EVENT, ...], "cursor": SEQ}
@@ -61,7 +62,7 @@ class EventStreams:
     def open(self, comm: Any, message: dict[str, Any]) -> None:
         data = (message.get("content") or {}).get("data") or {}
         try:
-            since, topic = _parse(data)
+            since, op, topic = _parse(data)
         except EventError as error:
             comm.send({"v": VERSION, "type": "error", "error": str(error)})
             comm.close()
@@ -75,6 +76,9 @@ class EventStreams:
                                 "you, or 0 for everything."})
             comm.close()
             return
+        if op is not None:
+            before = log.events_since(0, op=op, limit=1)
+            since = before[0]["seq"] - 1 if before else last
         cursor = last if since is None else since
         subscriber = _Subscriber(comm=comm, cursor=cursor, topic=topic,
                                  pattern=compile_pattern(topic) if topic else None)
@@ -125,14 +129,14 @@ class EventStreams:
             subscriber.cursor = max(subscriber.cursor, events[-1]["seq"])
 
 
-def _parse(data: object) -> tuple[int | None, str | None]:
+def _parse(data: object) -> tuple[int | None, int | None, str | None]:
     if type(data) is not dict:
         raise EventError("the comm's open data must be an object like "
                          '{"v": 1, "since": 0, "topic": "orders.*"}')
     assert isinstance(data, dict)
-    unknown = sorted(set(data) - {"v", "since", "topic"})
+    unknown = sorted(set(data) - {"v", "since", "op", "topic"})
     if unknown:
-        raise EventError(f"unknown fields {unknown}; the fields are v, since and topic")
+        raise EventError(f"unknown fields {unknown}; the fields are v, since, op and topic")
     if data.get("v", VERSION) != VERSION:
         raise EventError(f"this kernel speaks version {VERSION} of {TARGET}, not "
                          f"{data.get('v')!r}")
@@ -140,7 +144,12 @@ def _parse(data: object) -> tuple[int | None, str | None]:
     if since is not None and (type(since) is not int or since < 0):
         raise EventError(f"'since' is the last sequence number seen (an int >= 0) or null, "
                          f"not {since!r}")
+    op = data.get("op")
+    if op is not None and (type(op) is not int or op < 0):
+        raise EventError(f"'op' is an op number (an int >= 0) or null, not {op!r}")
+    if op is not None and since is not None:
+        raise EventError("give either 'since' (a sequence number) or 'op', not both")
     topic = data.get("topic")
     if topic is not None:
         compile_pattern(topic)
-    return since, topic
+    return since, op, topic
