@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from kernos.analysis import DYNAMIC_NAMES, Reach, reach_of_source
 from kernos.audit.erasure import finish_erasures
 from kernos.audit.log import AuditLog
-from kernos.errors import RestoreError, UsageError, WorkspaceCorrupt
+from kernos.errors import AuditError, RestoreError, UsageError, WorkspaceCorrupt
 from kernos.personal import Keyring, forget_created
 from kernos.serialize.pickler import Serializer, Transient
 from kernos.serialize.unpersisted import Unpersisted
@@ -132,6 +132,12 @@ class Image:
         self.keyring = Keyring(workspace.path / "keys", durable=workspace.durable)
         self.audit = AuditLog(workspace.path, keyring=self.keyring, durable=workspace.durable)
         head = workspace.head()
+        if not len(self.audit) and head is not None and _audited(workspace, head):
+            raise AuditError(
+                f"the audit log of {workspace.path} is missing or empty, but its history was "
+                "audited: Kernos will not start a new log over it (that would hide what "
+                "happened). Restore the audit directory from a backup. Nothing was changed.",
+                path=str(self.audit.path))
         self.audit.ensure_genesis(None if head is None else head.hex())
         self.serializer = Serializer(namespace, module_name=module_name, module=module)
         self.serializer.keyring = self.keyring
@@ -363,6 +369,14 @@ class Image:
                         and not isinstance(state.live_transients[index], Unpersisted))
                 found.append({**info, "live": live})
         return found
+
+
+def _audited(workspace: Workspace, head: bytes) -> bool:
+    try:
+        facts = read_snapshot(workspace, head).manifest.get("facts") or {}
+    except WorkspaceCorrupt:
+        return False
+    return isinstance(facts.get("audit"), dict)
 
 
 def live_transients(transients: list[Transient]) -> list[object]:

@@ -8,8 +8,11 @@ everywhere on disk, without rewriting history:
 2. live wrappers in this process are erased (they show ``<erased>``);
 3. the subject's key is overwritten, synced and deleted: every sealed copy in
    snapshots, packfiles, old commits and the audit payloads is now noise;
-4. the audit payloads sealed for the subject (event payloads, the code of ops
-   that tagged the subject's values) are deleted as well;
+4. the code of the ops that tagged the subject's values, stored sealed as
+   audit payloads, is deleted as well.  Event payloads stay: their personal
+   values are sealed inside them, noise once the key is gone, and the rest of
+   each payload is ordinary audit data (reading it back shows
+   ``{"$personal": {"subject": ..., "erased": true}}`` where a value was);
 5. an ``erasure`` record is appended to the chain, naming the subject and
    the payloads removed, so ``verify`` knows those payloads are missing on
    purpose; the intent file is removed.
@@ -86,9 +89,6 @@ def _refs_for(log: AuditLog, subject: str) -> list[str]:
         code = record.get("code")
         if isinstance(code, dict) and subject in code.get("sealed", []):
             refs.append(str(code["ref"]))
-        for event in record.get("events") or []:
-            if subject in event.get("subjects", []):
-                refs.append(str(event["ref"]))
     return sorted(set(refs))
 
 

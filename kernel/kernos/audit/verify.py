@@ -34,7 +34,7 @@ from typing import Any
 
 from kernos.audit.canonical import canonical
 from kernos.audit.log import CHAIN, DIRECTORY, GENESIS_PREV, PAYLOADS, record_hash
-from kernos.errors import KernosError
+from kernos.errors import KernosError, UsageError
 from kernos.store.objects import decode_tree, object_id
 from kernos.store.snapshots import MANIFEST
 from kernos.store.workspace import Workspace
@@ -187,8 +187,10 @@ class _Checker:
         self._voids()
         previous_commit: str | None = adopted if isinstance(adopted, str) else None
         previous_index = 0
-        if previous_commit is not None and check_objects:
-            self._history_objects(previous_commit, 0)
+        if previous_commit is not None:
+            self._adoption(previous_commit)
+            if check_objects:
+                self._history_objects(previous_commit, 0)
         for index, record in enumerate(self.records):
             if (record is None or record.get("type") != "op"
                     or record.get("status") != "committed" or index in voided):
@@ -220,6 +222,18 @@ class _Checker:
         head_hex = None if head is None else head.hex()
         if head_hex != previous_commit:
             self._head_mismatch(head_hex, previous_commit, previous_index)
+
+    def _adoption(self, commit: str) -> None:
+        """A genesis may adopt only history that was never audited (it predates the log)."""
+        try:
+            data = self.workspace.read_commit(bytes.fromhex(commit))
+        except (KernosError, ValueError):
+            self.bad(0, f"it adopts the commit {commit[:12]}, which is missing")
+            return
+        manifest = self._manifest(0, data.tree)
+        if manifest is not None and isinstance((manifest.get("facts") or {}).get("audit"), dict):
+            self.bad(0, f"it adopts {commit[:12]} as history from before the log, but that "
+                        "snapshot was audited: the audit log was deleted and started afresh")
 
     def _voids(self) -> None:
         """A void is true only for a commit that never became visible (it does not exist)."""
@@ -345,17 +359,22 @@ class _Checker:
     # -- anchor -----------------------------------------------------------------------------
 
     def anchor(self, anchor: str) -> None:
-        index_text, sep, expected = anchor.strip().partition(":")
-        if not sep or not index_text.isdigit() or len(expected) != 64:
-            self.bad(len(self.records), f"the anchor {anchor[:80]!r} is not INDEX:HASH as "
-                                        "verify prints it")
-            return
-        index = int(index_text)
+        index, expected = parse_anchor(anchor)
         if index >= len(self.records):
             self.bad(len(self.records), f"the anchored record {index} is gone (the log holds "
                                         f"{len(self.records)}): the log was truncated")
         elif self.hashes[index] != expected:
             self.bad(index, "it differs from the anchor (the log was rewritten)")
+
+
+def parse_anchor(anchor: str) -> tuple[int, str]:
+    """``INDEX:HASH`` as verify prints it, or UsageError."""
+    index_text, sep, expected = anchor.strip().partition(":")
+    if (not sep or not index_text.isdigit() or len(expected) != 64
+            or any(c not in "0123456789abcdef" for c in expected)):
+        raise UsageError(f"the anchor {anchor[:80]!r} is not INDEX:HASH as `kernos audit "
+                         "verify` prints it (a record number, a colon, 64 hex digits)")
+    return int(index_text), expected
 
 
 def _refs(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -372,6 +391,8 @@ def _refs(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
 def verify(path: str | Path, *, anchor: str | None = None,
            objects: bool = True) -> VerifyReport:
     """Verify the workspace at ``path`` (read-only; a kernel may be running on it)."""
+    if anchor is not None:
+        parse_anchor(anchor)  # a malformed anchor is a usage error, not tampering
     with Workspace.open(path, writable=False, create=False) as workspace:
         checker = _Checker(workspace)
         chain = Path(workspace.path) / DIRECTORY / CHAIN
@@ -384,6 +405,9 @@ def verify(path: str | Path, *, anchor: str | None = None,
         checker.payloads()
         if checker.records:
             checker.snapshots(objects)
+        elif workspace.head() is not None:
+            checker.bad(0, "the audit log holds no records, but the history holds snapshots "
+                           "with no audit record: the log was truncated or emptied")
         if anchor is not None:
             checker.anchor(anchor)
         problems = sorted(checker.problems, key=lambda problem: problem.index)

@@ -20,6 +20,7 @@ gone.  ``git fsck`` then sees neither dangling objects nor temporary files.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import zlib
@@ -298,9 +299,21 @@ class LooseObjects:
     def _read_packed(self, sha: bytes) -> tuple[bytes, bytes]:
         try:
             stream = self._packed().stream(sha)
+            data = stream.read()
         except Exception as error:
-            raise FileNotFoundError(f"object {sha.hex()} is missing") from error
-        return stream.type, stream.read()
+            self._reset_packed()  # its `git cat-file` process may have died with the error
+            raise FileNotFoundError(f"object {sha.hex()} is missing or unreadable") from error
+        if len(data) != stream.size:
+            self._reset_packed()
+            raise ValueError(f"object {sha.hex()} is damaged in its pack ({len(data)} of "
+                             f"{stream.size} bytes readable)")
+        return stream.type, data
+
+    def _reset_packed(self) -> None:
+        fallback, self._fallback = self._fallback, None
+        if fallback is not None:
+            with contextlib.suppress(Exception):
+                fallback._git.clear_cache()
 
     def exists(self, sha: bytes) -> bool:
         hexsha = sha.hex()
