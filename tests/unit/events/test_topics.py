@@ -34,7 +34,7 @@ def test_valid_topics_are_returned_unchanged(topic: str) -> None:
 
 @pytest.mark.parametrize("topic", [
     "", ".", "a.", ".a", "a..b", "x" * 65, ".".join(["s"] * (MAX_SEGMENTS + 1)),
-    "a b", "orders.*", "orders.**", "*", "ord*", "a.[a-z]", "caf\u00e9", "a/b", "a\n",
+    "a b", "orders.*", "orders.**", "*", "ord*", "a.[a-z]", "\u00e9t\u00e9", "a/b", "a\n",
     "\u0661", "a.b\t",
 ])
 def test_invalid_topics_raise_event_error_naming_the_topic(topic: str) -> None:
