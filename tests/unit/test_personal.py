@@ -380,7 +380,8 @@ def test_erasure_removes_every_readable_copy_and_the_chain_still_verifies(env: E
     assert env.ns["profile"]["email"].erased and env.ns["profile"]["tags"] == ["vip"]
     assert env.ns["kept"].reveal() == "OTHER-SUBJECT-VALUE"
     payload = env.image.audit.events_since()[0]["payload"]
-    assert payload == {"$erased": {"subjects": [subject]}}
+    assert payload == {"plain": "visible",
+                       "who": {"$personal": {"subject": subject, "erased": True}}}
     assert env.image.audit.code(code_op) is None
     env.run("after = 1")  # the image goes on; erased values commit as erased
     env.close()
