@@ -15,11 +15,11 @@ sealed (AES-256-GCM) under the subject's key.  The same holds for the audit
 log: an event payload that holds personal values, and the code of an op
 that tagged values as personal, are written sealed, as payload files beside
 the chain.  Erasing the subject destroys its key (overwritten, synced,
-unlinked) and deletes its payload files; every snapshot, packfile, reflog and
+unlinked) and deletes the sealed code; every snapshot, packfile, reflog and
 old commit that holds the sealed bytes is then unreadable, with no history
-rewrite, so the audit chain and the snapshot hashes still verify.  A
-restore or a checkout shows ``personal(<erased>, subject=...)`` where the
-value was.
+rewrite, so the audit chain and the snapshot hashes still verify.  Event
+payloads keep their other fields.  A restore or a checkout shows
+``personal(<erased>, subject=...)`` where the value was.
 
 Limits, stated plainly:
 
