@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,7 +317,10 @@ class _Checker:
             self.bad(index, f"the history it adopts is unreadable ({error})")
 
     def _objects(self, root: bytes, index: int, path: str) -> None:
-        for sha, where in self._walk(root, path):
+        """Re-hash every object ``root`` reaches that no earlier snapshot reached, once each."""
+        stack = [(root, path)]
+        while stack:
+            sha, where = stack.pop()
             if sha in self.seen_objects:
                 continue
             self.seen_objects.add(sha)
@@ -331,30 +333,18 @@ class _Checker:
             if object_id(kind, data) != sha:
                 self.bad(index, f"the object {sha.hex()[:12]} ({where}) of its snapshot was "
                                 "modified (its content no longer matches its id)")
-
-    def _walk(self, root: bytes, path: str) -> Iterator[tuple[bytes, str]]:
-        yield root, path
-        try:
-            kind, data = self.workspace.objects.read(root)
-        except Exception:
-            return
-        if kind == b"commit":
-            tree = bytes.fromhex(data.split(b"\n", 1)[0].split(b" ")[1].decode())
-            if tree not in self.seen_objects:
-                yield from self._walk(tree, "tree")
-        elif kind == b"tree":
-            try:
-                entries = decode_tree(data)
-            except (ValueError, UnicodeDecodeError):
-                return
-            for entry in entries:
-                if entry.sha in self.seen_objects:
+                continue
+            if kind == b"commit":
+                stack.append((bytes.fromhex(data.split(b"\n", 1)[0].split(b" ")[1].decode()),
+                              "tree"))
+            elif kind == b"tree":
+                try:
+                    entries = decode_tree(data)
+                except (ValueError, UnicodeDecodeError):
                     continue
-                where = f"{path}/{entry.name}" if path != "tree" else entry.name
-                if entry.is_tree:
-                    yield from self._walk(entry.sha, where)
-                else:
-                    yield entry.sha, where
+                prefix = "" if where == "tree" else where + "/"
+                stack.extend((entry.sha, prefix + entry.name) for entry in reversed(entries)
+                             if entry.sha not in self.seen_objects)
 
     # -- anchor -----------------------------------------------------------------------------
 

@@ -423,15 +423,41 @@ def test_a_damaged_log_refuses_to_open_and_is_left_untouched(env: Env, damage: s
     assert sorted(p.name for p in (env.path / "audit").iterdir()) == listing
 
 
-def test_a_workspace_that_predates_its_audit_log_is_adopted(env: Env) -> None:
-    report = env.run("a = 1")
+def test_a_workspace_that_predates_its_audit_log_is_adopted(tmp_path: Path) -> None:
+    """History written before the audit existed (no snapshot binds a chain) is adopted."""
+    from kernos.store.snapshots import ChunkCache, SnapshotWriter, commit_message
+
+    workspace = Workspace.open(tmp_path / "old")
+    with SnapshotWriter(workspace, ChunkCache()) as writer:
+        commit = writer.commit(
+            groups=[], source="pass", parent=None, author="human <human@kernos.invalid>",
+            manifest={"format": 1, "op": 1, "principal": "human", "kind": "cell", "note": "",
+                      "committed_at": "2026-01-01T00:00:00.000Z",
+                      "changes": {"added": [], "changed": [], "deleted": []}, "names": {}},
+            message=commit_message(op=1, principal="human", kind="cell", headline="pass"))
+        writer.publish(commit)
+    image = Image(workspace, {})
+    image.restore()
+    genesis = image.audit.read(0)
+    assert genesis["type"] == "genesis" and genesis["adopts"] == commit.hex()
+    op = image.begin(source="b = 2")
+    image.namespace["b"] = 2
+    assert op.commit().op == 2
+    workspace.close()
+    assert verify(tmp_path / "old").ok
+
+
+def test_a_removed_log_is_not_replaced_over_audited_history(env: Env) -> None:
+    env.run("a = 1")
     env.close()
+    before = env.chain.read_bytes()
     env.chain.unlink()
+    with pytest.raises(AuditError, match="will not start a new log"):
+        env.reopen()
+    assert not env.chain.exists()
+    env.chain.write_bytes(before)
     env.reopen()
-    genesis = records(env)[0]
-    assert genesis["type"] == "genesis" and genesis["adopts"] == report.commit
     assert env.run("b = 2").op == 2
-    assert verify(env.path).ok
 
 
 # -- filters --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from kernos import Image, Workspace
 from kernos.audit import record_hash, verify
 from kernos.audit.canonical import canonical
+from kernos.errors import UsageError
 from kernos.op import CommitReport
 
 
@@ -116,10 +117,9 @@ def test_a_wrong_anchor_names_the_anchored_record(built: Env) -> None:
 
 
 @pytest.mark.parametrize("anchor", ["garbage", "5:abc", "x:" + "0" * 64, ""])
-def test_a_malformed_anchor_is_reported(built: Env, anchor: str) -> None:
-    report = verify(built.path, anchor=anchor)
-    assert not report.ok
-    assert "INDEX:HASH" in report.problems[-1].what
+def test_a_malformed_anchor_is_a_usage_error(built: Env, anchor: str) -> None:
+    with pytest.raises(UsageError, match="INDEX:HASH"):
+        verify(built.path, anchor=anchor)
 
 
 def test_a_log_truncated_below_the_anchor_fails(built: Env) -> None:
