@@ -194,7 +194,8 @@ class Op:
         assert index is not None
         audit.published = index
         self.report.audit = {"index": index, "hash": audit.entries[index].hash}
-        record = audit.read(index)
+        record = self._audit.record
+        assert record is not None
         self.report.events = [audit.resolve_event(event, record) for event in record["events"]]
         return self.report
 

@@ -80,6 +80,8 @@ class AuditParticipant:
         self.op = op
         self.log = log
         self.index: int | None = None
+        self.record: dict[str, Any] | None = None
+        """The record written for a committed op."""
         self.closed = False
         self.started_at = utc_now()
 
@@ -121,6 +123,7 @@ class AuditParticipant:
         commit = self.op.commit_id()
         record = self.log.append(self._body(status="committed", commit=commit, error=None))
         self.index = record["index"]
+        self.record = record
 
     def tpc_finish(self, txn: Transaction) -> None:
         pass
