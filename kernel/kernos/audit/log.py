@@ -120,6 +120,9 @@ class AuditLog:
         self.durable = durable
         self.writable = writable
         self.entries: list[Entry] = []
+        self._next_seq = 1
+        self._last_op = 0
+        self._last_commit: int | None = None
         self.published = -1
         """Index of the newest op record whose commit is visible."""
         self._size = 0
@@ -149,11 +152,8 @@ class AuditLog:
             except ValueError as error:
                 raise self._damaged(index, f"it cannot be read ({error})") from None
             entry = _entry(record, index=index, offset=offset, length=len(line))
-            if entry.type == "void":
-                target = record.get("voids")
-                if type(target) is int and 0 <= target < len(self.entries):
-                    self.entries[target].voided = True
-            self.entries.append(entry)
+            target = record.get("voids")
+            self._register(entry, target if type(target) is int else None)
             previous = entry.hash
             offset += len(line)
         if self.entries:
@@ -166,6 +166,25 @@ class AuditLog:
                 raise self._damaged(len(self.entries),
                                     "the last line is incomplete (an append was cut short)")
             self._cut_torn(torn)
+
+    def _register(self, entry: Entry, voids: int | None) -> None:
+        """Add an entry to the in-memory index, keeping the running totals current."""
+        if entry.type == "void" and voids is not None and 0 <= voids < len(self.entries):
+            self.entries[voids].voided = True
+            if voids == self._last_commit:
+                self._last_commit = None
+                for earlier in reversed(self.entries[:voids]):
+                    if (earlier.type == "op" and earlier.status == COMMITTED
+                            and not earlier.voided):
+                        self._last_commit = earlier.index
+                        break
+        self.entries.append(entry)
+        if entry.events:
+            self._next_seq = entry.first_seq + entry.events
+        if entry.op is not None:
+            self._last_op = max(self._last_op, entry.op)
+        if entry.type == "op" and entry.status == COMMITTED:
+            self._last_commit = entry.index
 
     def _damaged(self, index: int, problem: str) -> AuditError:
         return AuditError(
@@ -201,20 +220,17 @@ class AuditLog:
 
     @property
     def last_op(self) -> int:
-        return max((entry.op for entry in self.entries if entry.op is not None), default=0)
+        """The highest op id recorded (ids are never reused, rolled-back ops included)."""
+        return self._last_op
 
     @property
     def next_seq(self) -> int:
-        for entry in reversed(self.entries):
-            if entry.events:
-                return entry.first_seq + entry.events
-        return 1
+        """The sequence number the next committed event gets."""
+        return self._next_seq
 
     def last_commit_index(self) -> int | None:
-        for entry in reversed(self.entries):
-            if entry.type == "op" and entry.status == COMMITTED and not entry.voided:
-                return entry.index
-        return None
+        """The newest committed op record that was not voided."""
+        return self._last_commit
 
     def binding(self) -> dict[str, Any]:
         """What the next snapshot's manifest records of the chain before it."""
@@ -391,9 +407,7 @@ class AuditLog:
         finally:
             os.close(fd)
         entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
-        if entry.type == "void":
-            self.entries[record["voids"]].voided = True
-        self.entries.append(entry)
+        self._register(entry, record.get("voids"))
         self._size += len(line)
         return record
 
