@@ -208,10 +208,12 @@ class EventBus:
         subscriptions = self._mutable(op)
         sub_id = f"s{subscriptions.next_id}"
         subscriptions.next_id += 1
-        label = getattr(handler, "__qualname__", type(handler).__name__)
+        # Fresh string objects: sharing them with the handler's own names would make
+        # the subscriptions pickle differently once a restore has split them apart.
+        label = "".join(str(getattr(handler, "__qualname__", type(handler).__name__))[:80])
         subscriptions.items[sub_id] = Subscription(
-            id=sub_id, pattern=pattern, principal=principal, handler=handler, op=op.id,
-            label=str(label)[:80])
+            id=sub_id, pattern="".join(pattern), principal="".join(principal), handler=handler,
+            op=op.id, label=label)
         return sub_id
 
     def unsubscribe(self, sub_id: object, *, principal: str | None = None) -> None:

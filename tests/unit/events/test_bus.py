@@ -774,3 +774,34 @@ def test_a_payload_with_any_non_json_part_is_refused(env: Env, payload: Any) -> 
         assert op.events == []
     finally:
         op.abort()
+
+
+def test_a_reopen_does_not_make_the_subscriptions_look_changed(tmp_path: Path) -> None:
+    """The subscriptions pickle to the same bytes after a restore (no spurious version)."""
+    import types
+
+    def session() -> tuple[Workspace, dict[str, object], Image, EventBus]:
+        module = types.ModuleType("__main__")
+        workspace = Workspace.open(tmp_path / "ws")
+        image = Image(workspace, module.__dict__, module=module)
+        image.restore()
+        return workspace, module.__dict__, image, EventBus(image)
+
+    workspace, ns, image, bus = session()
+    source = "seen = {}\ndef remember(event):\n    seen['last'] = event.payload"
+    op = image.begin(source=source)
+    exec(source, ns)
+    op.commit()
+    op = image.begin(source="subscribe")
+    bus.subscribe("a.*", ns["remember"])
+    op.commit()
+    op = image.begin(source="emit")
+    bus.emit("a.b", 1)
+    assert op.commit().changed == ["seen"]
+    workspace.close()
+    workspace, ns, image, bus = session()
+    op = image.begin(source="emit")
+    bus.emit("a.b", 1)  # the same value again: nothing changes
+    report = op.commit()
+    assert report.changed == [] and report.added == []
+    workspace.close()
