@@ -219,3 +219,37 @@ def test_the_wheel_ships_the_kernelspec(tmp_path: Path) -> None:
         assert "kernos/kernel/kernel.py" in names and "kernos/py.typed" in names
     assert spec["display_name"] == "Kernos (Python 3)"
     assert spec["argv"] == ["python", "-m", "kernos.kernel", "-f", "{connection_file}"]
+
+
+def test_audit_log_and_events_read_the_durable_log(
+        kernel_factory: Callable[..., Kernel]) -> None:
+    """`kernos audit log` and `kernos events` read what a kernel recorded, also while it runs."""
+    kernel = kernel_factory()
+    assert kernel.run("events.emit('orders.created', {'id': 1})").committed
+    assert kernel.run("events.emit('orders.created', {'id': 2})\n1/0").rolled_back
+    assert kernel.run("events.emit('ledger.debit', {'usd': 5})").committed
+    workspace = str(kernel.workspace)
+
+    records = cli("audit", "log", "-w", workspace, "--json")
+    assert records.returncode == 0, records.stderr
+    found = [json.loads(line) for line in records.stdout.splitlines()]
+    assert [(r["type"], r.get("status")) for r in found] == [
+        ("genesis", None), ("op", "committed"), ("op", "failed"), ("op", "committed")]
+    assert found[2]["error"]["kind"] == "ZeroDivisionError" and found[2]["events"] == []
+    failed = cli("audit", "log", "-w", workspace, "--status", "failed")
+    assert failed.returncode == 0 and "ZeroDivisionError" in failed.stdout
+    assert "committed" not in failed.stdout
+
+    events = cli("events", "-w", workspace, "--json")
+    assert events.returncode == 0, events.stderr
+    assert [(e["seq"], e["topic"], e["payload"]) for e in map(json.loads,
+            events.stdout.splitlines())] == [(1, "orders.created", {"id": 1}),
+                                             (2, "ledger.debit", {"usd": 5})]
+    after = cli("events", "-w", workspace, "--since", "1", "--topic", "ledger.*")
+    assert after.returncode == 0 and after.stdout.count("\n") == 1
+    assert "ledger.debit" in after.stdout
+
+    bad = cli("events", "-w", workspace, "--topic", "a..b")
+    assert "is not a topic pattern" in assert_clear_failure(bad, "events")
+    missing = cli("audit", "log", "-w", str(Path(workspace) / "nope"))
+    assert "does not exist" in assert_clear_failure(missing, "audit")
