@@ -67,6 +67,8 @@ GENESIS_PREV = "0" * 64
 INLINE_CODE_BYTES = 4096
 INLINE_PAYLOAD_BYTES = 1024
 COMMITTED = "committed"
+MAX_BOUND_HASHES = 256
+"""Record hashes a snapshot's manifest binds at most (the newest ones)."""
 
 
 def record_hash(record: dict[str, Any]) -> str:
@@ -236,6 +238,9 @@ class AuditLog:
         """What the next snapshot's manifest records of the chain before it."""
         start = self.last_commit_index()
         start = 0 if start is None else start
+        # Bounded, so that thousands of failed ops between two commits do not bloat
+        # a manifest: the newest hashes still pin the chain up to this record.
+        start = max(start, len(self.entries) - MAX_BOUND_HASHES)
         hashes = [entry.hash for entry in self.entries[start:]]
         return {"index": len(self.entries), "from": start, "hashes": hashes}
 

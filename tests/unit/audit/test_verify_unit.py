@@ -339,3 +339,29 @@ def test_a_forged_void_is_named(built: Env) -> None:
     built.close()
     append_forged_void(built, built.records()[5])
     assert verify(built.path).first_bad == 6
+
+
+def test_a_snapshot_binds_at_most_the_newest_hashes(tmp_path: Path) -> None:
+    """Many failed ops between two commits do not bloat the manifest, and verify still passes."""
+    from kernos.audit.log import MAX_BOUND_HASHES
+
+    workspace = Workspace.open(tmp_path / "ws", durable=False)
+    image = Image(workspace, {})
+    image.restore()
+    for number in range(MAX_BOUND_HASHES + 20):
+        op = image.begin(source=f"fail {number}")
+        op.abort(error=("ValueError", "no"))
+    op = image.begin(source="x = 1")
+    image.namespace["x"] = 1
+    report = op.commit()
+    binding = image.audit.binding()
+    assert len(binding["hashes"]) == 1  # after a commit, it starts again from the commit
+    workspace.close()
+    from kernos.store.snapshots import read_snapshot
+
+    with Workspace.open(tmp_path / "ws", writable=False) as reader:
+        facts = read_snapshot(reader, bytes.fromhex(report.commit)).manifest["facts"]
+    bound = facts["audit"]
+    assert len(bound["hashes"]) == MAX_BOUND_HASHES
+    assert bound["from"] + MAX_BOUND_HASHES == bound["index"] == report.audit["index"]
+    assert verify(tmp_path / "ws").ok
