@@ -264,21 +264,12 @@ class Keyring:
         return found
 
     def _create(self, subject: str, path: Path) -> bytes:
-        from kernos.store.objects import fsync_dir
+        from kernos.store.objects import replace_file
 
         self.directory.mkdir(exist_ok=True)
         key = secrets.token_bytes(32)
-        temporary = path.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps({"subject": subject, "key": key.hex()}).encode())
-            if self.durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        if self.durable:
-            fsync_dir(self.directory)
+        replace_file(path, json.dumps({"subject": subject, "key": key.hex()}).encode(),
+                     durable=self.durable, mode=0o600)
         return key
 
     def subjects(self) -> list[str]:

@@ -108,17 +108,13 @@ def erase(log: AuditLog, subject: object) -> ErasureReport:
                          f"{erased[subject]}); there is nothing left to erase")
     if subject not in known:
         raise UnknownSubject(subject, sorted(known - set(erased)))
-    from kernos.store.objects import fsync_dir
+    from pathlib import Path
+
+    from kernos.store.objects import replace_file
 
     log.keyring.directory.mkdir(exist_ok=True)
     path = _intent(log, subject)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, json.dumps({"subject": subject}).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(log.keyring.directory)
+    replace_file(Path(path), json.dumps({"subject": subject}).encode(), durable=True, mode=0o600)
     return _complete(log, subject, path)
 
 

@@ -356,24 +356,14 @@ class AuditLog:
             return None
 
     def store_payload(self, data: bytes) -> str:
-        from kernos.store.objects import fsync_dir
+        from kernos.store.objects import replace_file
 
         ref = digest(data)
         path = self.payload_dir / ref
         if path.exists():
             return ref
         self.payload_dir.mkdir(parents=True, exist_ok=True)
-        temporary = self.payload_dir / f".{ref}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            if self.durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        if self.durable:
-            fsync_dir(self.payload_dir)
+        replace_file(path, data, durable=self.durable, temporary=self.payload_dir / f".{ref}.tmp")
         return ref
 
     def delete_payload(self, ref: str) -> bool:

@@ -44,6 +44,7 @@ __all__ = [
     "encode_tree",
     "fsync_dir",
     "object_id",
+    "replace_file",
 ]
 
 BLOB_MODE = b"100644"
@@ -335,6 +336,25 @@ def _compresses(data: bytes | memoryview) -> bool:
         return True
     probe = bytes(data[:_PROBE_BYTES])
     return len(zlib.compress(probe, 1)) < _WORTH_COMPRESSING * len(probe)
+
+
+def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = 0o644,
+                 temporary: Path | None = None) -> None:
+    """Make ``path`` hold ``data``, all or nothing: write a temporary file, rename it over.
+
+    With ``durable`` the data and the rename are synced before this returns.
+    """
+    temporary = temporary or path.with_name(path.name + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

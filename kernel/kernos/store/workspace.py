@@ -38,7 +38,13 @@ from kernos.errors import (
     WorkspaceFormatError,
 )
 from kernos.store.lock import WorkspaceLock
-from kernos.store.objects import CommitData, LooseObjects, decode_commit, fsync_dir
+from kernos.store.objects import (
+    CommitData,
+    LooseObjects,
+    decode_commit,
+    fsync_dir,
+    replace_file,
+)
 
 if TYPE_CHECKING:
     import git
@@ -220,17 +226,8 @@ class Workspace:
     def set_head(self, commit: bytes) -> None:
         """Point the branch at ``commit``: the atomic commit point of an op."""
         ref = self.git_dir / BRANCH
-        temporary = ref.with_name(ref.name + ".lock")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, commit.hex().encode() + b"\n")
-            if self.durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, ref)
-        if self.durable:
-            fsync_dir(ref.parent)
+        replace_file(ref, commit.hex().encode() + b"\n", durable=self.durable,
+                     temporary=ref.with_name(ref.name + ".lock"))
 
     # -- reading history -------------------------------------------------------
 
