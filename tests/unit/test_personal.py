@@ -20,12 +20,9 @@ from typing import Any
 
 import pytest
 
-from kernos import Image, Workspace
+from core_support import CoreEnv
 from kernos.audit import erase, verify
 from kernos.errors import ErasedValue, EventError, UnknownSubject, UsageError
-from kernos.events.bus import EventBus
-from kernos.image import default_is_persistent
-from kernos.op import CommitReport
 from kernos.personal import Keyring, Personal, personal
 
 
@@ -183,39 +180,9 @@ def test_destroying_any_one_subject_shreds_a_combined_value(tmp_path: Path,
 # -- in a workspace -------------------------------------------------------------------------
 
 
-class Env:
+class Env(CoreEnv):
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.workspace: Workspace | None = None
-        self.reopen()
-
-    def reopen(self) -> Env:
-        self.close()
-        self.workspace = Workspace.open(self.path)
-        self.module = types.ModuleType("__main__")
-        self.ns: dict[str, Any] = self.module.__dict__
-        self.ns["personal"] = personal
-        self.image = Image(self.workspace, self.ns, module=self.module,
-                           is_persistent=lambda name: default_is_persistent(name)
-                           and name not in ("bus", "personal"))
-        self.restore_report = self.image.restore()
-        self.bus = EventBus(self.image)
-        self.ns["bus"] = self.bus
-        return self
-
-    def close(self) -> None:
-        if self.workspace is not None:
-            self.workspace.close()
-            self.workspace = None
-
-    def run(self, source: str) -> CommitReport:
-        op = self.image.begin(source=source)
-        try:
-            exec(compile(source, f"<op {op.id}>", "exec"), self.ns)
-        except BaseException as error:
-            op.abort(error=error)
-            raise
-        return op.commit()
+        super().__init__(path, hidden={"personal": personal})
 
 
 @pytest.fixture

@@ -9,62 +9,23 @@ import signal
 import subprocess
 import sys
 import textwrap
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core_support import CoreEnv
 from kernos import Image, Workspace
 from kernos.audit import AuditLog, record_hash, verify
 from kernos.audit.canonical import canonical
 from kernos.audit.log import GENESIS_PREV, INLINE_CODE_BYTES
 from kernos.errors import AuditError, OpVetoed
-from kernos.events.bus import EventBus
-from kernos.image import default_is_persistent
-from kernos.op import CommitReport
 from kernos.personal import Keyring
 
 
-class Env:
+class Env(CoreEnv):
     """A workspace with an image and a bus on it; ``reopen()`` is a kernel restart."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.workspace: Workspace | None = None
-        self.reopen()
-
-    @property
-    def chain(self) -> Path:
-        return self.path / "audit" / "chain.jsonl"
-
-    def reopen(self) -> Env:
-        self.close()
-        self.workspace = Workspace.open(self.path)
-        self.module = types.ModuleType("__main__")
-        self.ns: dict[str, Any] = self.module.__dict__
-        self.image = Image(self.workspace, self.ns, module=self.module,
-                           is_persistent=lambda name: default_is_persistent(name)
-                           and name != "bus")
-        self.restore_report = self.image.restore()
-        self.bus = EventBus(self.image)
-        self.ns["bus"] = self.bus
-        return self
-
-    def close(self) -> None:
-        if self.workspace is not None:
-            self.workspace.close()
-            self.workspace = None
-
-    def run(self, source: str, *, principal: str = "human") -> CommitReport:
-        op = self.image.begin(source=source, principal=principal)
-        try:
-            exec(compile(source, f"<op {op.id}>", "exec"), self.ns)
-        except BaseException as error:
-            op.abort(error=error)
-            raise
-        return op.commit()
 
     def fail(self, source: str, error: BaseException | tuple[str, str] | None = None, *,
              principal: str = "human", status: str | None = None) -> int:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core_support import CoreEnv
 from kernos import Image, Workspace
 from kernos.audit.log import INLINE_PAYLOAD_BYTES
 from kernos.errors import (
@@ -32,41 +33,8 @@ from kernos.image import default_is_persistent
 from kernos.op import CommitReport
 
 
-class Env:
+class Env(CoreEnv):
     """A workspace with an image and a bus on it; ``reopen()`` is a kernel restart."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.workspace: Workspace | None = None
-        self.reopen()
-
-    def reopen(self) -> Env:
-        self.close()
-        self.workspace = Workspace.open(self.path)
-        self.module = types.ModuleType("__main__")
-        self.ns: dict[str, Any] = self.module.__dict__
-        self.image = Image(self.workspace, self.ns, module=self.module,
-                           is_persistent=lambda name: default_is_persistent(name)
-                           and name != "bus")
-        self.restore_report = self.image.restore()
-        self.bus = EventBus(self.image)
-        self.ns["bus"] = self.bus
-        return self
-
-    def close(self) -> None:
-        if self.workspace is not None:
-            self.workspace.close()
-            self.workspace = None
-
-    def run(self, source: str, *, principal: str = "human") -> CommitReport:
-        """Run ``source`` as one op; commit, or abort and re-raise."""
-        op = self.image.begin(source=source, principal=principal)
-        try:
-            exec(compile(source, f"<op {op.id}>", "exec"), self.ns)
-        except BaseException as error:
-            op.abort(error=error)
-            raise
-        return op.commit()
 
     def user(self) -> dict[str, Any]:
         return {name: copy.deepcopy(value) for name, value in self.ns.items()
