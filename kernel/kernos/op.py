@@ -131,6 +131,8 @@ class Op:
         """Grant id -> capability, for every grant the op's principals used."""
         self.denied: list[dict[str, Any]] = []
         """Capabilities that were refused (bounded by the runtime)."""
+        self.key: str | None = None
+        """An idempotency key from the op's sender, kept in its audit record."""
         self.outcome: tuple[str, dict[str, str] | None] = ("rolled back", None)
         """(status, error) of an op that did not commit, for its audit record."""
         self.report_draft: CommitReport | None = None

@@ -32,13 +32,14 @@ import sys
 import types
 from typing import Any
 
-from RestrictedPython.compile import compile_restricted_exec
+from RestrictedPython.compile import compile_restricted_eval, compile_restricted_exec
 from RestrictedPython.transformer import RestrictingNodeTransformer
 
 from kernos.agents.guards import AGENT_BUILTINS, EXCEPTIONS
 from kernos.errors import AgentCodeRejected
 
-__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_SOURCE", "compile_agent"]
+__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_SOURCE", "compile_agent",
+           "compile_agent_with_value"]
 
 DEFAULT_MAX_SOURCE = 64 * 1024
 DEFAULT_MAX_DEPTH = 60
@@ -130,6 +131,34 @@ def compile_agent(source: object, *, principal: str, filename: str,
                   max_source: int = DEFAULT_MAX_SOURCE,
                   max_depth: int = DEFAULT_MAX_DEPTH) -> types.CodeType:
     """Compile agent source in the restricted dialect, or raise AgentCodeRejected."""
+    tree = _parse(source, principal=principal, filename=filename, max_source=max_source,
+                  max_depth=max_depth)
+    return _restricted(tree, principal=principal, filename=filename, mode="exec")
+
+
+def compile_agent_with_value(
+    source: object, *, principal: str, filename: str, max_source: int = DEFAULT_MAX_SOURCE,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> tuple[types.CodeType, types.CodeType | None]:
+    """Like :func:`compile_agent`, keeping the value of a final expression statement.
+
+    Returns the code of the statements before it, and the code of that
+    expression (compiled under the same policy, in ``eval`` mode), or None
+    when the source does not end with an expression.
+    """
+    tree = _parse(source, principal=principal, filename=filename, max_source=max_source,
+                  max_depth=max_depth)
+    final: types.CodeType | None = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = tree.body.pop()
+        assert isinstance(last, ast.Expr)
+        expression = ast.Expression(body=last.value)
+        final = _restricted(expression, principal=principal, filename=filename, mode="eval")
+    return _restricted(tree, principal=principal, filename=filename, mode="exec"), final
+
+
+def _parse(source: object, *, principal: str, filename: str, max_source: int,
+           max_depth: int) -> ast.Module:
     if type(source) is not str:
         raise AgentCodeRejected(principal, [f"the code is a {type(source).__name__}, "
                                             "not a string"])
@@ -160,7 +189,13 @@ def compile_agent(source: object, *, principal: str, filename: str,
     if depth > max_depth:
         raise AgentCodeRejected(principal, [f"the code is nested {depth}+ levels deep, over "
                                             f"the limit of {max_depth}"])
-    result = compile_restricted_exec(tree, filename=filename, policy=AgentPolicy)
+    return tree
+
+
+def _restricted(tree: ast.Module | ast.Expression, *, principal: str, filename: str,
+                mode: str) -> types.CodeType:
+    compiler = compile_restricted_exec if mode == "exec" else compile_restricted_eval
+    result = compiler(tree, filename=filename, policy=AgentPolicy)
     if result.errors or result.code is None:
         raise AgentCodeRejected(principal, list(result.errors) or ["it does not compile"])
     return result.code

@@ -32,7 +32,7 @@ from kernos.agents.capabilities import amount, parse_capability
 from kernos.agents.context import BoundedOutput, RunContext
 from kernos.agents.guards import AGENT_BUILTINS
 from kernos.agents.limits import AGENT_FILENAME_PREFIX, LimitExceeded, Limits, Supervisor
-from kernos.agents.policy import compile_agent
+from kernos.agents.policy import compile_agent, compile_agent_with_value
 from kernos.agents.registry import HUMAN, Registry, ToolVersion, shown
 from kernos.errors import (
     BoundaryError,
@@ -98,6 +98,10 @@ class RunResult:
     """What it printed (bounded)."""
     seconds: float
     """Wall time of the run."""
+    value: object = None
+    """The value of the code's final expression (with ``keep_value``), else None."""
+    has_value: bool = False
+    """Whether the code ended with an expression whose value is ``value``."""
 
 
 class AgentRuntime:
@@ -221,24 +225,36 @@ class AgentRuntime:
     # -- running agent code ----------------------------------------------------------------
 
     def run(self, principal: str, source: object,
-            echo: Callable[[str], object] | None = None) -> RunResult:
+            echo: Callable[[str], object] | None = None, *,
+            keep_value: bool = False) -> RunResult:
         """Run ``source`` as ``principal`` inside the current op.
 
         ``echo`` receives what the code printed (bounded), also when it fails.
+        With ``keep_value``, the value of a final expression statement is the
+        result's ``value`` (evaluated under the same supervision).
         """
         op = self._op()
         if principal == HUMAN:
             raise UsageError("the human runs ordinary cells; `%%agent NAME` runs agent code")
         limits = self.limits_for(principal)
-        code = compile_agent(source, principal=principal,
-                             filename=f"{AGENT_FILENAME_PREFIX}{principal}>",
-                             max_source=limits.source_bytes, max_depth=limits.ast_depth)
+        filename = f"{AGENT_FILENAME_PREFIX}{principal}>"
+        final = None
+        if keep_value:
+            code, final = compile_agent_with_value(
+                source, principal=principal, filename=filename,
+                max_source=limits.source_bytes, max_depth=limits.ast_depth)
+        else:
+            code = compile_agent(source, principal=principal, filename=filename,
+                                 max_source=limits.source_bytes, max_depth=limits.ast_depth)
         namespace = self.namespace(principal)
         op.touch(namespace_key(principal), REGISTRY)
         started = time.perf_counter()
+        value: object = None
         with self._running(principal, op) as ctx:
             try:
                 exec(code, namespace)
+                if final is not None:
+                    value = eval(final, namespace)
             except KernosError:
                 raise
             except Exception as error:
@@ -252,7 +268,8 @@ class AgentRuntime:
                 if echo is not None and output:
                     echo(output)
         return RunResult(principal=principal, op=op.id, output=output,
-                         seconds=time.perf_counter() - started)
+                         seconds=time.perf_counter() - started, value=value,
+                         has_value=final is not None)
 
     @contextlib.contextmanager
     def _running(self, principal: str, op: Op) -> Iterator[RunContext]:
@@ -443,8 +460,15 @@ class AgentRuntime:
         return result if version.author == HUMAN else to_host(result)
 
     def call_as_human(self, name: object, arguments: dict[str, object]) -> object:
+        return self.call_as(HUMAN, name, arguments)
+
+    def call_as(self, principal: str, name: object, arguments: dict[str, object]) -> object:
+        """Call a tool as ``principal`` (checking its grants), inside the current op."""
         op = self._op()
-        with self._running(HUMAN, op) as ctx:
+        if principal != HUMAN:
+            self.registry.principal(principal)
+            op.touch(namespace_key(principal), REGISTRY)
+        with self._running(principal, op) as ctx:
             return self.call(ctx, name, arguments)
 
     def _pinned(self, ctx: RunContext, name: object) -> ToolVersion:

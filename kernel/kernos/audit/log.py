@@ -18,11 +18,13 @@ canonical encoding of the record without ``hash``.  Types:
 ``op``
     One op, committed or not: ``op``, ``kind``, ``principal``, ``status``
     (``committed``, ``rolled back``, ``failed``, ``interrupted``, ``denied``,
-    ``vetoed``), ``error``, ``code`` (``sha256`` and ``text`` inline when
+    ``vetoed``; for a harness request refused before its body ran,
+    ``conflict`` or ``rejected``), ``error``, ``code`` (``sha256`` and ``text`` inline when
     small, else a payload ``ref``; *sealed* for the op's data subjects when it
     tagged personal values), ``grants`` (``used`` and ``denied``),
     ``changes``, ``events``, ``effects``, ``commit`` (the snapshot, for a
-    committed op), ``started_at`` and ``finished_at``.
+    committed op), ``started_at`` and ``finished_at``; ``key``, the
+    idempotency key a harness sent with the op, only when it sent one.
 ``void``
     ``voids`` names an ``op`` record whose commit never became visible (the
     kernel died, or the commit failed, after the record was written).
@@ -107,6 +109,8 @@ class Entry:
     """The topics of its events (for filtering without reading the record)."""
     voided: bool = False
     """A later void record says its commit never became visible."""
+    key: str | None = None
+    """The op's idempotency key, if its sender gave one."""
 
 
 class AuditLog:
@@ -122,6 +126,8 @@ class AuditLog:
         self.durable = durable
         self.writable = writable
         self.entries: list[Entry] = []
+        self._keys: dict[str, int] = {}
+        """Idempotency key -> index of the committed op record that carries it."""
         self._next_seq = 1
         self._last_op = 0
         self._last_commit: int | None = None
@@ -173,6 +179,9 @@ class AuditLog:
         """Add an entry to the in-memory index, keeping the running totals current."""
         if entry.type == "void" and voids is not None and 0 <= voids < len(self.entries):
             self.entries[voids].voided = True
+            voided_key = self.entries[voids].key
+            if voided_key is not None and self._keys.get(voided_key) == voids:
+                del self._keys[voided_key]
             if voids == self._last_commit:
                 self._last_commit = None
                 for earlier in reversed(self.entries[:voids]):
@@ -187,6 +196,8 @@ class AuditLog:
             self._last_op = max(self._last_op, entry.op)
         if entry.type == "op" and entry.status == COMMITTED:
             self._last_commit = entry.index
+            if entry.key is not None:
+                self._keys.setdefault(entry.key, entry.index)
 
     def _damaged(self, index: int, problem: str) -> AuditError:
         return AuditError(
@@ -233,6 +244,11 @@ class AuditLog:
     def last_commit_index(self) -> int | None:
         """The newest committed op record that was not voided."""
         return self._last_commit
+
+    def committed_with_key(self, key: str) -> dict[str, Any] | None:
+        """The record of the committed (and not voided) op that carries idempotency ``key``."""
+        index = self._keys.get(key)
+        return None if index is None else self.read(index)
 
     def binding(self) -> dict[str, Any]:
         """What the next snapshot's manifest records of the chain before it."""
@@ -471,4 +487,5 @@ def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> E
         principal=record.get("principal"), commit=record.get("commit"),
         first_seq=first_seq, events=len(events),
         topics=frozenset(str(event.get("topic")) for event in events),
+        key=record.get("key") if type(record.get("key")) is str else None,
     )

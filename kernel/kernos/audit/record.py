@@ -93,7 +93,7 @@ class AuditParticipant:
         op = self.op
         committed = status == "committed"
         report = op.report_draft
-        return {
+        body = {
             "type": "op", "op": op.id, "kind": op.kind, "principal": op.principal,
             "status": status, "error": error,
             "code": code_field(self.log, op.source, created_subjects()),
@@ -110,6 +110,9 @@ class AuditParticipant:
             "started_at": self.started_at,
             "finished_at": utc_now(),
         }
+        if op.key is not None:  # absent otherwise: older records hash as they always did
+            body["key"] = op.key
+        return body
 
     # -- two-phase commit ----------------------------------------------------------
 

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
@@ -39,7 +40,9 @@ from kernos.analysis import Reach, reach_of_source
 from kernos.audit.human import Audit
 from kernos.errors import KernosError, RequestRejected
 from kernos.events.human import Events
+from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
 from kernos.image import Image, RestoreReport
+from kernos.kernel.control import Control
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import CommitReport, Op
@@ -103,6 +106,7 @@ class KernosKernel(IPythonKernel):
         self.audit = Audit(self.attached_image)
         self.streams = EventStreams(lambda: self.attached_image().audit)
         self.comm_manager.register_target(TARGET, self.streams.open)
+        self.control = Control(self)
         # Hidden (interactive=False): the kernel's own names, never persisted.
         self.ipython.push({"agents": self.agents, "events": self.events, "audit": self.audit,
                            "personal": personal}, interactive=False)
@@ -167,6 +171,7 @@ class KernosKernel(IPythonKernel):
             self._restore_done.set()
             return
         self._restore_done.clear()
+        self.control.advertise(Path(workspace.path), workspace.durable)
         threading.Thread(target=self._restore, name="kernos-restore", daemon=True).start()
 
     def _restore(self) -> None:
@@ -379,6 +384,7 @@ class KernosKernel(IPythonKernel):
         info = dict(super().kernel_info)
         info["supported_features"] = [feature for feature in info.get("supported_features", [])
                                       if feature not in _UNSUPPORTED_FEATURES]
+        info["kernos"] = {"protocol": PROTOCOL_VERSION, "version": __version__}
         return info
 
     async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
@@ -399,6 +405,7 @@ class KernosKernel(IPythonKernel):
 
     def do_shutdown(self, restart: bool) -> dict[str, Any]:  # type: ignore[override]
         if self.image is not None:
+            self.control.withdraw(Path(self.image.workspace.path))
             self.image.workspace.close()
         return super().do_shutdown(restart)
 

@@ -1,0 +1,351 @@
+"""The harness protocol: requests a harness sends a Kernos kernel, and replies.
+
+Transport.  Custom Jupyter shell messages, so that every reply goes to the
+client that asked (the shell channel routes replies by identity, where a
+comm's replies are broadcast on IOPub to every client), and so that requests
+queue with ``execute_request``s on one channel::
+
+    msg_type "kernos_request"   content REQUEST       (shell channel)
+    msg_type "kernos_reply"     content REPLY         (shell channel, parent = the request)
+
+Committed events are pushed on the ``kernos.events`` comm target (see
+``kernos.kernel.streams``); the ``events`` action below pulls them instead.
+The kernel's ``kernel_info_reply`` carries ``{"kernos": {"protocol": 1, ...}}``
+in its content so that a client can check the version before anything else.
+
+A REQUEST is a JSON object::
+
+    {"v": 1, "action": ACTION, ...the action's fields}
+
+A REPLY is one of::
+
+    {"v": 1, "status": "ok", "action": ACTION, "result": RESULT}
+    {"v": 1, "status": "error", "action": ACTION | null,
+     "error": {"kind": KIND, "message": TEXT, "data": {...}}}
+
+``message`` names what was wrong and what to do.  ``kind`` is one of
+:data:`ERROR_KINDS`; clients switch on it, never on the message.  A request
+whose ``v`` is not :data:`VERSION` is refused with kind ``protocol`` (and
+``data.supported``).  Unknown actions and unknown or mistyped fields are
+refused with kind ``malformed``: fields are allowlisted per action.
+
+Ops.  ``op``, ``grant``, ``revoke``, ``add_agent`` and ``checkout`` change the
+image: each runs as one op, serialized with every other op and cell (one
+runs at a time, whichever client sent it).  Every op, committed or not, and
+every refused request has an audit record.  The result of ``op`` is an
+OP-RESULT (``kernos.harness.results.OpResult`` is its typed form)::
+
+    {"status": "committed" | "rolled back" | "conflict" | "rejected"
+               | "denied" | "failed" | "interrupted" | "vetoed",
+     "op": int | null, "commit": str | null, "principal": str,
+     "value": {"repr": str, "json": ANY} | null,   # "json" only when JSON-able
+     "output": str,                                # what the code printed (bounded)
+     "error": {"kind", "message", "data"} | null,
+     "added": [str], "changed": [str], "deleted": [str],
+     "events": [EVENT], "versions": {name: int | null},
+     "duplicate": bool, "timings_ms": {str: float}}
+
+A rolled-back op is an ``ok`` reply whose result says so: the request was
+valid and was carried out as a transaction.  ``error`` replies are for
+requests that could not be carried out at all.
+
+Actions and their fields (``?`` marks an optional field):
+
+``hello``
+    -> ``{"protocol", "kernos", "workspace", "head": {"op", "commit"},
+    "principals": [str], "actions": [str], "limits": {"max_request_bytes"}}``.
+``op``  principal, code | tool + arguments?, key?, expect?
+    Run ``code`` as ``principal`` (``human`` runs ordinary Python in the
+    user namespace; an agent runs the restricted dialect in its own
+    namespace), or call registry tool ``tool`` with ``arguments`` (an object)
+    as ``principal``.  The value of a final expression statement is the
+    op's value.  ``key`` (a string, at most 200 characters) is an
+    idempotency key: when a committed op already carries it, nothing runs
+    and the result is that op's, with ``duplicate: true`` (and ``value``
+    null: values are not recorded).  ``expect`` holds preconditions, checked
+    atomically before the body runs::
+
+        {"versions": {NAME: VERSION, ...}, "predicate": EXPRESSION?}
+
+    A name's version (see ``objects``) rises each time an op commits a new
+    value for it; version 0 means "no such name yet".  A stale version, or
+    a predicate that is false, rejects
+    the op with status ``conflict``: nothing runs, the result's ``versions``
+    holds the current ones, and the rejection is recorded.  A precondition
+    of version >= 1 on a name that does not exist is a ``precondition``
+    error (nothing runs; recorded too).  The
+    predicate runs as ``principal`` (restricted for agents).
+``versions``  names, principal?
+    -> ``{"versions": {name: int | null}, "op": int}``: current versions
+    (null: no such name); the cheap read before an op with preconditions.
+``objects``  principal?, prefix?, limit?, offset?
+    -> ``{"objects": [OBJECT], "total": int}``, sorted by name.  OBJECT is
+    ``{"name", "type", "size", "version", "op", "principal", "changed_at",
+    "summary"}``.  For an agent, only names it may read (``read:NAME``) and
+    its own namespace (as ``ns:NAME``).
+``object``  name, principal?, preview_bytes?
+    -> OBJECT plus ``"preview": {"repr", "json"?}`` bounded by
+    ``preview_bytes`` (default 2,000; at most 100,000).
+``grant``  agent, capability, limit?   (an op by ``human``)
+    -> the grant: ``{"id", "principal", "capability", "limit", "used", ...}``.
+``revoke``  agent, capability   (a capability or a grant id; an op by ``human``)
+    -> ``{"revoked": [grant ids]}``.
+``grants``  agent?  -> ``{"grants": [GRANT]}``.
+``add_agent``  agent, limits?   (an op by ``human``)  -> ``{"agent": name}``.
+``agents``  -> ``{"agents": [name]}``.
+``tools``  principal?  -> ``{"tools": [{"name", "version", "schema",
+    "description", "effect", "capability", "author"}]}``; for an agent, only
+    the tools it may call.
+``log``  limit?  -> ``{"snapshots": [{"op", "commit", "when", "principal",
+    "kind", "changes", "message"}]}``, newest first.
+``show``  ref?  -> one snapshot: op, commit, principal, code, names.
+``diff``  a, b?  -> ``{"a", "b", "added", "changed", "deleted"}`` (each a list
+    of ``{"name", "type", "summary"}``).
+``checkout``  ref   (an op by ``human``) -> an OP-RESULT plus ``"checkout":
+    {"ref", "commit", "op", "names", "bytes"}``.
+``events``  since?, op?, topic?, principal?, limit?
+    -> ``{"events": [EVENT], "cursor": int}``: committed events from the
+    durable log, oldest first.
+``audit``  principal?, status?, topic?, limit?  -> ``{"records": [RECORD]}``.
+``status``  -> ``{"workspace", "head", "names", "bytes", "ops", "audit": {"index", "hash"}}``.
+
+Limits: a request over ``max_request_bytes`` (the kernel's
+``KERNOS_MAX_SOURCE_BYTES``, 4 MiB by default) is refused with kind
+``oversized`` before it is parsed further.
+
+This module is the pure part: parsing and validating requests.  It imports
+nothing from Jupyter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kernos.errors import KernosError
+
+__all__ = [
+    "ACTIONS",
+    "ERROR_KINDS",
+    "MUTATING",
+    "REPLY_TYPE",
+    "REQUEST_TYPE",
+    "VERSION",
+    "ProtocolError",
+    "Request",
+    "error_reply",
+    "ok_reply",
+    "parse_request",
+]
+
+VERSION = 1
+REQUEST_TYPE = "kernos_request"
+REPLY_TYPE = "kernos_reply"
+MAX_KEY_CHARS = 200
+MAX_NAME_CHARS = 200
+MAX_PREVIEW_BYTES = 100_000
+
+ERROR_KINDS = frozenset({
+    "malformed",          # not a valid request: unknown action, unknown or mistyped field
+    "protocol",           # another protocol version
+    "oversized",          # over the size limit
+    "unknown_principal",  # no principal of that name
+    "unknown_tool",       # no tool of that name visible to the principal
+    "unknown_name",       # no object of that name
+    "unknown_ref",        # no snapshot of that reference
+    "precondition",       # a precondition that cannot be evaluated (a missing name, ...)
+    "denied",             # the principal lacks the capability for this request
+    "invalid",            # a well-formed request the runtime refuses (a bad grant, ...)
+    "workspace",          # the kernel has no usable workspace
+    "internal",           # a bug in Kernos: the message says what to report
+})
+
+_STR = (str,)
+_INT = (int,)
+_OBJ = (dict,)
+_LIST = (list,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Field:
+    types: tuple[type, ...]
+    required: bool = False
+
+
+def _f(types: tuple[type, ...], required: bool = False) -> _Field:
+    return _Field(types=types, required=required)
+
+
+# Per action: its allowlisted fields.  ``v`` and ``action`` are implied.
+ACTIONS: dict[str, dict[str, _Field]] = {
+    "hello": {},
+    "op": {"principal": _f(_STR, True), "code": _f(_STR), "tool": _f(_STR),
+           "arguments": _f(_OBJ), "key": _f(_STR), "expect": _f(_OBJ)},
+    "versions": {"names": _f(_LIST, True), "principal": _f(_STR)},
+    "objects": {"principal": _f(_STR), "prefix": _f(_STR), "limit": _f(_INT),
+                "offset": _f(_INT)},
+    "object": {"name": _f(_STR, True), "principal": _f(_STR), "preview_bytes": _f(_INT)},
+    "grant": {"agent": _f(_STR, True), "capability": _f(_STR, True),
+              "limit": _f((int, str))},
+    "revoke": {"agent": _f(_STR, True), "capability": _f(_STR, True)},
+    "grants": {"agent": _f(_STR)},
+    "add_agent": {"agent": _f(_STR, True), "limits": _f(_OBJ)},
+    "agents": {},
+    "tools": {"principal": _f(_STR)},
+    "log": {"limit": _f(_INT)},
+    "show": {"ref": _f(_STR)},
+    "diff": {"a": _f(_STR, True), "b": _f(_STR)},
+    "checkout": {"ref": _f(_STR, True)},
+    "events": {"since": _f(_INT), "op": _f(_INT), "topic": _f(_STR), "principal": _f(_STR),
+               "limit": _f(_INT)},
+    "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
+    "status": {},
+}
+
+MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout"})
+"""Actions that run as an op (and so wait for the op lock and write history)."""
+
+
+class ProtocolError(KernosError):
+    """A request that cannot be carried out; ``kind`` is one of :data:`ERROR_KINDS`."""
+
+    def __init__(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+        assert kind in ERROR_KINDS, kind
+        super().__init__(message)
+        self.kind = kind
+        self.data = dict(data or {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": str(self), "data": self.data}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    """A validated request: its action and its (allowlisted, type-checked) fields."""
+
+    action: str
+    fields: dict[str, Any]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A bounded description of a hostile value, for an error message."""
+    if isinstance(value, str):
+        text = value if len(value) <= limit else value[:limit] + "..."
+        return repr(text)
+    if type(value) in (int, bool, float) or value is None:
+        return repr(value)[:limit]
+    return type(value).__name__
+
+
+def parse_request(content: object) -> Request:
+    """Validate a request's content, or raise :class:`ProtocolError` saying what is wrong."""
+    if type(content) is not dict:
+        raise ProtocolError("malformed", f"a request is a JSON object, not "
+                            f"{type(content).__name__}; send "
+                            '{"v": 1, "action": "hello"} to start')
+    assert isinstance(content, dict)
+    version = content.get("v")
+    if version != VERSION:
+        raise ProtocolError(
+            "protocol", f"this kernel speaks version {VERSION} of the Kernos harness protocol, "
+            f"and the request says {'no version' if version is None else _shown(version)}; "
+            "upgrade the client (pip install -U kernos) or send \"v\": 1",
+            {"supported": [VERSION]})
+    action = content.get("action")
+    if type(action) is not str or action not in ACTIONS:
+        raise ProtocolError("malformed", f"unknown action {_shown(action)}; the actions are "
+                            f"{', '.join(sorted(ACTIONS))}", {"actions": sorted(ACTIONS)})
+    assert isinstance(action, str)
+    spec = ACTIONS[action]
+    unknown = sorted(str(key)[:40] for key in content if key not in spec and key not in (
+        "v", "action"))
+    if unknown:
+        raise ProtocolError("malformed", f"{action}: unknown fields {unknown}; its fields are "
+                            f"{sorted(spec) or 'none'}")
+    fields: dict[str, Any] = {}
+    for name, field in spec.items():
+        if name not in content or content[name] is None:
+            if field.required:
+                raise ProtocolError("malformed", f"{action}: the field {name!r} is required")
+            continue
+        value = content[name]
+        # Exact types: a bool is not an int here.
+        if type(value) not in field.types:
+            wanted = " or ".join(t.__name__ for t in field.types)
+            raise ProtocolError("malformed", f"{action}: {name!r} must be {wanted}, not "
+                                f"{type(value).__name__}")
+        fields[name] = value
+    _check_action(action, fields)
+    return Request(action=action, fields=fields)
+
+
+def _check_action(action: str, fields: dict[str, Any]) -> None:
+    for name in ("principal", "agent", "name", "tool"):
+        value = fields.get(name)
+        if value is not None and not 0 < len(value) <= MAX_NAME_CHARS:
+            raise ProtocolError("malformed", f"{action}: {name!r} must be 1 to "
+                                f"{MAX_NAME_CHARS} characters")
+    for name in ("limit", "offset", "since", "op"):
+        value = fields.get(name)
+        if value is not None and value < 0:
+            raise ProtocolError("malformed", f"{action}: {name!r} must be >= 0, not {value}")
+    if action == "op":
+        has_code, has_tool = "code" in fields, "tool" in fields
+        if has_code == has_tool:
+            raise ProtocolError("malformed", "op: give exactly one of 'code' (source to run) "
+                                "or 'tool' (a registry tool to call, with 'arguments')")
+        if "arguments" in fields and not has_tool:
+            raise ProtocolError("malformed", "op: 'arguments' go with 'tool', not 'code'")
+        key = fields.get("key")
+        if key is not None and not 0 < len(key) <= MAX_KEY_CHARS:
+            raise ProtocolError("malformed", f"op: 'key' must be 1 to {MAX_KEY_CHARS} "
+                                "characters")
+        if "expect" in fields:
+            fields["expect"] = _parse_expect(fields["expect"])
+    if action == "versions":
+        names = fields["names"]
+        if not names or len(names) > 1000 or any(type(name) is not str or not name
+                                                 for name in names):
+            raise ProtocolError("malformed", "versions: 'names' must be a list of 1 to 1000 "
+                                "non-empty strings")
+    if action == "object":
+        preview = fields.get("preview_bytes")
+        if preview is not None and not 0 <= preview <= MAX_PREVIEW_BYTES:
+            raise ProtocolError("malformed", f"object: 'preview_bytes' must be 0 to "
+                                f"{MAX_PREVIEW_BYTES}")
+    if action == "add_agent":
+        limits = fields.get("limits") or {}
+        if any(type(value) is not int for value in limits.values()):
+            raise ProtocolError("malformed", "add_agent: 'limits' maps limit names to ints")
+    if action == "events" and "since" in fields and "op" in fields:
+        raise ProtocolError("malformed", "events: give either 'since' or 'op', not both")
+
+
+def _parse_expect(expect: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(str(key)[:40] for key in expect if key not in ("versions", "predicate"))
+    if unknown:
+        raise ProtocolError("malformed", f"op: unknown fields in 'expect': {unknown}; they are "
+                            "'versions' and 'predicate'")
+    versions = expect.get("versions") or {}
+    if type(versions) is not dict or len(versions) > 1000:
+        raise ProtocolError("malformed", "op: 'expect.versions' maps names to versions "
+                            "(at most 1000)")
+    for name, version in versions.items():
+        if type(version) is not int or version < 0 or not name:
+            raise ProtocolError("malformed", f"op: 'expect.versions' needs an int >= 0 for "
+                                f"each name; {_shown(name)} has {_shown(version)}")
+    predicate = expect.get("predicate")
+    if predicate is not None and type(predicate) is not str:
+        raise ProtocolError("malformed", "op: 'expect.predicate' is an expression (a string)")
+    return {"versions": dict(versions), "predicate": predicate}
+
+
+def ok_reply(action: str, result: dict[str, Any]) -> dict[str, Any]:
+    return {"v": VERSION, "status": "ok", "action": action, "result": result}
+
+
+def error_reply(action: str | None, error: ProtocolError) -> dict[str, Any]:
+    return {"v": VERSION, "status": "error", "action": action, "error": error.to_json()}

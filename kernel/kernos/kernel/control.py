@@ -1,0 +1,99 @@
+"""The harness transport: ``kernos_request`` shell messages, answered with ``kernos_reply``.
+
+A thin adapter over :class:`kernos.harness.service.HarnessService` (the
+protocol is documented in ``kernos.harness.protocol``).  Each request waits
+for the kernel's op lock, so it is serialized with cells and with every
+other client's requests; its committed events are then pushed to the
+``kernos.events`` subscribers, exactly as a cell's are.
+
+While the kernel owns its workspace it keeps ``<workspace>/kernel.json``
+(``{"connection_file", "pid"}``) so that a harness, the CLI or the MCP server
+can find the running kernel and connect to it instead of starting another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernos import _faults
+from kernos.harness.protocol import REPLY_TYPE, REQUEST_TYPE, ProtocolError, error_reply
+from kernos.harness.service import HarnessService
+from kernos.store.objects import replace_file
+
+if TYPE_CHECKING:
+    from kernos.kernel.kernel import KernosKernel
+
+__all__ = ["CONNECTION_FILE", "Control"]
+
+CONNECTION_FILE = "kernel.json"
+
+
+class Control:
+    """Serves harness requests for one kernel."""
+
+    def __init__(self, kernel: KernosKernel) -> None:
+        self.kernel = kernel
+        self._service: HarnessService | None = None
+        kernel.shell_handlers[REQUEST_TYPE] = self.request
+
+    def service(self) -> HarnessService:
+        image = self.kernel.attached_image()
+        if self._service is None or self._service.image is not image:
+            self._service = HarnessService(image, self.kernel.agent_runtime(),
+                                           max_request_bytes=self.kernel.max_source_bytes)
+        return self._service
+
+    async def request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        kernel = self.kernel
+        content = parent.get("content")
+        try:
+            size = len(json.dumps(content, default=str).encode("utf-8", "surrogatepass"))
+        except (TypeError, ValueError):
+            size = None
+        problem = await kernel._ready()
+        if problem is not None:
+            error = ProtocolError("workspace", str(problem))
+            self._send(stream, ident, parent, error_reply(None, error))
+            return
+        from kernos.kernel.kernel import deferred_sigint
+
+        async with kernel._op_lock:
+            with deferred_sigint():
+                handled = self.service().handle(content, size=size)
+            if handled.events:
+                _faults.point("notify")
+                kernel.streams.publish(handled.events)
+        self._send(stream, ident, parent, handled.reply)
+        await asyncio.sleep(0)
+
+    def _send(self, stream: Any, ident: Any, parent: dict[str, Any],
+              reply: dict[str, Any]) -> None:
+        if self.kernel.session is not None:
+            self.kernel.session.send(stream, REPLY_TYPE, reply, parent, ident=ident)
+
+    # -- being found -----------------------------------------------------------------
+
+    def advertise(self, workspace: Path, durable: bool) -> None:
+        """Write ``kernel.json`` so that clients can find this kernel."""
+        connection_file = getattr(self.kernel.parent, "abs_connection_file", None)
+        if not connection_file:
+            return
+        data = json.dumps({"connection_file": str(connection_file), "pid": os.getpid()})
+        try:
+            replace_file(workspace / CONNECTION_FILE, data.encode(), durable=durable)
+        except OSError as error:  # being findable is a convenience, not a duty
+            self.kernel.log.warning("Kernos: could not write %s: %s",
+                                    workspace / CONNECTION_FILE, error)
+
+    def withdraw(self, workspace: Path) -> None:
+        path = workspace / CONNECTION_FILE
+        try:
+            data = json.loads(path.read_bytes())
+            if type(data) is dict and data.get("pid") == os.getpid():
+                path.unlink()
+        except (OSError, ValueError):
+            pass
