@@ -1,0 +1,309 @@
+"""The harness service in-process: ops as principals, preconditions, keys, rejections, reads."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernos import Image, Workspace
+from kernos.agents import AgentRuntime, Agents, Limits
+from kernos.harness.service import HarnessService
+from kernos.harness.values import safe_repr, value_of
+from kernos.op import Op
+
+# Short limits, but the watchdog (which kills the process: pytest here) far away.
+LIMITS = Limits(seconds=2, hard_seconds=600, memory_mb=4096)
+
+
+class Env:
+    """A workspace, its image (a ``__main__``-like namespace) and an agent runtime."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.workspace: Workspace | None = None
+        self.reopen()
+
+    def reopen(self) -> None:
+        self.close()
+        self.workspace = Workspace.open(self.path, purpose="test")
+        self.module = types.ModuleType("__main__")
+        self.ns: dict[str, Any] = self.module.__dict__
+        self.image = Image(self.workspace, self.ns, module=self.module)
+        self.image.restore()
+        self.runtime = AgentRuntime(self.image, default_limits=LIMITS)
+        self.agents = Agents(lambda: self.runtime)
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            self.workspace.close()
+            self.workspace = None
+
+    @contextlib.contextmanager
+    def op(self, source: str) -> Iterator[Op]:
+        op = self.image.begin(source=source)
+        yield op
+        op.commit()
+
+    def ns_of(self, agent: str) -> dict[str, Any]:
+        return self.runtime.namespace(agent).user_items()
+
+
+class Harness:
+    def __init__(self, path: Path) -> None:
+        self.env = Env(path)
+        self.service = HarnessService(self.env.image, self.env.runtime, max_request_bytes=10_000)
+
+    def reopen(self) -> None:
+        self.env.reopen()
+        self.service = HarnessService(self.env.image, self.env.runtime, max_request_bytes=10_000)
+
+    def send(self, **content: Any) -> dict[str, Any]:
+        reply = self.service.handle({"v": 1, **content}).reply
+        json.dumps(reply)  # every reply is JSON
+        return reply
+
+    def ok(self, **content: Any) -> dict[str, Any]:
+        reply = self.send(**content)
+        assert reply["status"] == "ok", reply
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    def op(self, code: str, **content: Any) -> dict[str, Any]:
+        content.setdefault("principal", "human")
+        return self.ok(action="op", code=code, **content)
+
+    def error(self, **content: Any) -> dict[str, Any]:
+        reply = self.send(**content)
+        assert reply["status"] == "error", reply
+        error: dict[str, Any] = reply["error"]
+        return error
+
+    def records(self) -> list[dict[str, Any]]:
+        return [record for record in self.env.image.audit.records() if record["type"] == "op"]
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    opened = Harness(tmp_path / "ws")
+    yield opened
+    opened.env.close()
+
+
+def test_a_human_op_commits_with_its_value_output_and_versions(harness: Harness) -> None:
+    result = harness.op("budget = 500\nprint('set')\nbudget * 2")
+    assert result["status"] == "committed"
+    assert result["value"] == {"repr": "1000", "json": 1000}
+    assert result["output"] == "set\n"
+    assert result["added"] == ["budget"]
+    assert result["versions"] == {"budget": 1}
+    assert harness.env.ns["budget"] == 500
+    result = harness.op("budget -= 100")
+    assert result["versions"] == {"budget": 2} and result["value"] is None
+
+
+def test_a_failing_op_rolls_back_and_says_why(harness: Harness) -> None:
+    harness.op("items = [1]")
+    result = harness.op("items.append(2)\nraise ValueError('bad tick')")
+    assert result["status"] == "failed"
+    assert result["error"]["message"] == "ValueError: bad tick"
+    assert result["commit"] is None
+    assert harness.env.ns["items"] == [1]
+    assert harness.records()[-1]["status"] == "failed"
+
+
+def test_a_stale_version_is_a_conflict_and_nothing_runs(harness: Harness) -> None:
+    harness.op("budget = 500\nspent = []")
+    seen = harness.ok(action="versions", names=["budget"])["versions"]
+    assert seen == {"budget": 1}
+    first = harness.op("budget -= 400\nspent.append('a')", expect={"versions": seen})
+    second = harness.op("budget -= 400\nspent.append('b')", expect={"versions": seen})
+    assert first["status"] == "committed"
+    assert second["status"] == "conflict"
+    assert second["versions"] == {"budget": 2}
+    assert second["error"]["data"]["versions"] == {"budget": 2}
+    assert "budget is at version 2, not 1" in second["error"]["message"]
+    assert harness.env.ns["budget"] == 100 and harness.env.ns["spent"] == ["a"]
+    assert harness.records()[-1]["status"] == "conflict"
+    retried = harness.op("budget -= 50", expect={"versions": second["versions"]})
+    assert retried["status"] == "committed" and harness.env.ns["budget"] == 50
+
+
+def test_version_zero_means_the_name_must_not_exist(harness: Harness) -> None:
+    assert harness.op("lock = 'a'", expect={"versions": {"lock": 0}})["status"] == "committed"
+    assert harness.op("lock = 'b'", expect={"versions": {"lock": 0}})["status"] == "conflict"
+    assert harness.env.ns["lock"] == "a"
+
+
+def test_a_predicate_is_checked_inside_the_op(harness: Harness) -> None:
+    harness.op("budget = 500")
+    refused = harness.op("budget -= 600", expect={"predicate": "budget >= 600"})
+    assert refused["status"] == "conflict" and harness.env.ns["budget"] == 500
+    assert harness.op("budget -= 400", expect={"predicate": "budget >= 400"})["status"] == \
+        "committed"
+    assert harness.env.ns["budget"] == 100
+    error = harness.error(action="op", principal="human", code="x = 1",
+                          expect={"predicate": "budget >="})
+    assert error["kind"] == "precondition"
+    assert "x" not in harness.env.ns
+
+
+def test_a_precondition_on_a_missing_name_is_refused_and_recorded(harness: Harness) -> None:
+    error = harness.error(action="op", principal="human", code="x = 1",
+                          expect={"versions": {"nope": 3}})
+    assert error["kind"] == "precondition" and error["data"]["missing"] == ["nope"]
+    assert "x" not in harness.env.ns
+    assert harness.records()[-1]["status"] == "rejected"
+
+
+def test_an_idempotency_key_runs_the_op_once_even_after_a_restart(harness: Harness) -> None:
+    harness.op("count = 0")
+    first = harness.op("count += 1", key="deliver-1")
+    again = harness.op("count += 1", key="deliver-1")
+    assert first["status"] == "committed" and not first["duplicate"]
+    assert again["duplicate"] and again["op"] == first["op"] and again["commit"] == first["commit"]
+    assert harness.env.ns["count"] == 1
+    harness.reopen()
+    assert harness.op("count += 1", key="deliver-1")["duplicate"]
+    assert harness.env.ns["count"] == 1
+
+
+def test_the_key_of_a_rolled_back_op_can_be_used_again(harness: Harness) -> None:
+    harness.op("count = 0")
+    assert harness.op("count += 1\n1 / 0", key="k")["status"] == "failed"
+    result = harness.op("count += 1", key="k")
+    assert result["status"] == "committed" and not result["duplicate"]
+    assert harness.env.ns["count"] == 1
+
+
+def test_agents_run_restricted_and_a_denial_rolls_back(harness: Harness) -> None:
+    harness.op("account = {'budget': 500}")
+    harness.ok(action="add_agent", agent="alice")
+    harness.ok(action="grant", agent="alice", capability="read:account")
+    result = harness.op("left = read('account')['budget']\nleft - 100", principal="alice")
+    assert result["status"] == "committed", result
+    assert result["value"]["json"] == 400
+    assert harness.env.ns_of("alice")["left"] == 500
+    denied = harness.op("left = 0\nwrite('account', {'budget': 0})", principal="alice")
+    assert denied["status"] == "denied"
+    assert denied["error"]["data"].get("type") in ("CapabilityDenied", "OpVetoed")
+    assert harness.env.ns_of("alice")["left"] == 500
+    assert harness.env.ns["account"] == {"budget": 500}
+    rejected = harness.op("import os", principal="alice")
+    assert rejected["status"] == "failed" and "imports" in rejected["error"]["message"]
+
+
+def test_a_tool_call_checks_the_callers_grants(harness: Harness) -> None:
+    env = harness.env
+    with env.op("register"):
+        env.agents.register_tool(
+            "double", lambda n: n * 2, schema={"type": "object", "properties": {
+                "n": {"type": "integer"}}, "required": ["n"]}, description="twice n")
+        env.agents.add("bob")
+    refused = harness.ok(action="op", principal="bob", tool="double", arguments={"n": 2})
+    assert refused["status"] == "denied"
+    harness.ok(action="grant", agent="bob", capability="call:double")
+    called = harness.ok(action="op", principal="bob", tool="double", arguments={"n": 21})
+    assert called["status"] == "committed" and called["value"]["json"] == 42
+    bad = harness.ok(action="op", principal="bob", tool="double", arguments={"n": "x"})
+    assert bad["status"] == "failed"
+    assert [tool["name"] for tool in harness.ok(action="tools", principal="bob")["tools"]] == \
+        ["double"]
+
+
+def test_an_agent_sees_only_the_objects_it_may_read(harness: Harness) -> None:
+    harness.op("public = [1, 2]\nsecret = 'k'")
+    harness.ok(action="add_agent", agent="alice")
+    harness.ok(action="grant", agent="alice", capability="read:public")
+    names = [o["name"] for o in harness.ok(action="objects", principal="alice")["objects"]]
+    assert names == ["kernos:ns:alice", "public"]
+    shown = harness.ok(action="object", name="public", principal="alice")
+    assert shown["preview"] == {"repr": "[1, 2]", "json": [1, 2]} and shown["version"] == 1
+    assert harness.error(action="object", name="secret", principal="alice")["kind"] == \
+        "unknown_name"
+    assert harness.error(action="versions", names=["secret"], principal="alice")["kind"] == \
+        "denied"
+    every = harness.ok(action="objects")
+    assert {"public", "secret", "kernos:agents"} <= {o["name"] for o in every["objects"]}
+
+
+@pytest.mark.parametrize(("content", "kind", "says"), [
+    ({"action": "op", "principal": "mallory", "code": "1"}, "unknown_principal", "mallory"),
+    ({"action": "op", "principal": "human"}, "malformed", "exactly one of"),
+    ({"action": "op", "principal": "human", "code": "1", "tool": "t"}, "malformed",
+     "exactly one of"),
+    ({"action": "op", "principal": "human", "code": 5}, "malformed", "'code' must be str"),
+    ({"action": "op", "principal": "human", "code": "1", "sudo": True}, "malformed", "sudo"),
+    ({"action": "objects", "limit": True}, "malformed", "'limit' must be int"),
+    ({"action": "rm -rf"}, "malformed", "unknown action"),
+    ({"action": "op", "principal": "human", "code": "1", "key": ""}, "malformed", "'key'"),
+    ({"action": "op", "principal": "human", "code": "1", "expect": {"versions": {"a": "1"}}},
+     "malformed", "int >= 0"),
+    ({"action": "grant", "agent": "ghost", "capability": "read:x"}, "unknown_principal",
+     "ghost"),
+])
+def test_bad_requests_are_refused_clearly_and_recorded(harness: Harness, content: dict[str, Any],
+                                                       kind: str, says: str) -> None:
+    harness.op("x = 1")
+    before = len(harness.records())
+    error = harness.error(**content)
+    assert error["kind"] == kind and says in error["message"], error
+    assert harness.env.ns["x"] == 1
+    if content["action"] in ("op", "grant"):
+        assert harness.records()[-1]["status"] == "rejected"
+        assert len(harness.records()) == before + 1
+
+
+def test_not_a_request_and_another_version_and_oversized(harness: Harness) -> None:
+    for content in ([1, 2], "op", None):
+        reply = harness.service.handle(content).reply
+        assert reply["status"] == "error" and reply["error"]["kind"] == "malformed"
+    old = harness.service.handle({"v": 0, "action": "hello"}).reply
+    assert old["error"]["kind"] == "protocol" and old["error"]["data"]["supported"] == [1]
+    assert "version 1" in old["error"]["message"]
+    big = {"v": 1, "action": "op", "principal": "human", "code": "x = '" + "a" * 20_000 + "'"}
+    reply = harness.service.handle(big, size=len(json.dumps(big))).reply
+    assert reply["error"]["kind"] == "oversized" and "x" not in harness.env.ns
+    statuses = [record["status"] for record in harness.records()]
+    assert statuses == ["rejected"] * 5
+
+
+def test_history_reads_and_checkout(harness: Harness) -> None:
+    harness.op("a = 1")
+    harness.op("b = 2")
+    log = harness.ok(action="log")["snapshots"]
+    assert [entry["op"] for entry in log] == [2, 1]
+    diff = harness.ok(action="diff", a="@1")
+    assert [entry["name"] for entry in diff["added"]] == ["b"]
+    shown = harness.ok(action="show", ref="@1")
+    assert shown["code"] == "a = 1" and "a" in shown["names"]
+    result = harness.ok(action="checkout", ref="@1")
+    assert result["status"] == "committed" and result["checkout"]["names"] == 1
+    assert "b" not in harness.env.ns
+    assert harness.error(action="checkout", ref="@99")["kind"] == "unknown_ref"
+    assert harness.error(action="show", ref="nope")["kind"] == "unknown_ref"
+
+
+def test_values_are_json_only_when_plain_data() -> None:
+    class Sneaky(dict):  # type: ignore[type-arg]
+        pass
+
+    assert value_of({"a": [1, 2.5, None, True]}).has_json
+    assert not value_of(Sneaky(a=1)).has_json
+    assert not value_of(float("nan")).has_json
+    assert not value_of({1: "int key"}).has_json
+    assert not value_of(list(range(20_000))).has_json
+    assert not value_of("x" * 10_000).has_json
+    assert len(value_of("x" * 10_000).repr) <= 2_000
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    assert "Broken" in safe_repr(Broken())  # a repr that raises does not break the reply
+    assert "Broken" in value_of([Broken()]).repr
