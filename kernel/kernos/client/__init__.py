@@ -1,0 +1,79 @@
+"""The harness client: drive a Kernos kernel over the real Jupyter protocol.
+
+It follows jupyter_client's split.  A *manager* owns the kernel process; a
+*client* owns the requests.  Async first, with one thin sync facade::
+
+    from kernos.client import run_kernel
+
+    async with run_kernel("/path/to/workspace") as (manager, client):
+        await client.add_agent("alice")
+        await client.grant("alice", "read:budget")
+        result = await client.op("budget = 500")            # as the human
+        assert result.committed
+        seen = await client.versions(["budget"])
+        result = await client.op("spend(400, 'USD')", principal="alice",
+                                 expect_versions=seen, key="alice-spend-1")
+        if result.conflict:
+            ...                                             # read again, decide again
+
+and, blocking::
+
+    from kernos.client import KernosClient
+
+    with KernosClient.start("/path/to/workspace") as client:   # starts and owns a kernel
+        client.op("x = 1")
+    with KernosClient.connect("/path/to/workspace") as client:  # a kernel already running
+        print(client.objects())
+
+Requests are the harness protocol's (``kernos.harness.protocol``): custom
+``kernos_request`` shell messages, version 1.  Committed events arrive on the
+``kernos.events`` comm (``client.subscribe``).  A harness never sends Python
+source just to read state.
+
+Modules: ``manager`` (KernosManager, run_kernel), ``client``
+(AsyncKernosClient), ``sync`` (KernosClient), ``retry``
+(retry_on_conflict), ``errors``.
+"""
+
+from __future__ import annotations
+
+from kernos.client.client import AsyncKernosClient, EventSubscription
+from kernos.client.errors import (
+    BadReply,
+    ClientClosed,
+    ClientError,
+    ConflictRetriesExhausted,
+    KernelDied,
+    NoKernelRunning,
+    ProtocolMismatch,
+    RequestError,
+    RequestTimeout,
+)
+from kernos.client.manager import KernosManager, run_kernel
+from kernos.client.retry import retry_on_conflict
+from kernos.client.sync import BlockingManager, EventStream, KernosClient
+from kernos.harness.results import ErrorInfo, ObjectInfo, OpResult, Value
+
+__all__ = [
+    "AsyncKernosClient",
+    "BadReply",
+    "BlockingManager",
+    "ClientClosed",
+    "ClientError",
+    "ConflictRetriesExhausted",
+    "ErrorInfo",
+    "EventStream",
+    "EventSubscription",
+    "KernelDied",
+    "KernosClient",
+    "KernosManager",
+    "NoKernelRunning",
+    "ObjectInfo",
+    "OpResult",
+    "ProtocolMismatch",
+    "RequestError",
+    "RequestTimeout",
+    "Value",
+    "retry_on_conflict",
+    "run_kernel",
+]
