@@ -90,6 +90,9 @@ class EventSubscription:
                 self.cursor = max(cursor, self.cursor or 0)
                 if kind == "event":
                     assert event is not None
+                    # Cursor marks right behind it cover nothing still unread.
+                    while self._queue and self._queue[0][0] == "cursor":
+                        self.cursor = max(self._queue.popleft()[2], self.cursor)
                     return event
             if self._ended is not None:
                 raise self._ended
