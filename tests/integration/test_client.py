@@ -105,6 +105,20 @@ def test_round_trip_with_typed_results_and_a_second_client_sees_the_same_state(
             # ... and refusing it did not hurt the client.
             assert (await client.versions(["prices"]))["prices"] == 2
 
+            # A kernel that stops answering (its process exists) is reported once its
+            # heartbeat has been silent for the client's grace period.
+            watcher = await AsyncKernosClient.connect(workspace)
+            watcher.heartbeat_grace = 1.0
+            assert manager.pid is not None
+            os.kill(manager.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(KernelDied, match="stopped answering its heartbeat"):
+                    await asyncio.wait_for(watcher.versions(["prices"]), 10)
+            finally:
+                os.kill(manager.pid, signal.SIGCONT)
+            await watcher.close()
+            assert (await client.versions(["prices"]))["prices"] == 2
+
     run(scenario())
 
 

@@ -8,13 +8,16 @@ It follows jupyter_client's split.  A *manager* owns the kernel process; a
     async with run_kernel("/path/to/workspace") as (manager, client):
         await client.add_agent("alice")
         await client.grant("alice", "read:budget")
-        result = await client.op("budget = 500")            # as the human
+        await client.grant("alice", "write:budget")
+        result = await client.op("budget = {'left': 500}")        # as the human
         assert result.committed
-        seen = await client.versions(["budget"])
-        result = await client.op("spend(400, 'USD')", principal="alice",
-                                 expect_versions=seen, key="alice-spend-1")
+        seen = await client.versions(["budget"])                  # read
+        result = await client.op(                                  # act, if still true
+            "left = read('budget')['left']\\n"
+            "write('budget', {'left': left - 400})",
+            principal="alice", expect_versions=seen, key="alice-spend-1")
         if result.conflict:
-            ...                                             # read again, decide again
+            ...                     # read again, decide again (see retry_on_conflict)
 
 and, blocking::
 
@@ -25,14 +28,21 @@ and, blocking::
     with KernosClient.connect("/path/to/workspace") as client:  # a kernel already running
         print(client.objects())
 
+An op that fails is an ``OpResult`` whose ``status`` says so; exceptions are
+for requests the kernel refused (``RequestError``, with the protocol's
+``kind``) and for a kernel that died (``KernelDied``).  A client belongs to
+one kernel process: after a kill or a restart, get a new one
+(``await manager.client()``).
+
 Requests are the harness protocol's (``kernos.harness.protocol``): custom
 ``kernos_request`` shell messages, version 1.  Committed events arrive on the
 ``kernos.events`` comm (``client.subscribe``).  A harness never sends Python
 source just to read state.
 
 Modules: ``manager`` (KernosManager, run_kernel), ``client``
-(AsyncKernosClient), ``sync`` (KernosClient), ``retry``
-(retry_on_conflict), ``errors``.
+(AsyncKernosClient, EventSubscription), ``sync`` (KernosClient, its
+BlockingManager and EventStream), ``retry`` (retry_on_conflict), ``errors``
+(the ClientError tree).
 """
 
 from __future__ import annotations
