@@ -96,16 +96,52 @@ def test_log_show_and_diff_read_the_history(workspace: Path, tmp_path: Path) -> 
     assert re.search(r"~\s+y\s+list\s+\[1, 2\]\s+->\s+\[1, 2, 3\]", diff.stdout)
 
 
+def test_json_output_of_the_history(workspace: Path) -> None:
+    """log, show, diff and an offline checkout print one JSON document each."""
+    ws = ["-w", str(workspace)]
+    log = cli("log", *ws, "--json", "-n", "2")
+    assert log.returncode == 0, log.stderr
+    snapshots = json.loads(log.stdout)["snapshots"]
+    assert [(s["op"], s["principal"], s["kind"]) for s in snapshots] == [
+        (3, "human", "cell"), (2, "human", "cell")]
+    assert snapshots[0]["commit"] == git_commits(workspace)[0]
+    assert snapshots[0]["changes"] == {"added": ["w"], "changed": [], "deleted": ["x"]}
+
+    show = json.loads(cli("show", *ws, "--json", "@2").stdout)
+    assert (show["op"], show["code"]) == (2, CELLS[1])
+    assert {name: (meta["version"], meta["summary"]) for name, meta in show["names"].items()
+            } == {"x": (1, "1"), "y": (2, "[1, 2, 3]"), "z": (1, "'zed'")}
+
+    diff = json.loads(cli("diff", *ws, "--json", "@1", "@3").stdout)
+    assert (diff["a"], diff["b"]) == (git_commits(workspace)[2], git_commits(workspace)[0])
+    assert [e["name"] for e in diff["added"]] == ["w", "z"]
+    assert [e["name"] for e in diff["deleted"]] == ["x"]
+    assert diff["changed"] == [{"name": "y", "type": "list", "before": "[1, 2]",
+                                "after": "[1, 2, 3]"}]
+
+    checkout = cli("checkout", *ws, "--json", "@1")
+    assert checkout.returncode == 0, checkout.stderr
+    result = json.loads(checkout.stdout)
+    assert (result["status"], result["op"], result["kernel"]) == ("committed", 4, None)
+    assert result["commit"] == git_commits(workspace)[0]
+    assert result["checkout"]["commit"] == git_commits(workspace)[3]
+    assert result["checkout"]["names"] == 2
+
+    bad = cli("show", *ws, "--json", "@42")
+    assert bad.returncode == 2 and "names no snapshot" in bad.stderr
+    assert json.loads(bad.stdout)["error"]["kind"] == "unknown_ref"
+
+
 def test_reading_works_while_a_kernel_owns_the_workspace(
         kernel_factory: Callable[..., Kernel]) -> None:
     kernel = kernel_factory()
     kernel.run("a = 1")
     result = cli("log", "-w", str(kernel.workspace))
     assert result.returncode == 0 and "+a" in result.stdout, result.stderr
-    # Writing does not: the kernel holds the lock, and nothing changes.
+    # Writing offline does not: the kernel holds the lock, and nothing changes.
+    # (checkout goes through the running kernel instead: test_cli_harness.py.)
     before = git_commits(kernel.workspace)
-    line = assert_clear_failure(cli("checkout", "-w", str(kernel.workspace), "@1"),
-                                "checkout")
+    line = assert_clear_failure(cli("erase", "-w", str(kernel.workspace), "c-1"), "erase")
     assert "in use" in line
     assert git_commits(kernel.workspace) == before
     assert kernel.value("a") == 1
@@ -168,15 +204,27 @@ def test_a_directory_that_is_not_a_workspace_fails_clearly(
     assert not (tmp_path / "missing").exists()
 
 
-def test_help_lists_the_commands() -> None:
+COMMANDS = ("install", "demo", "run", "objects", "grants", "log", "show", "diff", "checkout",
+            "events", "audit", "erase", "mcp")
+
+
+def test_help_lists_the_commands_and_the_exit_statuses() -> None:
     result = cli("--help")
     assert result.returncode == 0, result.stderr
-    for command in ("install", "demo", "log", "show", "diff", "checkout"):
+    for command in COMMANDS:
         assert re.search(rf"^\s+{command}\s", result.stdout, re.MULTILINE), command
-    for command in ("log", "show", "diff", "checkout", "install"):
-        sub = cli(command, "--help")
-        assert sub.returncode == 0 and "usage: kernos " + command in sub.stdout
-    assert cli().returncode == 2, "no command should be a usage error"
+    assert re.search(r"^  3 +conflict", result.stdout, re.MULTILINE), result.stdout
+    for command in [*COMMANDS, "audit verify", "audit log"]:
+        sub = cli(*command.split(), "--help")
+        assert sub.returncode == 0 and "usage: kernos " + command in sub.stdout, sub.stderr
+        assert "exit status:" in sub.stdout, command
+    # `kernos mcp` takes its options from kernos.mcp.
+    assert "--transport" in cli("mcp", "--help").stdout
+    for usage in ([], ["nope"], ["log", "--bogus"], ["show", "a", "b"]):
+        failed = cli(*usage)
+        assert failed.returncode == 2 and failed.stdout == "", usage
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+        assert failed.stderr.startswith("kernos") and "--help'" in failed.stderr
 
 
 def test_install_prefix_writes_a_usable_kernelspec(tmp_path: Path) -> None:
@@ -248,6 +296,11 @@ def test_audit_log_and_events_read_the_durable_log(
     after = cli("events", "-w", workspace, "--since", "1", "--topic", "ledger.*")
     assert after.returncode == 0 and after.stdout.count("\n") == 1
     assert "ledger.debit" in after.stdout
+
+    verify = cli("audit", "verify", "-w", workspace, "--json", "--progress")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["ok"] is True, verify.stderr
+    assert "kernos: verifying" in verify.stderr and "done in" in verify.stderr
+    assert cli("audit", "verify", "-w", workspace).stderr == "", "progress only when asked"
 
     bad = cli("events", "-w", workspace, "--topic", "a..b")
     assert "is not a topic pattern" in assert_clear_failure(bad, "events")

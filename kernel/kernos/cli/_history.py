@@ -1,0 +1,118 @@
+"""``kernos log``, ``show``, ``diff`` (from disk) and ``checkout`` (through a kernel or not)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from kernos import history
+from kernos.cli._common import Exit, emit_json
+from kernos.cli._progress import Progress
+from kernos.store.snapshots import read_snapshot
+from kernos.store.workspace import Workspace
+
+__all__ = ["checkout", "diff", "log", "name_info", "show"]
+
+# What a name's entry in a manifest tells a reader (its group and hash are internal).
+_NAME_FIELDS = ("type", "size", "version", "op", "principal", "changed_at", "summary")
+
+
+def name_info(name: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """A manifest entry as the harness protocol's OBJECT."""
+    return {"name": name, **{key: meta.get(key) for key in _NAME_FIELDS}}
+
+
+def log(args: argparse.Namespace, path: Path) -> int:
+    with Workspace.open(path, writable=False) as workspace:
+        entries = history.log(workspace, limit=args.n)
+    if args.json:
+        emit_json({"snapshots": [{
+            "op": entry.op, "commit": entry.commit, "when": entry.committed_at,
+            "principal": entry.principal, "kind": entry.kind,
+            "changes": {key: list(entry.changes.get(key, []))
+                        for key in ("added", "changed", "deleted")},
+            "message": entry.headline,
+        } for entry in entries]})
+    else:
+        print(history.format_log(entries))
+    return Exit.OK
+
+
+def show(args: argparse.Namespace, path: Path) -> int:
+    with Workspace.open(path, writable=False) as workspace:
+        shown = history.show(workspace, args.ref)
+    if not args.json:
+        print(history.format_show(shown))
+        return Exit.OK
+    manifest = shown["manifest"]
+    # The kernel's ``show`` result (kernos.harness.service), plus what the table shows.
+    emit_json({
+        "commit": shown["commit"], "op": manifest.get("op"),
+        "principal": manifest.get("principal"), "kind": manifest.get("kind"),
+        "committed_at": manifest.get("committed_at"), "message": shown["message"],
+        "code": shown["source"], "names": manifest.get("names", {}),
+        "unpersisted": shown["unpersisted"], "note": manifest.get("note"),
+        "changes": manifest.get("changes", {}),
+        "tools": manifest.get("facts", {}).get("tools", {}),
+    })
+    return Exit.OK
+
+
+def diff(args: argparse.Namespace, path: Path) -> int:
+    with Workspace.open(path, writable=False) as workspace:
+        result = history.diff(workspace, args.ref_a, args.ref_b)
+    if not args.json:
+        print(history.format_diff(result, args.ref_a, args.ref_b))
+        return Exit.OK
+
+    def brief(name: str, meta: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "type": meta.get("type"), "summary": meta.get("summary")}
+
+    # The kernel's ``diff`` result (kernos.harness.service).
+    emit_json({
+        "a": result.a, "b": result.b,
+        "added": [brief(name, meta) for name, meta in result.added.items()],
+        "deleted": [brief(name, meta) for name, meta in result.deleted.items()],
+        "changed": [{"name": name, "type": new.get("type"), "before": old.get("summary"),
+                     "after": new.get("summary")}
+                    for name, (old, new) in result.changed.items()],
+    })
+    return Exit.OK
+
+
+def _target(path: Path, ref: str) -> tuple[str, int, int]:
+    """The snapshot ``ref`` names: its commit, how many names and how many bytes it holds."""
+    with Workspace.open(path, writable=False) as workspace:
+        snapshot = read_snapshot(workspace, workspace.resolve(ref))
+    names = snapshot.manifest.get("names", {})
+    return snapshot.commit.hex(), len(names), sum(int(meta["size"]) for meta in names.values())
+
+
+def checkout(args: argparse.Namespace, path: Path, progress: Progress) -> int:
+    """Through the running kernel if there is one (an op), else offline (the next kernel's)."""
+    from kernos.cli import _kernel
+
+    commit, names, size = _target(path, args.ref)  # an unknown ref fails here, quickly
+    client = _kernel.connect_if_running(path)
+    if client is not None:
+        with client:
+            progress.phase(f"checking out {args.ref}: loading {names} names "
+                           f"({history.human_size(size)})")
+            result = _kernel.call(client.checkout, args.ref)
+            progress.close()
+        return _kernel.report_op(args, result, action="checkout")
+    progress.phase(f"checking out {args.ref}")
+    with Workspace.open(path, create=False, purpose="kernos checkout") as workspace:
+        new = history.checkout_offline(workspace, args.ref)
+        op = read_snapshot(workspace, bytes.fromhex(new)).manifest.get("op")
+    progress.close()
+    if args.json:
+        emit_json({"status": "committed", "op": op, "commit": new, "principal": "human",
+                   "kernel": None, "checkout": {"ref": args.ref, "commit": commit,
+                                                "names": names, "bytes": size}})
+    else:
+        print(f"Checked out {args.ref} ({commit[:12]}: {names} names, "
+              f"{history.human_size(size)}) as a new snapshot {new[:12]}, op {op}. "
+              "The next kernel on this workspace restores it.")
+    return Exit.OK

@@ -1,0 +1,358 @@
+"""Subcommands that talk to a kernel through ``kernos.client``: run, objects, grants, events.
+
+A running kernel on the workspace (its ``kernel.json``) is always preferred:
+it holds the live image and serializes every op.  When there is none, reads
+that the head snapshot answers (``objects``, ``events``) come from disk
+without starting one; anything else starts a kernel for the one command
+and shuts it down after (``--no-start`` refuses instead, exit 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kernos import history
+from kernos.cli._common import Exit, Fail, emit_json, stderr_is_tty
+from kernos.cli._history import name_info
+from kernos.cli._progress import Progress
+from kernos.store.snapshots import read_snapshot
+from kernos.store.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kernos.client import KernosClient
+    from kernos.harness.results import OpResult
+
+__all__ = ["call", "connect_if_running", "events", "grants", "objects", "report_op", "run",
+           "session"]
+
+T = TypeVar("T")
+
+# An op's status -> the exit status of the command that sent it.
+_OP_EXIT = {"committed": Exit.OK, "conflict": Exit.CONFLICT}
+
+
+def connect_if_running(path: Path) -> KernosClient | None:
+    """A client of the kernel running on ``path``, or None if none runs there."""
+    from kernos.client import KernosClient
+    from kernos.client.errors import NoKernelRunning
+
+    try:
+        return call(KernosClient.connect, str(path))
+    except NoKernelRunning:
+        return None
+
+
+@contextlib.contextmanager
+def session(path: Path, *, start: bool, progress: Progress) -> Iterator[KernosClient]:
+    """The running kernel's client, or one started for this command and shut down after."""
+    client = connect_if_running(path)
+    if client is not None:
+        with client:
+            yield client
+        return
+    if not start:
+        raise Fail(f"no kernel is running on {path}; drop --no-start to start one for this "
+                   "command, or start one (a notebook, or KernosClient.start)",
+                   Exit.NO_KERNEL)
+    from kernos.client import KernosClient
+
+    _check_startable(path)
+    progress.phase(f"starting a kernel on {path}{_restore_size(path)}")
+    with call(KernosClient.start, str(path)) as started:
+        yield started
+
+
+def _check_startable(path: Path) -> None:
+    """Refuse, before starting anything, a directory a kernel could not use as its workspace."""
+    if path.exists() and not path.is_dir():
+        raise Fail(f"{path} is a file, not a workspace directory; check the path (or "
+                   "KERNOS_WORKSPACE)")
+    if path.is_dir() and not (path / "workspace.json").exists() and any(path.iterdir()):
+        raise Fail(f"{path} is not a Kernos workspace (it has no workspace.json) and is not "
+                   "empty; check the path, or choose a new or empty directory")
+
+
+def _restore_size(path: Path) -> str:
+    """`` (restoring N names, X)`` for the head snapshot a starting kernel loads, or ``""``."""
+    try:
+        with Workspace.open(path, writable=False, create=False) as workspace:
+            head = workspace.head()
+            if head is None:
+                return ""
+            names = read_snapshot(workspace, head).manifest.get("names", {})
+    except Exception:  # only a label: the kernel itself reports what is wrong
+        return ""
+    size = sum(int(meta.get("size", 0)) for meta in names.values())
+    return f" (restoring {len(names)} names, {history.human_size(size)})"
+
+
+def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call the client, turning what it raises into a one-line :class:`Fail`."""
+    from kernos.client.errors import (
+        ClientError,
+        KernelDied,
+        NoKernelRunning,
+        ProtocolMismatch,
+        RequestError,
+        RequestTimeout,
+    )
+
+    try:
+        return function(*args, **kwargs)
+    except NoKernelRunning:
+        raise
+    except RequestError as error:
+        raise Fail(error.message, _request_exit(error.kind, error.data),
+                   kind=error.kind) from None
+    except KernelDied as error:
+        raise Fail(str(error), Exit.NO_KERNEL, kind="kernel_died") from None
+    except (ProtocolMismatch, RequestTimeout) as error:
+        raise Fail(str(error), Exit.NO_KERNEL) from None
+    except ClientError as error:
+        raise Fail(f"{error} (this is a bug in Kernos: please report it)",
+                   Exit.INTERNAL) from None
+
+
+def _request_exit(kind: str, data: dict[str, Any]) -> Exit:
+    """The exit status for a request the kernel refused, by the protocol's error kind."""
+    if kind == "denied":
+        return Exit.FAILED
+    if kind == "precondition" and data.get("missing"):
+        return Exit.CONFLICT  # an --expect on a name that no longer exists
+    if kind in ("workspace", "protocol"):
+        return Exit.NO_KERNEL
+    if kind == "internal":
+        return Exit.INTERNAL
+    return Exit.USAGE
+
+
+def report_op(args: argparse.Namespace, result: OpResult, *, action: str) -> int:
+    """Print an op's result (JSON, or output, value and a line on stderr); its exit status."""
+    code = _OP_EXIT.get(result.status, Exit.FAILED)
+    if args.json:
+        emit_json(result.to_json())
+    else:
+        if result.output:
+            sys.stdout.write(result.output if result.output.endswith("\n")
+                             else result.output + "\n")
+        if result.value is not None:
+            print(result.value.repr)
+        if result.checkout:
+            shown = result.checkout
+            print(f"Checked out {shown.get('ref')} ({str(shown.get('commit'))[:12]}, op "
+                  f"{shown.get('op')}): {shown.get('names')} names, "
+                  f"{history.human_size(int(shown.get('bytes') or 0))}, as op {result.op} "
+                  f"(commit {str(result.commit)[:12]}); the running kernel has it now.")
+        sys.stdout.flush()
+    if code is not Exit.OK:
+        reason = result.error.message if result.error is not None else "no reason given"
+        at = f" (op {result.op})" if result.op is not None else ""
+        print(f"kernos {action}: {result.status}{at}: {_one_line(reason)}", file=sys.stderr)
+    elif not args.json and stderr_is_tty():
+        duplicate = ", a duplicate: nothing ran" if result.duplicate else ""
+        print(f"kernos: committed, op {result.op}, commit {str(result.commit)[:12]}{duplicate}",
+              file=sys.stderr)
+    return code
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+# -- run ---------------------------------------------------------------------------------
+
+
+def _source(args: argparse.Namespace) -> str | None:
+    """The code to run, from exactly one of CODE, -c, --file or - (stdin); None for --tool."""
+    given = [name for name, value in (("CODE", args.code), ("-c", args.command_code),
+                                      ("--file", args.file), ("--tool", args.tool))
+             if value is not None]
+    if len(given) != 1:
+        raise Fail("give exactly one of CODE, -c CODE, --file FILE, - (read stdin) or "
+                   f"--tool NAME{'; got ' + ', '.join(given) if given else ''}")
+    if args.arguments is not None and args.tool is None:
+        raise Fail("--args goes with --tool NAME (the tool's arguments as a JSON object)")
+    if args.tool is not None:
+        return None
+    if args.file is not None:
+        try:
+            return Path(args.file).read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise Fail(f"cannot read --file {args.file}: {error}") from None
+    code: str = args.code if args.code is not None else args.command_code
+    return sys.stdin.read() if code == "-" else code
+
+
+def _tool_arguments(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError as error:
+        raise Fail(f"--args is not JSON ({error}); give an object such as "
+                   "'{\"amounts\": [1, 2]}'") from None
+    if not isinstance(parsed, dict):
+        raise Fail(f"--args must be a JSON object, not {type(parsed).__name__}")
+    return parsed
+
+
+def _expectations(pairs: list[str]) -> dict[str, int] | None:
+    if not pairs:
+        return None
+    versions: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, version = pair.rpartition("=")
+        if not sep or not name or not version.isdigit():
+            raise Fail(f"--expect {pair!r} is not NAME=VERSION (a version is an int >= 0; 0 "
+                       "means the name must not exist yet); `kernos objects` shows versions")
+        versions[name] = int(version)
+    return versions
+
+
+def run(args: argparse.Namespace, path: Path, progress: Progress) -> int:
+    code = _source(args)
+    arguments = _tool_arguments(args.arguments)
+    expect = _expectations(args.expect)
+    with session(path, start=not args.no_start, progress=progress) as client:
+        progress.phase(f"running the op as {args.principal}")
+        result = call(client.op, code, principal=args.principal, tool=args.tool,
+                      arguments=arguments, key=args.key, expect_versions=expect,
+                      predicate=args.predicate)
+        progress.close()
+    return report_op(args, result, action="run")
+
+
+# -- objects and grants ------------------------------------------------------------------
+
+
+def objects(args: argparse.Namespace, path: Path, progress: Progress) -> int:
+    client = connect_if_running(path)
+    source = "kernel"
+    if client is not None:
+        with client:
+            found = [_object_json(info) for info in call(
+                client.objects, principal=args.principal, prefix=args.prefix,
+                limit=args.n, offset=args.offset)]
+    elif args.principal not in (None, "human"):
+        # What an agent may read depends on its grants, which only a kernel holds.
+        with session(path, start=not args.no_start, progress=progress) as started:
+            found = [_object_json(info) for info in call(
+                started.objects, principal=args.principal, prefix=args.prefix,
+                limit=args.n, offset=args.offset)]
+            progress.close()
+    else:
+        found, source = _objects_on_disk(path, args.prefix or "", args.offset, args.n), "disk"
+    if args.json:
+        emit_json({"objects": found, "source": source})
+    elif not found:
+        print("No objects." if not args.prefix else f"No objects named {args.prefix}*.")
+    else:
+        rows = [("name", "type", "size", "ver", "op", "who", "value")]
+        rows += [(item["name"], item["type"], history.human_size(item["size"]),
+                  str(item["version"]), str(item["op"]), item["principal"],
+                  item["summary"]) for item in found]
+        print(history.format_table(rows))
+    return Exit.OK
+
+
+def _object_json(info: Any) -> dict[str, Any]:
+    return {key: getattr(info, key) for key in ("name", "type", "size", "version", "op",
+                                                  "principal", "changed_at", "summary")}
+
+
+def _objects_on_disk(path: Path, prefix: str, offset: int, limit: int | None
+                     ) -> list[dict[str, Any]]:
+    """The head snapshot's names, as the kernel's ``objects`` would list them for the human."""
+    with Workspace.open(path, writable=False, create=False) as workspace:
+        head = workspace.head()
+        names = {} if head is None else read_snapshot(workspace, head).manifest.get("names", {})
+    chosen = sorted(name for name in names if name.startswith(prefix))
+    chosen = chosen[offset:] if limit is None else chosen[offset:offset + limit]
+    return [name_info(name, names[name]) for name in chosen]
+
+
+def grants(args: argparse.Namespace, path: Path, progress: Progress) -> int:
+    with session(path, start=not args.no_start, progress=progress) as client:
+        found = call(client.grants, args.agent)
+        progress.close()
+    if args.json:
+        emit_json({"grants": found})
+        return Exit.OK
+    if not found:
+        print("No grants." if args.agent is None else f"{args.agent} holds no grants.")
+        return Exit.OK
+    rows = [("id", "principal", "capability", "used/limit", "from", "op", "state")]
+    for grant in found:
+        budget = "" if grant.get("limit") is None else f"{grant.get('used')}/{grant['limit']}"
+        state = "active" if grant.get("active") else f"revoked (op {grant.get('revoked_op')})"
+        granted = str(grant.get("granted_by")) + (f" ({grant['parent']})" if grant.get("parent")
+                                                  else "")
+        rows.append((str(grant.get("id")), str(grant.get("principal")),
+                     str(grant.get("capability")), budget, granted, str(grant.get("op")),
+                     state))
+    print(history.format_table(rows))
+    return Exit.OK
+
+
+# -- events ------------------------------------------------------------------------------
+
+
+def _print_event(event: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(event)
+    else:
+        print(f"{event['seq']:>6}  op {event['op']:<5} {event['principal']:<12} "
+              f"{event['topic']}  {json.dumps(event['payload'], sort_keys=True)[:80]}",
+              flush=True)
+
+
+def events(args: argparse.Namespace, path: Path) -> int:
+    if not args.follow:
+        from kernos.audit import open_audit
+
+        with Workspace.open(path, writable=False) as workspace:
+            found = open_audit(workspace).events_since(
+                args.since, topic=args.topic, principal=args.principal, limit=args.n)
+        for event in found:
+            _print_event(event, args.json)
+        return Exit.OK
+    if args.topic is not None:
+        from kernos.events.topics import compile_pattern
+
+        compile_pattern(args.topic)  # a bad pattern is a usage error before connecting
+    client = connect_if_running(path)
+    if client is None:
+        raise Fail(f"no kernel is running on {path}, and --follow streams from a running "
+                   "kernel; start one, or drop --follow to read the durable log",
+                   Exit.NO_KERNEL)
+    printed = 0
+    last = args.since
+    with client:
+        stream = call(client.subscribe, since=args.since, topic=args.topic)
+        try:
+            while args.n is None or printed < args.n:
+                try:
+                    event = call(next, stream)
+                except StopIteration:
+                    break
+                last = event.get("seq", last)
+                if args.principal is not None and event.get("principal") != args.principal:
+                    continue
+                _print_event(event, args.json)
+                printed += 1
+        except KeyboardInterrupt:
+            return Exit.OK  # Ctrl-C is how --follow ends
+        except Fail as failure:
+            raise Fail(f"{failure} (the last event printed was seq {last}; resume with "
+                       f"--since {last})", failure.code, kind=failure.kind) from None
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+    return Exit.OK

@@ -1,0 +1,220 @@
+"""The ``kernos`` argument parser: every subcommand, its options and its ``--help``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn, Protocol
+
+from kernos._version import __version__
+
+__all__ = ["EXIT_STATUSES", "build_parser"]
+
+EXIT_STATUSES = """\
+exit status:
+  0    success (an op committed, or was a duplicate of one that did)
+  1    the op did not commit (rolled back, failed, denied, vetoed, interrupted,
+       rejected), or `audit verify` found tampering
+  2    usage or input error: bad arguments, an unknown ref, name, agent or tool,
+       a path that is not a workspace, a workspace a kernel holds (offline writes)
+  3    conflict: a precondition of `run` failed (--expect, --predicate); nothing ran
+  4    no kernel: none runs where one is needed, one could not start, or it died
+  5    a bug in Kernos (the message says what to report)
+  130  interrupted (Ctrl-C); `events --follow` exits 0 instead
+errors are one line on stderr: "kernos COMMAND: what was wrong and what to do";
+with --json they are also a document on stdout: {"error": {"kind", "message", "exit"}}"""
+
+WORKSPACE_HELP = "the workspace directory (default: $KERNOS_WORKSPACE, else the default one)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr, exit 2, like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: {message}; see '{self.prog} --help'\n")
+        sys.exit(2)
+
+
+def _parents() -> dict[str, _Parser]:
+    workspace = _Parser(add_help=False)
+    workspace.add_argument("--workspace", "-w", metavar="DIR", help=WORKSPACE_HELP)
+    as_json = _Parser(add_help=False)
+    as_json.add_argument("--json", action="store_true",
+                         help="print JSON on stdout, for machines")
+    progress = _Parser(add_help=False)
+    shown = progress.add_mutually_exclusive_group()
+    shown.add_argument("--progress", action="store_true", default=None,
+                       help="show progress on stderr even when it is not a terminal")
+    shown.add_argument("--no-progress", dest="progress", action="store_false",
+                       help="never show progress")
+    start = _Parser(add_help=False)
+    start.add_argument("--no-start", action="store_true",
+                       help="if no kernel runs on the workspace, fail (exit 4) instead of "
+                            "starting one for this command")
+    return {"workspace": workspace, "json": as_json, "progress": progress, "start": start}
+
+
+def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
+    """The parser; ``with_mcp`` imports ``kernos.mcp`` for the ``mcp`` subcommand's options."""
+    parser = _Parser(
+        prog="kernos", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Kernos: a persistent, transactional Python image for Jupyter.\n"
+                    "One op against a workspace, its objects, grants, history, events "
+                    "and audit.",
+        epilog=EXIT_STATUSES)
+    parser.add_argument("--version", action="version", version=f"kernos {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+    parents = _parents()
+
+    def add(name: str, help_text: str, *uses: str, description: str | None = None
+            ) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, help=help_text, description=description or help_text[0].upper()
+            + help_text[1:] + ".", epilog=EXIT_STATUSES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[parents[use] for use in uses])
+
+    install = add("install", "install the 'kernos' kernelspec", "json")
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="into the user's Jupyter directory")
+    where.add_argument("--sys-prefix", action="store_true", help="into sys.prefix (this env)")
+    where.add_argument("--prefix", metavar="DIR", help="into DIR/share/jupyter/kernels")
+
+    demo = add("demo", "run the headless demonstration on a real kernel")
+    demo.add_argument("--workspace", "-w", metavar="DIR",
+                      help="workspace to use (default: a fresh one under snapshots/ or a "
+                           "temporary directory)")
+
+    _add_run(add)
+
+    objects = add("objects", "the names in the image: type, size, version, who changed them",
+                  "workspace", "json", "progress", "start",
+                  description="The names in the image, sorted. From the running kernel if "
+                              "there is one, else from the head snapshot on disk (an agent's "
+                              "view, --principal, needs a kernel: one is started).")
+    objects.add_argument("--principal", metavar="NAME",
+                         help="only what this principal may read (default: the human: all)")
+    objects.add_argument("--prefix", metavar="TEXT", help="only names starting with TEXT")
+    objects.add_argument("-n", type=int, metavar="N", help="at most N")
+    objects.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
+
+    grants = add("grants", "capability grants: who holds what, used and left",
+                 "workspace", "json", "progress", "start",
+                 description="Capability grants, from the running kernel (one is started "
+                             "for this command if none runs).")
+    grants.add_argument("agent", nargs="?", metavar="AGENT", help="only this agent's grants")
+
+    log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json")
+    log.add_argument("-n", type=int, default=20, metavar="N", help="at most N (default 20)")
+    show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")
+    show.add_argument("ref", nargs="?", default="HEAD",
+                      help="a commit (or prefix), HEAD, HEAD~N or @N for op N (default HEAD)")
+    diff = add("diff", "names that differ between two snapshots (from disk)", "workspace",
+               "json")
+    diff.add_argument("ref_a", metavar="A", help="a commit, HEAD, HEAD~N or @N")
+    diff.add_argument("ref_b", metavar="B", nargs="?", default="HEAD",
+                      help="another one (default HEAD)")
+    checkout = add(
+        "checkout", "record a new snapshot equal to REF", "workspace", "json", "progress",
+        description="Record a new snapshot equal to REF; history is never rewritten. "
+                    "Through the running kernel if there is one (an op: the live image "
+                    "changes), else offline (the next kernel restores it).")
+    checkout.add_argument("ref", help="a commit (or prefix), HEAD, HEAD~N or @N for op N")
+
+    _add_events(add)
+    _add_audit(add, parents)
+
+    erase = add("erase", "erase a data subject's personal values (irreversible; the "
+                "kernel must be stopped)", "workspace", "json")
+    erase.add_argument("subject")
+
+    mcp = add("mcp", "serve the workspace to MCP clients (the Model Context Protocol)")
+    if with_mcp:
+        try:
+            import kernos.mcp as server
+        except ImportError as error:
+            mcp.set_defaults(mcp_missing=str(error))
+            mcp.add_argument("ignored", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        else:
+            server.add_arguments(mcp)
+    return parser
+
+
+def _add_run(add: _Add) -> None:
+    run = add(
+        "run", "run one op against a workspace (starting a kernel if none runs)",
+        "workspace", "json", "progress", "start",
+        description="Run one op: code as a principal, or a registry tool. It commits "
+                    "completely or rolls back completely. Uses the kernel running on the "
+                    "workspace, or starts one for this op and shuts it down after.")
+    run.add_argument("code", nargs="?", metavar="CODE",
+                     help="the code to run; '-' reads it from stdin")
+    run.add_argument("-c", dest="command_code", metavar="CODE", help="the code to run")
+    run.add_argument("--file", metavar="FILE", help="run the code in FILE")
+    run.add_argument("--tool", metavar="NAME", help="call this registry tool instead of code")
+    run.add_argument("--args", dest="arguments", metavar="JSON",
+                     help="the tool's arguments, a JSON object (with --tool)")
+    run.add_argument("--principal", default="human", metavar="NAME",
+                     help="who the op runs as (default: human; an agent runs restricted code)")
+    run.add_argument("--key", metavar="KEY",
+                     help="idempotency key: if an op with it committed, nothing runs again")
+    run.add_argument("--expect", action="append", default=[], metavar="NAME=VERSION",
+                     help="run only if NAME is at VERSION (0: must not exist); repeatable; "
+                          "else exit 3")
+    run.add_argument("--predicate", metavar="EXPR",
+                     help="run only if EXPR is true (checked atomically, as the principal)")
+
+
+def _add_events(add: _Add) -> None:
+    events = add(
+        "events", "committed events (the durable log; --follow streams them live)",
+        "workspace", "json",
+        description="Committed events, oldest first, from the durable log (no kernel "
+                    "needed). With --follow: the backlog, then each op's events as it "
+                    "commits, from the running kernel, until Ctrl-C (exit 0). --json "
+                    "prints one JSON event per line.")
+    events.add_argument("--since", type=int, default=0, metavar="SEQ",
+                        help="after this sequence number (default 0: all)")
+    events.add_argument("--topic", metavar="PATTERN", help="only matching topics")
+    events.add_argument("--principal", help="only events this principal emitted")
+    events.add_argument("-n", type=int, default=None, metavar="N",
+                        help="at most N (with --follow: stop after N)")
+    events.add_argument("--follow", "-f", action="store_true",
+                        help="keep streaming new events from the running kernel")
+
+
+def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
+    audit = add("audit", "verify or list the audit log")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True,
+                                          metavar="SUBCOMMAND", parser_class=_Parser)
+    verify = audit_commands.add_parser(
+        "verify", help="verify the chain, the snapshots and the history (exit 1 if tampered)",
+        description="Verify the audit chain, the snapshots, the history and every git "
+                    "object, from disk (also while a kernel runs). Exit 1 names the first "
+                    "bad record.", epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[parents["workspace"], parents["json"], parents["progress"]])
+    verify.add_argument("--anchor", metavar="INDEX:HASH",
+                        help="a head digest printed by an earlier verify, kept elsewhere")
+    verify.add_argument("--no-objects", action="store_true",
+                        help="skip re-hashing every git object (faster, weaker)")
+    audit_log = audit_commands.add_parser(
+        "log", help="list audit records, oldest first",
+        description="Audit records, oldest first (the newest N). --json prints one JSON "
+                    "record per line.", epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[parents["workspace"], parents["json"]])
+    audit_log.add_argument("-n", type=int, default=20, metavar="N",
+                           help="the newest N (default 20)")
+    audit_log.add_argument("--principal", help="only this principal's ops")
+    audit_log.add_argument("--status", help="committed, rolled back, failed, interrupted, "
+                                            "denied or vetoed")
+    audit_log.add_argument("--topic", help="only ops that emitted a matching event")
+
+
+class _Add(Protocol):
+    """The type of ``add`` in :func:`build_parser` (for the helpers' signatures)."""
+
+    def __call__(self, name: str, help_text: str, *uses: str,
+                 description: str | None = None) -> argparse.ArgumentParser: ...
