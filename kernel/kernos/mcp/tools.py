@@ -1,0 +1,141 @@
+"""The MCP server's own tools: their names, schemas and descriptions.
+
+Built-in tool names start with ``kernos-``.  Registry tool names are lowercase
+letters, digits and ``_`` (``kernos.agents.registry``), so the two can never
+collide: every registry tool can be offered under its own name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BUILTINS", "PREFIX", "Builtin"]
+
+PREFIX = "kernos-"
+
+_NAME = {"type": "string", "minLength": 1, "maxLength": 200}
+_REF = {"type": "string", "minLength": 1, "maxLength": 200,
+        "description": "A commit id or prefix, HEAD, HEAD~N, or @N for op N."}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Builtin:
+    """One of the server's own tools."""
+
+    name: str
+    """The MCP tool name (``kernos-...``)."""
+    description: str
+    """What it does, for the model that picks tools."""
+    schema: dict[str, Any]
+    """Its JSON input schema."""
+    read_only: bool
+    """True when it never changes the image."""
+    human_only: bool = False
+    """Offered only when the server runs as ``human``."""
+
+
+def _object_schema(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required),
+            "additionalProperties": False}
+
+
+BUILTINS: tuple[Builtin, ...] = (
+    Builtin(
+        name="kernos-op",
+        description=(
+            "Run one op in the Kernos image, as this server's principal: either Python code "
+            "(the human runs ordinary Python in the shared namespace; an agent runs the "
+            "restricted dialect in its own namespace) or a call of a registry tool with its "
+            "arguments. The op commits completely, as a new snapshot, or rolls back "
+            "completely. The value of a final expression is returned. 'key' makes the op "
+            "idempotent (a resend with the same key runs nothing); 'expect_versions' and "
+            "'predicate' are preconditions checked before anything runs (a stale version "
+            "gives status 'conflict'; read versions with kernos-object)."),
+        schema=_object_schema({
+            "code": {"type": "string", "description": "Python source to run as one op."},
+            "tool": {"type": "string", "minLength": 1, "maxLength": 200,
+                     "description": "A registry tool to call instead of code."},
+            "arguments": {"type": "object", "description": "The tool's arguments."},
+            "key": {"type": "string", "minLength": 1, "maxLength": 200,
+                    "description": "An idempotency key."},
+            "expect_versions": {
+                "type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                "description": "Names and the versions they must still have (0: must not "
+                               "exist yet)."},
+            "predicate": {"type": "string",
+                          "description": "An expression that must be true for the op to run."},
+        }),
+        read_only=False),
+    Builtin(
+        name="kernos-objects",
+        description=(
+            "List the objects (top-level names) in the image that this principal may read, "
+            "sorted by name: type, size, version, the op that last changed it and a short "
+            "summary."),
+        schema=_object_schema({
+            "prefix": {"type": "string", "description": "Only names starting with this."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000,
+                      "description": "At most this many (default 100)."},
+            "offset": {"type": "integer", "minimum": 0,
+                       "description": "Skip this many first (for paging)."},
+        }),
+        read_only=True),
+    Builtin(
+        name="kernos-object",
+        description=(
+            "Describe one object of the image and preview its value (a bounded repr, and the "
+            "value as JSON when it is plain JSON data). Also readable as the resource "
+            "kernos://objects/{name}."),
+        schema=_object_schema({
+            "name": {**_NAME, "description": "The object's name."},
+            "preview_bytes": {"type": "integer", "minimum": 0, "maximum": 100_000,
+                              "description": "Bound of the preview (default 2000)."},
+        }, ("name",)),
+        read_only=True),
+    Builtin(
+        name="kernos-log",
+        description="The history: committed snapshots, newest first (op, commit, when, who, "
+                    "which names changed, the first line of the code).",
+        schema=_object_schema({
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000,
+                      "description": "At most this many snapshots (default 20)."},
+        }),
+        read_only=True, human_only=True),
+    Builtin(
+        name="kernos-show",
+        description="One snapshot of the history: its op, principal, code and names.",
+        schema=_object_schema({"ref": {**_REF, "description": f"{_REF['description']} "
+                                                              "Default HEAD."}}),
+        read_only=True, human_only=True),
+    Builtin(
+        name="kernos-diff",
+        description="The names added, changed and deleted between two snapshots (b defaults "
+                    "to HEAD).",
+        schema=_object_schema({"a": _REF, "b": _REF}, ("a",)),
+        read_only=True, human_only=True),
+    Builtin(
+        name="kernos-checkout",
+        description=(
+            "Make the image equal to an earlier snapshot. This is a new op (history is never "
+            "rewritten), so it can itself be undone by checking out the snapshot before it."),
+        schema=_object_schema({"ref": _REF}, ("ref",)),
+        read_only=False, human_only=True),
+    Builtin(
+        name="kernos-events",
+        description=(
+            "Committed events from the durable log, oldest first, after a cursor ('since', a "
+            "sequence number) or after an op ('op'). Returns the events and the cursor to pass "
+            "as 'since' next time. An agent sees the events its own ops emitted."),
+        schema=_object_schema({
+            "since": {"type": "integer", "minimum": 0,
+                      "description": "Events after this sequence number (a cursor)."},
+            "op": {"type": "integer", "minimum": 0,
+                   "description": "Events of the ops after op N."},
+            "topic": {"type": "string", "minLength": 1,
+                      "description": "A topic pattern: orders.*, orders.**"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000,
+                      "description": "At most this many events (default 100)."},
+        }),
+        read_only=True),
+)
