@@ -27,10 +27,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 
 from kernos.client.client import AsyncKernosClient
-from kernos.client.errors import KernelDied, RequestTimeout
+from kernos.client.errors import ClientError, KernelDied, RequestTimeout
 from kernos.errors import UsageError
 
 __all__ = ["KernosManager", "run_kernel"]
@@ -93,7 +94,13 @@ class KernosManager:
             ip=os.path.join(self._sockets, "kernel"),
             connection_file=os.path.join(self._sockets, "connection.json"))
         try:
-            await self._km.start_kernel(env=environment)
+            try:
+                await self._km.start_kernel(env=environment)
+            except NoSuchKernel:
+                raise ClientError(
+                    f"there is no Jupyter kernelspec named {self.kernel_name!r} in this "
+                    "environment: install Kernos's with 'kernos install --sys-prefix' (or "
+                    "pip install kernos), or pass kernel_name=...") from None
             probe = await self.client(timeout=timeout)
             await probe.close()
         except BaseException as error:
@@ -107,12 +114,13 @@ class KernosManager:
 
     def _failed_start(self, error: BaseException, code: int | None, timeout: float) -> str:
         if isinstance(error, RequestTimeout):
-            what = f"did not answer within {timeout:g} s (it was killed)"
-        else:
-            what = f"exited while starting (exit code {code})"
-        return (f"the Kernos kernel for the workspace {self.workspace} {what}. Its own error "
-                "went to this process's stderr; a workspace that another kernel owns, or an "
-                "image that takes long to restore, are common causes (give a larger timeout).")
+            return (f"the Kernos kernel for the workspace {self.workspace} did not answer "
+                    f"within {timeout:g} s, so it was killed. A large image takes a while to "
+                    "restore: give start() a larger timeout.")
+        return (f"the Kernos kernel for the workspace {self.workspace} exited while starting "
+                f"(exit code {code}). Its own error went to this process's stderr; fix what "
+                "it names (a workspace path that is not a usable directory, ...) and start "
+                "again.")
 
     async def _exit_code(self) -> int | None:
         if self._km is None or self._km.provisioner is None:
