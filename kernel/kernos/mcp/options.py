@@ -19,7 +19,7 @@ HOST = "127.0.0.1"
 """The only address the HTTP transport binds: the server has no authentication of its own."""
 HUMAN = "human"
 
-OK, USAGE, NO_KERNEL, INTERRUPTED = 0, 2, 4, 130
+OK, USAGE, NO_KERNEL = 0, 2, 4
 """Exit statuses, as ``kernos``'s other commands use them."""
 
 
@@ -71,6 +71,6 @@ def main(args: argparse.Namespace) -> int:
     except Stop as stop:
         print(f"kernos mcp: {stop}", file=sys.stderr, flush=True)
         return stop.status
-    except KeyboardInterrupt:
-        return INTERRUPTED
+    except KeyboardInterrupt:  # Ctrl-C is how a server ends
+        return OK
     return OK

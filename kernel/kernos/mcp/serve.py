@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -20,7 +21,7 @@ import uvicorn
 
 from kernos.client import AsyncKernosClient, KernosManager
 from kernos.client.errors import ClientError, NoKernelRunning
-from kernos.mcp.options import HOST, HUMAN, NO_KERNEL, USAGE, Stop
+from kernos.mcp.options import HOST, HUMAN, NO_KERNEL, OK, USAGE, Stop
 from kernos.mcp.server import KernosMCP
 
 __all__ = ["PATH", "run_http", "run_stdio"]
@@ -109,24 +110,42 @@ async def _checked(client: AsyncKernosClient, workspace: Path, principal: str) -
 async def _serve_stdio(workspace: Path, principal: str) -> None:
     from mcp.server.stdio import stdio_server
 
+    signalled = False
+    loop = asyncio.get_running_loop()
     # Claim stdin and stdout first: while they are claimed, fd 1 points at stderr, so a
     # kernel started below cannot write into the MCP stream.
-    async with stdio_server() as (read_stream, write_stream), _kernel(workspace) as client:
-        face = await _checked(client, workspace, principal)
-        server = face.server()
-        _log(f"serving {workspace} as {principal!r} on stdio")
-        serving = asyncio.ensure_future(server.run(
-            read_stream, write_stream, server.create_initialization_options()))
-        # SIGTERM ends the session like end of input, so a kernel started here is stopped.
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, serving.cancel)
-        try:
-            await serving
-        except asyncio.CancelledError:
-            if not serving.cancelled():
-                raise
-        finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+    async with stdio_server() as (read_stream, write_stream):
+        async with _kernel(workspace) as client:
+            face = await _checked(client, workspace, principal)
+            server = face.server()
+            _log(f"serving {workspace} as {principal!r} on stdio")
+            serving = asyncio.ensure_future(server.run(
+                read_stream, write_stream, server.create_initialization_options()))
+
+            def stop() -> None:
+                nonlocal signalled
+                signalled = True
+                serving.cancel()
+
+            # SIGINT and SIGTERM end the session like the end of input does, so that a
+            # kernel started here is stopped.
+            for number in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(number, stop)
+            try:
+                await serving
+            except asyncio.CancelledError:
+                if not serving.cancelled():
+                    raise
+            finally:
+                for number in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(number)
+        if signalled:
+            # The kernel is stopped.  The SDK reads stdin in a worker thread that nothing
+            # can interrupt until the input ends, and a client that signals us may keep
+            # it open: leave now rather than hang.
+            _log("stopped")
+            os._exit(OK)
+        _log("stopped")
 
 
 async def _serve_http(workspace: Path, principal: str, port: int) -> None:
