@@ -269,3 +269,33 @@ def test_a_kernel_that_dies_under_an_op_exits_4(kernel_factory: Callable[..., Ke
     assert running.returncode == 4, (stdout, stderr)
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kernos run: ") and "died" in lines[0]
+
+
+def test_kernos_mcp_serves_the_running_kernel_over_stdio(
+        kernel_factory: Callable[..., Kernel]) -> None:
+    import asyncio
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    kernel = kernel_factory()
+    assert kernel.run("budget = 500").committed
+    command = kernos_command()
+    parameters = StdioServerParameters(
+        command=command[0], args=[*command[1:], "mcp", "-w", str(kernel.workspace)],
+        env=environment())
+
+    async def scenario() -> tuple[set[str], str]:
+        async with stdio_client(parameters) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            listed = await session.call_tool("kernos-objects", {})
+            return tools, json.dumps(listed.structured_content)
+
+    tools, listed = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert {"kernos-op", "kernos-objects", "kernos-log"} <= tools
+    assert '"budget"' in listed
+    assert kernel.value("budget") == 500, "the server used the running kernel"
+    # Its own usage errors keep the CLI's form and status.
+    assert "--port" in failure(cli("mcp", "-w", str(kernel.workspace), "--port", "80"), 2,
+                               "mcp")

@@ -11,7 +11,7 @@ from typing import Any
 
 from kernos.store.workspace import default_workspace
 
-__all__ = ["Exit", "Fail", "emit_json", "workspace_path"]
+__all__ = ["Exit", "Fail", "emit_json", "plural", "stderr_is_tty", "workspace_path"]
 
 
 class Exit(enum.IntEnum):
@@ -55,6 +55,11 @@ def workspace_path(args: argparse.Namespace) -> Path:
     """``--workspace``, else ``$KERNOS_WORKSPACE``, else the default workspace."""
     given = getattr(args, "workspace", None)
     return Path(given).expanduser() if given else default_workspace()
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 name``, ``2 names``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def stderr_is_tty() -> bool:

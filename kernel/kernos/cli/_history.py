@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kernos import history
-from kernos.cli._common import Exit, emit_json
+from kernos.cli._common import Exit, emit_json, plural
 from kernos.cli._progress import Progress
 from kernos.store.snapshots import read_snapshot
 from kernos.store.workspace import Workspace
@@ -97,7 +97,7 @@ def checkout(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     client = _kernel.connect_if_running(path)
     if client is not None:
         with client:
-            progress.phase(f"checking out {args.ref}: loading {names} names "
+            progress.phase(f"checking out {args.ref}: loading {plural(names, 'name')} "
                            f"({history.human_size(size)})")
             result = _kernel.call(client.checkout, args.ref)
             progress.close()
@@ -112,7 +112,7 @@ def checkout(args: argparse.Namespace, path: Path, progress: Progress) -> int:
                    "kernel": None, "checkout": {"ref": args.ref, "commit": commit,
                                                 "names": names, "bytes": size}})
     else:
-        print(f"Checked out {args.ref} ({commit[:12]}: {names} names, "
+        print(f"Checked out {args.ref} ({commit[:12]}: {plural(names, 'name')}, "
               f"{history.human_size(size)}) as a new snapshot {new[:12]}, op {op}. "
               "The next kernel on this workspace restores it.")
     return Exit.OK

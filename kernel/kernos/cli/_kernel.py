@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernos import history
-from kernos.cli._common import Exit, Fail, emit_json, stderr_is_tty
+from kernos.cli._common import Exit, Fail, emit_json, plural, stderr_is_tty
 from kernos.cli._history import name_info
 from kernos.cli._progress import Progress
 from kernos.store.snapshots import read_snapshot
@@ -49,12 +49,14 @@ def connect_if_running(path: Path) -> KernosClient | None:
 
 
 @contextlib.contextmanager
-def session(path: Path, *, start: bool, progress: Progress) -> Iterator[KernosClient]:
-    """The running kernel's client, or one started for this command and shut down after."""
+def session(path: Path, *, start: bool, progress: Progress
+            ) -> Iterator[tuple[KernosClient, bool]]:
+    """The running kernel's client, or one started for this command and shut down after;
+    and whether it was started here."""
     client = connect_if_running(path)
     if client is not None:
         with client:
-            yield client
+            yield client, False
         return
     if not start:
         raise Fail(f"no kernel is running on {path}; drop --no-start to start one for this "
@@ -65,7 +67,7 @@ def session(path: Path, *, start: bool, progress: Progress) -> Iterator[KernosCl
     _check_startable(path)
     progress.phase(f"starting a kernel on {path}{_restore_size(path)}")
     with call(KernosClient.start, str(path)) as started:
-        yield started
+        yield started, True
 
 
 def _check_startable(path: Path) -> None:
@@ -89,7 +91,7 @@ def _restore_size(path: Path) -> str:
     except Exception:  # only a label: the kernel itself reports what is wrong
         return ""
     size = sum(int(meta.get("size", 0)) for meta in names.values())
-    return f" (restoring {len(names)} names, {history.human_size(size)})"
+    return f" (restoring {plural(len(names), 'name')}, {history.human_size(size)})"
 
 
 def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -220,11 +222,19 @@ def run(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     code = _source(args)
     arguments = _tool_arguments(args.arguments)
     expect = _expectations(args.expect)
-    with session(path, start=not args.no_start, progress=progress) as client:
+    with session(path, start=not args.no_start, progress=progress) as (client, owned):
         progress.phase(f"running the op as {args.principal}")
-        result = call(client.op, code, principal=args.principal, tool=args.tool,
-                      arguments=arguments, key=args.key, expect_versions=expect,
-                      predicate=args.predicate)
+        try:
+            result = call(client.op, code, principal=args.principal, tool=args.tool,
+                          arguments=arguments, key=args.key, expect_versions=expect,
+                          predicate=args.predicate)
+        except KeyboardInterrupt:
+            raise Fail("interrupted; " + (
+                "the kernel started for this op is stopped, so the op does not commit"
+                if owned else "the op may still run (or wait its turn) in the running "
+                "kernel: `kernos log` shows whether it committed") + (
+                "" if args.key is None else "; resend with the same --key, and it runs at "
+                "most once"), Exit.INTERRUPTED, kind="interrupted") from None
         progress.close()
     return report_op(args, result, action="run")
 
@@ -242,7 +252,7 @@ def objects(args: argparse.Namespace, path: Path, progress: Progress) -> int:
                 limit=args.n, offset=args.offset)]
     elif args.principal not in (None, "human"):
         # What an agent may read depends on its grants, which only a kernel holds.
-        with session(path, start=not args.no_start, progress=progress) as started:
+        with session(path, start=not args.no_start, progress=progress) as (started, _):
             found = [_object_json(info) for info in call(
                 started.objects, principal=args.principal, prefix=args.prefix,
                 limit=args.n, offset=args.offset)]
@@ -279,7 +289,7 @@ def _objects_on_disk(path: Path, prefix: str, offset: int, limit: int | None
 
 
 def grants(args: argparse.Namespace, path: Path, progress: Progress) -> int:
-    with session(path, start=not args.no_start, progress=progress) as client:
+    with session(path, start=not args.no_start, progress=progress) as (client, _):
         found = call(client.grants, args.agent)
         progress.close()
     if args.json:

@@ -27,6 +27,17 @@ with --json they are also a document on stdout: {"error": {"kind", "message", "e
 WORKSPACE_HELP = "the workspace directory (default: $KERNOS_WORKSPACE, else the default one)"
 
 
+def _count(text: str) -> int:
+    """An int >= 0 (a count, an offset or a sequence number)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line on stderr, exit 2, like every other failure."""
 
@@ -96,8 +107,9 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     objects.add_argument("--principal", metavar="NAME",
                          help="only what this principal may read (default: the human: all)")
     objects.add_argument("--prefix", metavar="TEXT", help="only names starting with TEXT")
-    objects.add_argument("-n", type=int, metavar="N", help="at most N")
-    objects.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
+    objects.add_argument("-n", type=_count, metavar="N", help="at most N")
+    objects.add_argument("--offset", type=_count, default=0, metavar="N",
+                         help="skip the first N")
 
     grants = add("grants", "capability grants: who holds what, used and left",
                  "workspace", "json", "progress", "start",
@@ -106,7 +118,7 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     grants.add_argument("agent", nargs="?", metavar="AGENT", help="only this agent's grants")
 
     log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json")
-    log.add_argument("-n", type=int, default=20, metavar="N", help="at most N (default 20)")
+    log.add_argument("-n", type=_count, default=20, metavar="N", help="at most N (default 20)")
     show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")
     show.add_argument("ref", nargs="?", default="HEAD",
                       help="a commit (or prefix), HEAD, HEAD~N or @N for op N (default HEAD)")
@@ -174,11 +186,11 @@ def _add_events(add: _Add) -> None:
                     "needed). With --follow: the backlog, then each op's events as it "
                     "commits, from the running kernel, until Ctrl-C (exit 0). --json "
                     "prints one JSON event per line.")
-    events.add_argument("--since", type=int, default=0, metavar="SEQ",
+    events.add_argument("--since", type=_count, default=0, metavar="SEQ",
                         help="after this sequence number (default 0: all)")
     events.add_argument("--topic", metavar="PATTERN", help="only matching topics")
     events.add_argument("--principal", help="only events this principal emitted")
-    events.add_argument("-n", type=int, default=None, metavar="N",
+    events.add_argument("-n", type=_count, default=None, metavar="N",
                         help="at most N (with --follow: stop after N)")
     events.add_argument("--follow", "-f", action="store_true",
                         help="keep streaming new events from the running kernel")
@@ -205,7 +217,7 @@ def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
                     "record per line.", epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[parents["workspace"], parents["json"]])
-    audit_log.add_argument("-n", type=int, default=20, metavar="N",
+    audit_log.add_argument("-n", type=_count, default=20, metavar="N",
                            help="the newest N (default 20)")
     audit_log.add_argument("--principal", help="only this principal's ops")
     audit_log.add_argument("--status", help="committed, rolled back, failed, interrupted, "

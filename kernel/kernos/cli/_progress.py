@@ -9,6 +9,7 @@ when it starts and one when it ends, and a bar prints at most every tenth.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -18,6 +19,8 @@ from typing import TextIO
 __all__ = ["Progress"]
 
 _WIDTH = 24
+_QUIET_SECONDS = 0.3
+"""A terminal shows nothing for waits shorter than this (no flicker on fast commands)."""
 
 
 class Progress:
@@ -34,6 +37,7 @@ class Progress:
         self._started = 0.0
         self._fraction: float | None = None
         self._last_tenth = -1
+        self._drawn = False
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -91,7 +95,9 @@ class Progress:
             return
         elapsed = time.monotonic() - self._started
         if self._tty:
-            self._write("\r\x1b[K")  # the finished phase leaves no line behind
+            if self._drawn:
+                self._write("\r\x1b[K")  # the finished phase leaves no line behind
+            self._drawn = False
         else:
             self._write(f"kernos: {self._label} done in {elapsed:.1f} s\n")
         self._label = None
@@ -100,6 +106,8 @@ class Progress:
         if self._label is None:
             return
         elapsed = time.monotonic() - self._started
+        if elapsed < _QUIET_SECONDS:
+            return
         if self._fraction is None:
             spinner = "|/-\\"[int(elapsed / self._interval) % 4]
             line = f"kernos: {self._label} {spinner} {elapsed:.1f} s"
@@ -107,7 +115,9 @@ class Progress:
             filled = int(self._fraction * _WIDTH)
             bar = "#" * filled + "-" * (_WIDTH - filled)
             line = f"kernos: {self._label} [{bar}] {self._fraction:4.0%} {elapsed:.1f} s"
-        self._write("\r\x1b[K" + line)
+        columns = shutil.get_terminal_size((80, 24)).columns
+        self._write("\r\x1b[K" + line[:max(columns - 1, 10)])  # a wrapped line never clears
+        self._drawn = True
 
     def _tick(self) -> None:
         while not self._stop.wait(self._interval):
