@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -79,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(with_mcp=arguments[:1] == ["mcp"]).parse_args(arguments)
+    if args.command != "mcp":  # the MCP server sets up its own logging
+        _one_line_logs()
     shown = args.progress if getattr(args, "progress", None) is not None else stderr_is_tty()
     progress = Progress(bool(shown), tty=stderr_is_tty())
     try:
@@ -103,6 +106,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                        Exit.INTERNAL, "internal")
     finally:
         progress.close()
+
+
+class _OneLine(logging.Formatter):
+    """A library's log record as one line, never with its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = " ".join(record.getMessage().split())
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            text += f" ({type(error).__name__}: {' '.join(str(error).split())})"
+        return f"kernos: {record.name}: {text}"
+
+
+def _one_line_logs() -> None:
+    """Warnings that libraries log (jupyter_client, zmq, tornado) as one line each."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLine())
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
 
 
 def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
