@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -177,17 +179,19 @@ def test_objects_and_grants_agree_with_and_without_a_kernel(
     assert not (kernel.workspace / "kernel.json").exists()
 
 
-def read_line(stream: IO[str], seconds: float = 60) -> str:
-    """One line from a child's stdout, or fail after ``seconds`` (never hang the suite)."""
-    import selectors
+class Lines:
+    """A child's stdout read by a thread, so a test waits for a line with a deadline."""
 
-    selector = selectors.DefaultSelector()
-    selector.register(stream, selectors.EVENT_READ)
-    try:
-        assert selector.select(timeout=seconds), f"no line within {seconds} s"
-    finally:
-        selector.close()
-    return stream.readline()
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self._lines.put(line) for line in stream],
+                         daemon=True).start()
+
+    def next(self, seconds: float = 60) -> str:
+        try:
+            return self._lines.get(timeout=seconds)
+        except queue.Empty:
+            raise AssertionError(f"no line within {seconds} s") from None
 
 
 def test_events_follow_streams_committed_events_until_ctrl_c(
@@ -200,16 +204,18 @@ def test_events_follow_streams_committed_events_until_ctrl_c(
                               env=environment())
     try:
         assert follow.stdout is not None
-        backlog = json.loads(read_line(follow.stdout))
+        lines = Lines(follow.stdout)
+        backlog = json.loads(lines.next())
         assert (backlog["seq"], backlog["topic"], backlog["payload"]) == (
             1, "orders.created", {"id": 1})
         assert kernel.run("events.emit('orders.created', {'id': 2})\n1/0").rolled_back
         assert kernel.run("events.emit('ledger.debit', {'usd': 5})").committed
-        live = json.loads(read_line(follow.stdout))
+        live = json.loads(lines.next())
         assert (live["seq"], live["topic"], live["payload"]) == (2, "ledger.debit", {"usd": 5})
         follow.send_signal(signal.SIGINT)
         assert follow.wait(timeout=60) == 0
-        assert follow.stdout.read() == ""
+        with pytest.raises(AssertionError):
+            lines.next(seconds=0.5)
         assert follow.stderr is not None and follow.stderr.read() == ""
     finally:
         if follow.poll() is None:
@@ -222,6 +228,25 @@ def test_events_follow_streams_committed_events_until_ctrl_c(
     assert counted.returncode == 0, counted.stderr
     bad = cli("events", *ws, "--follow", "--topic", "a..b")
     assert "is not a topic pattern" in failure(bad, 2, "events")
+
+    # A kernel that dies under --follow ends it with status 4, saying where to resume.
+    orphan = subprocess.Popen([*kernos_command(), "events", *ws, "--follow", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=environment())
+    try:
+        assert orphan.stdout is not None
+        lines = Lines(orphan.stdout)
+        assert [json.loads(lines.next())["seq"] for _ in range(2)] == [1, 2]
+        kernel.kill9()
+        assert orphan.wait(timeout=60) == 4
+        assert orphan.stderr is not None
+        stderr = orphan.stderr.read()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+    assert json.loads(lines.next())["error"]["kind"] == "kernel_died"
+    assert stderr.count("\n") == 1 and "resume with --since 2" in stderr, stderr
 
     kernel.stop()
     line = failure(cli("events", *ws, "--follow"), 4, "events")

@@ -360,7 +360,7 @@ def events(args: argparse.Namespace, path: Path) -> int:
         except KeyboardInterrupt:
             return Exit.OK  # Ctrl-C is how --follow ends
         except Fail as failure:
-            raise Fail(f"{failure} (the last event printed was seq {last}; resume with "
+            raise Fail(f"{failure} (the last event seen was seq {last}; resume with "
                        f"--since {last})", failure.code, kind=failure.kind) from None
         finally:
             with contextlib.suppress(Exception):
