@@ -1,22 +1,39 @@
-"""The headless demonstration: a real Kernos kernel, driven through jupyter_client.
+"""The headless demonstration: a real Kernos kernel, driven by a harness through kernos.client.
 
-It starts the kernel on a fresh demo workspace, builds state (with a class
-and a function defined in cells), makes a cell fail halfway and shows that
-nothing of it remains, lets two agents work under capability grants (one
-writes a tool, the other is granted it and uses it; a denied action is
-rolled back even though the agent caught the denial), reacts to events
-with a subscriber that commits and rolls back with its op, kills the kernel
-with SIGKILL, starts a new one and shows that everything is back, agents and
-tools included, prints the history and the audit log, verifies the audit
-chain from disk and erases a data subject.  Each step checks what it claims
-and the demo exits non-zero if any check fails.
+Everything goes through the harness client library (``KernosManager`` for
+the process, ``AsyncKernosClient`` for the requests), never through notebook
+magics.  In order:
+
+1. agents build tools and state: the human defines a class and a function,
+   alice writes a tool, bob is granted it, calls it and spends within his
+   budget, and a denial bob catches still rolls his op back;
+2. an op fails halfway and rolls back, leaving nothing;
+3. an in-image event subscriber commits and rolls back with its op, and an
+   external subscriber sees only the committed event;
+4. two agents race on one budget from two separate clients: both read
+   ``budget = 500`` and both try to spend 400 with a version precondition;
+   exactly one commits, the other gets a conflict carrying the new version,
+   and ``retry_on_conflict`` has it read again and settle for what fits;
+5. the kernel is killed with SIGKILL halfway through an op: every client
+   reports ``KernelDied``;
+6. the manager restarts it and the harness finds the workspace exactly as it
+   was (objects, versions, head, agents, grants, tools), then the history,
+   the audit log, an erasure, and ``kernos audit verify`` in a separate
+   process.
+
+Each step checks what it claims: the demo exits 1 if a check fails, and 2 if
+numpy (kept in the image) is missing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib.util
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -24,73 +41,443 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernos.audit.human import format_records
+from kernos.client import (
+    AsyncKernosClient,
+    KernelDied,
+    KernosManager,
+    ObjectInfo,
+    OpResult,
+    retry_on_conflict,
+)
+from kernos.errors import KernosError
+from kernos.history import format_table
+
 KERNEL = "kernos"
+FULL_RUN, SAMPLE_RUN = 400, 80
+"""What each racing agent wants to spend, and what it settles for if that no longer fits."""
 
 
 class DemoFailure(Exception):
     pass
 
 
-class Session:
-    """A kernel and a client, with a helper that runs a cell and collects its output."""
+def _check(condition: bool, claim: str, detail: object = None) -> None:
+    if not condition:
+        raise DemoFailure(claim + (f" ({detail})" if detail is not None else ""))
+    print(f"    [ok] {claim}\n")
+
+
+def _short(commit: str | None) -> str:
+    return (commit or "-")[:12]
+
+
+def _outcome(result: OpResult) -> str:
+    """One line: how an op ended, and what it changed or why it did not commit."""
+    if result.committed:
+        return ", ".join([f"op {result.op}", f"commit {_short(result.commit)}"] + [
+            f"{what} {names}" for what, names in (("added", result.added),
+                                                  ("changed", result.changed),
+                                                  ("deleted", result.deleted)) if names])
+    reason = result.error.message if result.error is not None else ""
+    return f"op {result.op}: {reason}"
+
+
+def _show(code: str, principal: str, result: OpResult) -> None:
+    print(_prefixed(code, f"{principal:<5} | "))
+    if result.output.strip():
+        print(_prefixed(result.output, "Out   | "))
+    if result.value is not None and result.value.repr != "None":
+        print(_prefixed(result.value.repr, "Value | "))
+    print(f"    ==> {result.status} ({_outcome(result)})\n")
+
+
+def _prefixed(text: str, label: str) -> str:
+    """``text`` indented, ``label`` on its first line and a bar on the others."""
+    lines = text.rstrip("\n").splitlines() or [""]
+    blank = " " * (len(label) - 2) + "| "
+    return "\n".join(("    " + (label if number == 0 else blank) + line).rstrip()
+                     for number, line in enumerate(lines))
+
+
+def _request(call: str, answer: object = None) -> None:
+    """Echo a harness request that is not an op of code (a grant, a read, ...)."""
+    print(f"    client.{call}" + (f"  ->  {answer}" if answer is not None else ""))
+
+
+class Demo:
+    """The demonstration's kernel, its harness client, and the steps."""
 
     def __init__(self, workspace: Path) -> None:
-        from jupyter_client.manager import KernelManager
-
-        env = dict(os.environ, KERNOS_WORKSPACE=str(workspace))
-        env.pop("JPY_SESSION_NAME", None)
-        self._sockets = tempfile.mkdtemp(prefix="kernos-ipc-")
-        self.manager = KernelManager(kernel_name=KERNEL, transport="ipc",
-                                     ip=os.path.join(self._sockets, "kernel"))
-        self.manager.start_kernel(env=env)
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
+        self.workspace = workspace
+        self.manager = KernosManager(workspace, kernel_name=KERNEL)
+        self._client: AsyncKernosClient | None = None
+        self._bob: AsyncKernosClient | None = None
+        """bob's own client from the race, kept open to see the kernel die."""
+        self._loser = ""
+        """The agent whose first spend conflicted in the race."""
 
     @property
-    def pid(self) -> int:
-        return int(self.manager.provisioner.process.pid)  # type: ignore[union-attr]
+    def client(self) -> AsyncKernosClient:
+        assert self._client is not None, "the kernel is not started"
+        return self._client
 
-    def run(self, code: str, *, show: bool = True) -> tuple[str, dict[str, Any], str]:
-        output: list[str] = []
+    async def op(self, code: str, principal: str = "human") -> OpResult:
+        result = await self.client.op(code, principal=principal)
+        _show(code, principal, result)
+        return result
 
-        def collect(message: dict[str, Any]) -> None:
-            kind = message["msg_type"]
-            content = message["content"]
-            if kind == "stream":
-                output.append(content["text"])
-            elif kind in ("execute_result", "display_data"):
-                output.append(content["data"].get("text/plain", "") + "\n")
-            elif kind == "error":
-                output.append(f"{content['ename']}: {content['evalue']}\n")
+    async def value(self, code: str) -> Any:
+        """The JSON value of a human expression (a read that runs as a committed op)."""
+        result = await self.op(code)
+        if not (result.committed and result.value is not None and result.value.has_json):
+            raise DemoFailure(f"{code!r} did not give a JSON value: {_outcome(result)}")
+        return result.value.json
 
-        reply = self.client.execute_interactive(code, timeout=120, output_hook=collect)
-        text = "".join(output)
-        kernos = reply["metadata"].get("kernos", {})
-        if show:
-            print(textwrap.indent(code, "    In  | "))
-            if text.strip():
-                print(textwrap.indent(text.rstrip("\n"), "    Out | "))
-            status = kernos.get("status", reply["content"]["status"])
-            detail = f"op {kernos['op']}" if "op" in kernos else ""
-            if kernos.get("commit"):
-                detail += f", commit {kernos['commit'][:12]}"
-            if kernos.get("changed") or kernos.get("added"):
-                detail += f", changed {sorted(kernos.get('added', []) + kernos.get('changed', []))}"
-            print(f"    ==> {status} ({detail})\n")
-        return reply["content"]["status"], kernos, text
+    async def budget(self, principal: str = "human",
+                     client: AsyncKernosClient | None = None) -> Any:
+        """The racing agents' shared account, read without running an op."""
+        account = await (client or self.client).object("account", principal=principal)
+        assert account.preview is not None
+        return account.preview.json["budget"] if account.preview.has_json else None
 
-    def stop(self) -> None:
-        self.client.stop_channels()
-        if self.manager.has_kernel:
-            self.manager.shutdown_kernel(now=True)
-        shutil.rmtree(self._sockets, ignore_errors=True)
+    # -- the steps ------------------------------------------------------------------
 
+    async def start(self) -> None:
+        print("0. Start a Kernos kernel: KernosManager (jupyter_client underneath), and a "
+              "client.\n")
+        await self.manager.start()
+        self._client = await self.manager.client()
+        hello = await self.client.hello()
+        print(f"    kernel pid {self.manager.pid}, harness protocol v{hello['protocol']}, "
+              f"Kernos {hello['kernos']}\n")
 
-def _check(condition: bool, claim: str) -> None:
-    if not condition:
-        raise DemoFailure(claim)
-    print(f"    [ok] {claim}\n")
+    async def build(self) -> None:
+        print("1. Agents build tools and state.\n")
+        await self.op(textwrap.dedent("""\
+            import numpy as np
+
+            class Account:
+                def __init__(self, owner, balance):
+                    self.owner, self.balance = owner, balance
+                def deposit(self, amount):
+                    self.balance += amount
+                    return self.balance
+
+            def total(accounts):
+                return sum(a.balance for a in accounts)
+
+            accounts = [Account("ada", 100), Account("grace", 250)]
+            ledger = {"entries": [("open", 350)]}
+            prices = np.linspace(1.0, 2.0, 1_000_000)"""))
+        total = await self.value("accounts[0].deposit(50)\n"
+                                 "ledger['entries'].append(('deposit', 50))\n"
+                                 "total(accounts)")
+        _check(total == 400, "human code: a class, a function and an array committed as state")
+        await self.op('customer = personal("Ada Lovelace, 12 Marylebone Rd", subject="c-1042")'
+                      "  # erased in step 9")
+
+        for agent in ("alice", "bob"):
+            _request(f"add_agent({agent!r})", await self.client.add_agent(agent))
+        for agent, capability, limit in (("alice", "read:ledger", None),
+                                         ("bob", "call:summarize", None),
+                                         ("bob", "spend:USD", 100)):
+            grant = await self.client.grant(agent, capability, limit)
+            _request(f"grant({agent!r}, {capability!r}{f', {limit}' if limit else ''})",
+                     f"grant {grant['grant']['id']}, op {grant['op']}")
+        print()
+        defined = await self.op(textwrap.dedent('''\
+            # Restricted agent code: alice reads the ledger through a read-only view
+            # and writes a tool that persists in the image.
+            print("alice sees", len(read("ledger")["entries"]), "ledger entries")
+            define_tool("summarize", """
+            def summarize(amounts):
+                return {"count": len(amounts), "total": sum(amounts)}
+            """, {"type": "object", "properties": {"amounts": {"type": "array"}},
+                  "required": ["amounts"]}, "Count and total a list of amounts")'''),
+            principal="alice")
+        called = await self.client.call("summarize", {"amounts": [40, 25, 10]}, principal="bob")
+        _request("call('summarize', {'amounts': [40, 25, 10]}, principal='bob')",
+                 f"{called.status}, {called.value.repr if called.value else None}")
+        print()
+        spent = await self.op(textwrap.dedent("""\
+            summary = call("summarize", amounts=[40, 25, 10])
+            left = spend(summary["total"], "USD")
+            print("bob spent", summary["total"], "USD;", left, "left")
+            left"""), principal="bob")
+        _check(defined.committed and called.committed and called.value is not None
+               and called.value.json == {"count": 3, "total": 75}
+               and spent.committed and "25 left" in spent.output,
+               "alice wrote a tool; bob called it (as a harness call and from his code) and "
+               "spent within his budget")
+
+        before = await self.client.status()
+        namespace = await self.client.versions(["kernos:ns:bob"])
+        denied = await self.op(textwrap.dedent("""\
+            note = "this assignment is rolled back with the op"
+            try:
+                read("ledger")          # bob was never granted read:ledger
+            except CapabilityDenied:
+                print("bob caught the denial")"""), principal="bob")
+        after = await self.client.status()
+        _check(denied.status == "denied" and "caught the denial" in denied.output
+               and after["head"] == before["head"]
+               and await self.client.versions(["kernos:ns:bob"]) == namespace,
+               "the denied op rolled back although bob caught the denial: same head, bob's "
+               f"namespace still at version {namespace['kernos:ns:bob']}")
+
+    async def fail(self) -> None:
+        print("2. An op fails halfway: it mutates state in place, then raises.\n")
+        names = ["accounts", "ledger", "prices"]
+        versions, head = await self.client.versions(names), await self.client.status()
+        failed = await self.op(textwrap.dedent("""\
+            accounts[1].deposit(1_000_000)
+            ledger["entries"].append(("deposit", 1_000_000))
+            prices[:] = 0.0
+            raise RuntimeError("payment provider unreachable")"""))
+        _check(failed.status == "failed" and failed.commit is None
+               and (await self.client.status())["head"] == head["head"]
+               and await self.client.versions(names) == versions,
+               "the failed op committed nothing: same head, same versions")
+        seen = await self.value("total(accounts), len(ledger['entries']), float(prices[0])")
+        _check(seen == [400, 2, 1.0],
+               "nothing of it remains: balances, ledger and array as before")
+
+    async def react(self) -> None:
+        print("3. Events: an in-image subscriber runs inside the op that emits.\n")
+        outside = await self.client.subscribe(topic="payments.*")
+        await self.op(textwrap.dedent("""\
+            @events.subscribe("payments.*")
+            def record_payment(event):
+                ledger["entries"].append(("payment", event.payload["amount"]))"""))
+        await self.op('events.emit("payments.received", {"amount": 30})')
+        cancelled = await self.op(textwrap.dedent("""\
+            events.emit("payments.received", {"amount": 999})
+            raise RuntimeError("the order was cancelled")"""))
+        ledger = await self.client.object("ledger")
+        logged, _ = await self.client.events(since=0)
+        pushed = [await outside.get(timeout=10)]
+        with contextlib.suppress(TimeoutError):
+            pushed.append(await outside.get(timeout=0.5))
+        await outside.close()
+        _request("object('ledger').preview", ledger.preview.repr if ledger.preview else None)
+        _request("events(since=0)", [event["payload"] for event in logged])
+        print(f"    pushed to the external subscriber: {[e['payload'] for e in pushed]}\n")
+        _check(cancelled.status == "failed" and ledger.preview is not None
+               and ledger.preview.json["entries"][-1] == ["payment", 30]
+               and len(ledger.preview.json["entries"]) == 3
+               and [event["payload"] for event in logged] == [{"amount": 30}]
+               and [event["payload"] for event in pushed] == [{"amount": 30}],
+               "the subscriber's change committed with its op; the cancelled op left no entry, "
+               "and no event in the log or on the comm")
+
+    async def race(self) -> None:
+        print(f"4. Two agents race for one budget, each from its own client: both read 500, "
+              f"both want {FULL_RUN}.\n")
+        await self.op('account = {"budget": 500}')
+        for agent in ("alice", "bob"):
+            for capability in ("read:account", "write:account"):
+                await self.client.grant(agent, capability)
+            _request(f"grant({agent!r}, 'read:account'); grant({agent!r}, 'write:account')")
+        clients = {agent: await AsyncKernosClient.connect(self.workspace)
+                   for agent in ("alice", "bob")}
+        print(f"    alice and bob each connect a client: AsyncKernosClient.connect(workspace) "
+              f"finds pid {clients['alice'].pid} through kernel.json\n")
+        both_read = asyncio.Barrier(2)
+        attempts: dict[str, list[OpResult]] = {"alice": [], "bob": []}
+
+        async def spend(agent: str) -> OpResult:
+            client = clients[agent]
+
+            async def attempt() -> OpResult:
+                # Read, decide outside any op, act with a precondition on what was read.
+                seen = await client.versions(["account"], principal=agent)
+                budget = await self.budget(agent, client)
+                if not attempts[agent]:
+                    await both_read.wait()  # only so that the race is certain every run
+                amount = FULL_RUN if budget >= FULL_RUN else SAMPLE_RUN
+                plan = (f"spends {amount}" if amount == FULL_RUN else
+                        f"{FULL_RUN} no longer fits: settles for {amount}")
+                print(f"    {agent:<5} read account v{seen['account']}: budget {budget}; {plan}")
+                result = await client.op(
+                    f"write('account', {{'budget': read('account')['budget'] - {amount}}})\n"
+                    f"bought = {amount}", principal=agent, expect_versions=seen,
+                    key=f"{agent}-purchase-{len(attempts[agent]) + 1}")
+                attempts[agent].append(result)
+                if result.conflict and result.error is not None:
+                    reason = result.error.message.split("; nothing ran")[0]
+                    print(f"    {agent:<5} ==> conflict, nothing ran ({reason}); versions "
+                          f"now {result.versions}")
+                else:
+                    print(f"    {agent:<5} ==> {result.status} ({_outcome(result)})")
+                return result
+
+            return await retry_on_conflict(attempt, backoff=0.05)
+
+        print(textwrap.indent(textwrap.dedent(f"""\
+            The harness of each agent, on its own client:
+                async def attempt():
+                    seen = await client.versions(["account"], principal=agent)  # read
+                    account = await client.object("account", principal=agent)
+                    budget = account.preview.json["budget"]
+                    amount = {FULL_RUN} if budget >= {FULL_RUN} else {SAMPLE_RUN}  # decide
+                    return await client.op(spend(amount), principal=agent,  # act, if
+                                           expect_versions=seen)  # the read holds
+                result = await retry_on_conflict(attempt)
+            """), "    "))
+        final = await asyncio.gather(spend("alice"), spend("bob"))
+        await clients["alice"].close()
+        self._bob = clients["bob"]  # kept open: it too sees the kernel die
+        print()
+        firsts = [attempts[agent][0] for agent in ("alice", "bob")]
+        loser = next((agent for agent in ("alice", "bob") if attempts[agent][0].conflict), None)
+        _check(sorted(result.status for result in firsts) == ["committed", "conflict"],
+               "both acted on the same read: exactly one commit, and one conflict where "
+               "nothing ran")
+        assert loser is not None
+        self._loser = loser
+        conflict = attempts[loser][0]
+        winner_version = next(r for r in firsts if r.committed).versions.get("account")
+        _check(conflict.versions == {"account": winner_version} and winner_version is not None,
+               f"the conflict carries the new version (account v{winner_version})")
+        left = await self.budget()
+        _check(all(result.committed for result in final) and len(attempts[loser]) == 2
+               and left == 500 - FULL_RUN - SAMPLE_RUN,
+               f"{loser} read again, saw {500 - FULL_RUN} left and settled for {SAMPLE_RUN}: "
+               f"budget {left}, never overspent")
+
+    async def crash(self) -> dict[str, Any]:
+        print("5. kill -9 the kernel halfway through an op.\n")
+        before = await self._workspace_state()
+        running = Path(tempfile.mkdtemp(prefix="kernos-demo-")) / "running"
+        code = textwrap.dedent(f"""\
+            ledger["entries"].append(("never committed", 1))
+            import pathlib, time
+            pathlib.Path({str(running)!r}).touch()
+            time.sleep(60)""")
+        print(_prefixed(code, "human | "))
+        in_flight = asyncio.ensure_future(self.client.op(code))
+        deadline = time.monotonic() + 30
+        while not running.exists() and time.monotonic() < deadline and not in_flight.done():
+            await asyncio.sleep(0.02)
+        shutil.rmtree(running.parent, ignore_errors=True)
+        pid = self.manager.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        print(f"    kill -9 {pid} while the op sleeps\n")
+        died: list[str] = []
+        try:
+            await asyncio.wait_for(in_flight, 10)
+        except KernelDied as death:
+            died.append(f"op request: KernelDied after {time.monotonic() - killed:.1f} s: "
+                        f"{str(death).split('. ')[0]}")
+        assert self._bob is not None
+        try:
+            await self._bob.versions(["account"], principal="bob")
+        except KernelDied as death:
+            died.append(f"bob's client: KernelDied ({str(death).split(':')[0]})")
+        finally:
+            await self._bob.close()
+        for line in died:
+            print(f"    {line}")
+        print()
+        _check(len(died) == 2 and not await self.manager.is_alive(),
+               f"kernel pid {pid} is dead; the waiting op and the other client report KernelDied")
+        return before
+
+    async def restore(self, before: dict[str, Any]) -> None:
+        print("6. Restart it (the manager), reconnect, and compare with what was there "
+              "before the kill.\n")
+        await self.client.close()
+        await self.manager.restart()
+        self._client = await self.manager.client()
+        print(f"    kernel pid {self.manager.pid}\n")
+        after = await self._workspace_state()
+        rows = [("name", "type", "version", "summary")] + [
+            (name, kind, str(version), summary[:48])
+            for name, kind, version, summary, *_ in after["objects"]]
+        print(textwrap.indent(format_table(rows), "    ") + "\n")
+        _check(after["head"] == before["head"],
+               f"the head is the last committed op (op {before['head']['op']}, commit "
+               f"{_short(before['head']['commit'])}): the killed op left nothing",
+               f"head now {after['head']}")
+        differ = [what for what in ("objects", "agents", "grants", "tools")
+                  if after[what] != before[what]]
+        _check(not differ, "objects (names, types, versions, summaries, last op), agents, "
+               "grants and tools are exactly as before the kill", f"{differ} differ")
+        seen = await self.value(textwrap.dedent("""\
+            (type(accounts[0]).__name__, accounts[0].owner, total(accounts),
+             isinstance(accounts[1], Account), ledger["entries"][-1], float(prices[-1]),
+             account["budget"])"""))
+        _check(seen == ["Account", "ada", 400, True, ["payment", 30], 2.0, 20],
+               "classes, functions, instances, containers and arrays work as before")
+        used = await self.op('[call("summarize", amounts=[5])["total"], spend(5, "USD"), '
+                             'summary["count"], bought]', principal="bob")
+        bought = SAMPLE_RUN if self._loser == "bob" else FULL_RUN
+        _check(used.committed and used.value is not None
+               and used.value.repr == f"[5, Decimal('20'), 3, {bought}]",
+               "bob's tool grant, budget (25 - 5 = 20 USD left) and names work as before")
+
+    async def audit(self) -> None:
+        print("7. The history: one snapshot per committed op.\n")
+        snapshots = await self.client.log()
+        rows = [("op", "commit", "principal", "what")] + [
+            (str(entry["op"]), _short(entry["commit"]), str(entry["principal"]),
+             " ".join(str(entry["message"]).split())[:60]) for entry in reversed(snapshots)]
+        print(textwrap.indent(format_table(rows), "    ") + "\n")
+        principals = {entry["principal"] for entry in snapshots}
+        _check({"human", "alice", "bob"} <= principals,
+               "the history lists every committed op, with its principal")
+
+        print("8. The audit log: every op, committed or not, hash-chained.\n")
+        records = await self.client.audit(limit=200)
+        print(textwrap.indent(format_records(records), "    ") + "\n")
+        statuses = {record.get("status") for record in records} | {
+            record.get("type") for record in records}
+        _check({"committed", "failed", "denied", "conflict", "died"} <= statuses,
+               "failed, denied and conflicting ops, and the op killed with its kernel, are "
+               "recorded next to committed ones")
+
+        print("9. Erase a data subject (crypto-shredding), then verify from another process.\n")
+        erased = await self.value("str(audit.erase('c-1042'))")
+        customer = await self.client.object("customer")
+        _check("c-1042" in str(erased) and customer.preview is not None
+               and customer.preview.repr == "personal(<erased>, subject='c-1042')",
+               "the subject's value is unreadable now")
+        verify = subprocess.run([sys.executable, "-m", "kernos.cli", "audit", "verify",
+                                 "--workspace", str(self.workspace)],
+                                capture_output=True, text=True, check=False)
+        print(textwrap.indent(f"$ kernos audit verify --workspace {self.workspace}\n"
+                              + verify.stdout.rstrip(), "    ") + "\n")
+        _check(verify.returncode == 0 and verify.stdout.startswith("ok:"),
+               "`kernos audit verify` (a separate process) checks the chain, every snapshot and "
+               "the history, erasure included")
+
+    async def _workspace_state(self) -> dict[str, Any]:
+        """What the harness can see of the workspace, for comparing across the kill."""
+        status = await self.client.status()
+
+        def row(info: ObjectInfo) -> tuple[Any, ...]:
+            return (info.name, info.type, info.version, info.summary, info.op, info.principal)
+
+        return {"objects": [row(info) for info in await self.client.objects()],
+                "head": status["head"], "agents": await self.client.agents(),
+                "grants": await self.client.grants(), "tools": await self.client.tools()}
+
+    async def run(self) -> None:
+        await self.start()
+        await self.build()
+        await self.fail()
+        await self.react()
+        await self.race()
+        before = await self.crash()
+        await self.restore(before)
+        await self.audit()
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.manager.shutdown()
 
 
 def _demo_workspace(explicit: str | None) -> Path:
@@ -117,166 +504,34 @@ def _ensure_kernelspec() -> None:
         print(f"Installed the kernos kernelspec in {where}")
 
 
-def run_demo(workspace_dir: str | None = None) -> int:
-    import importlib.util
+async def _main(workspace: Path) -> None:
+    demo = Demo(workspace)
+    try:
+        await demo.run()
+    finally:
+        await demo.stop()
 
+
+def run_demo(workspace_dir: str | None = None) -> int:
     if importlib.util.find_spec("numpy") is None:
         print("kernos demo: the demonstration keeps a numpy array in the image, and numpy is "
               "not installed. Install it with: pip install 'kernos[demo]'", file=sys.stderr)
         return 2
     workspace = _demo_workspace(workspace_dir)
     _ensure_kernelspec()
-    print(f"Kernos demo: a persistent, transactional kernel.\nWorkspace: {workspace}\n")
-    session = None
+    print(f"Kernos demo: a persistent, transactional kernel, driven by a harness "
+          f"(kernos.client).\nWorkspace: {workspace}\n")
+    started = time.monotonic()
     try:
-        print("1. Start a Kernos kernel (jupyter_client, kernelspec 'kernos').\n")
-        session = Session(workspace)
-        print(f"    kernel pid {session.pid}\n")
-
-        print("2. Build state: data, a class and a function defined in cells.\n")
-        session.run(textwrap.dedent("""\
-            import numpy as np
-
-            class Account:
-                def __init__(self, owner, balance):
-                    self.owner, self.balance = owner, balance
-                def deposit(self, amount):
-                    self.balance += amount
-                    return self.balance
-
-            def total(accounts):
-                return sum(a.balance for a in accounts)
-
-            accounts = [Account("ada", 100), Account("grace", 250)]
-            ledger = {"entries": [("open", 350)]}
-            prices = np.linspace(1.0, 2.0, 1_000_000)"""))
-        session.run("accounts[0].deposit(50)\nledger['entries'].append(('deposit', 50))\n"
-                    "total(accounts)")
-
-        print("3. A cell that fails halfway: it mutates state in place, then raises.\n")
-        status, report, _ = session.run(textwrap.dedent("""\
-            accounts[1].deposit(1_000_000)
-            ledger["entries"].append(("deposit", 1_000_000))
-            prices[:] = 0.0
-            raise RuntimeError("payment provider unreachable")"""))
-        _check(status == "error" and report.get("status") == "rolled back",
-               "the failed cell was rolled back")
-        _, _, text = session.run("print(total(accounts), len(ledger['entries']), prices[0])")
-        _check(text.split() == ["400", "2", "1.0"],
-               "nothing of the failed cell remains (balances, ledger and array as before)")
-
-        print("4. Two agents under capability grants.\n")
-        session.run(textwrap.dedent("""\
-            %kernos agent add alice
-            %kernos agent add bob
-            %kernos grant alice read:ledger
-            %kernos grant bob spend:USD 100
-            %kernos grant bob call:summarize"""))
-        session.run(textwrap.dedent('''\
-            %%agent alice
-            # Agent code is restricted Python: alice reads the ledger through a
-            # read-only view and writes a tool that persists in the image.
-            print("alice sees", len(read("ledger")["entries"]), "ledger entries")
-            define_tool("summarize", """
-            def summarize(amounts):
-                return {"count": len(amounts), "total": sum(amounts)}
-            """, {"type": "object", "properties": {"amounts": {"type": "array"}},
-                  "required": ["amounts"]}, "Count and total a list of amounts")'''))
-        status, report, text = session.run(textwrap.dedent("""\
-            %%agent bob
-            summary = call("summarize", amounts=[40, 25, 10])
-            left = spend(summary["total"], "USD")
-            print("bob spent", summary["total"], "USD;", left, "left")"""))
-        _check(status == "ok" and report.get("principal") == "bob" and "25 left" in text,
-               "bob used alice's tool and spent within his budget")
-        status, report, text = session.run(textwrap.dedent("""\
-            %%agent bob
-            note = "this assignment is rolled back with the op"
-            try:
-                read("ledger")          # bob was never granted read:ledger
-            except CapabilityDenied:
-                print("bob caught the denial")"""))
-        _check(status == "error" and report.get("status") == "rolled back"
-               and "OpVetoed" in text,
-               "the denied op was rolled back even though bob caught the denial")
-        _, _, text = session.run("print(sorted(agents.namespace('bob')))")
-        _check(text.split() == ["['left',", "'summary']"],
-               "nothing of the denied op remains in bob's namespace")
-
-        print("5. Events: a subscriber runs inside the op that emits.\n")
-        session.run(textwrap.dedent("""\
-            @events.subscribe("payments.*")
-            def record_payment(event):
-                ledger["entries"].append(("payment", event.payload["amount"]))"""))
-        session.run('events.emit("payments.received", {"amount": 30})')
-        status, _, _ = session.run(textwrap.dedent("""\
-            events.emit("payments.received", {"amount": 999})
-            raise RuntimeError("the order was cancelled")"""))
-        _, _, text = session.run(
-            "print(ledger['entries'][-1], len(ledger['entries']))\n"
-            "print([e['payload']['amount'] for e in events.since(0)])")
-        _check(status == "error" and text.split() == ["('payment',", "30)", "3", "[30]"],
-               "the subscriber's change committed with its op; the cancelled op left no "
-               "entry and no event")
-
-        print("6. kill -9 the kernel process.\n")
-        pid = session.pid
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.time() + 10
-        while session.manager.is_alive() and time.time() < deadline:
-            time.sleep(0.05)
-        _check(not session.manager.is_alive(), f"kernel pid {pid} is dead")
-        session.client.stop_channels()
-
-        print("7. Start a new kernel on the same workspace.\n")
-        session = Session(workspace)
-        print(f"    kernel pid {session.pid}\n")
-        _, _, text = session.run(
-            "print(type(accounts[0]).__name__, accounts[0].owner, total(accounts), "
-            "ledger['entries'][-1], prices[-1])\n"
-            "print(isinstance(accounts[1], Account), accounts[1].deposit(0))")
-        _check(text.split() == ["Account", "ada", "400", "('payment',", "30)", "2.0", "True",
-                                "250"],
-               "classes, functions, instances, containers and arrays are intact")
-        status, _, text = session.run(textwrap.dedent("""\
-            %%agent bob
-            print(call("summarize", amounts=[5])["total"], spend(5, "USD"), summary["count"])"""))
-        _check(status == "ok" and text.split() == ["5", "20", "3"],
-               "agents, grants, budgets, bob's names and alice's tool are intact")
-
-        print("8. The history (one snapshot per committed op).\n")
-        _, _, text = session.run("%kernos log", show=False)
-        print(textwrap.indent(text.rstrip(), "    "))
-        print()
-        _check(text.count("human") >= 4 and "alice" in text and "bob" in text,
-               "the history lists every committed op, with its principal")
-
-        print("9. The audit log: every op, committed or not, hash-chained.\n")
-        _, _, text = session.run("%kernos audit 20", show=False)
-        print(textwrap.indent(text.rstrip(), "    "))
-        print()
-        _check("failed" in text and "denied" in text and "committed" in text,
-               "failed and denied ops are recorded next to committed ones")
-        session.run('customer = personal("Ada Lovelace, 12 Marylebone Rd", subject="c-1042")')
-        status, _, text = session.run("%kernos erase c-1042\nprint(customer)")
-        _check(status == "ok" and "personal(<erased>, subject='c-1042')" in text,
-               "erasing the data subject made its value unreadable")
-        import subprocess
-
-        verify = subprocess.run([sys.executable, "-m", "kernos.cli", "audit", "verify",
-                                 "--workspace", str(workspace)],
-                                capture_output=True, text=True, check=False)
-        print(textwrap.indent(verify.stdout.rstrip(), "    "))
-        print()
-        _check(verify.returncode == 0 and verify.stdout.startswith("ok:"),
-               "`kernos audit verify` (a separate process) checks the chain, every snapshot and "
-               "the history")
-        print(f"Done. Browse it yourself: kernos log --workspace {workspace}\n"
-              f"                          kernos audit log --workspace {workspace}")
-        return 0
+        asyncio.run(_main(workspace))
     except DemoFailure as failure:
         print(f"\nDEMO FAILED: {failure}", file=sys.stderr)
         return 1
-    finally:
-        if session is not None:
-            session.stop()
+    except KernosError as error:
+        print(f"\nDEMO FAILED: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    print(f"Done in {time.monotonic() - started:.0f} s. Browse it yourself:\n"
+          f"    kernos log --workspace {workspace}\n"
+          f"    kernos audit log --workspace {workspace}\n"
+          f"    kernos objects --workspace {workspace}")
+    return 0
