@@ -149,7 +149,12 @@ def compile_agent_with_value(
     tree = _parse(source, principal=principal, filename=filename, max_source=max_source,
                   max_depth=max_depth)
     final: types.CodeType | None = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    # RestrictedPython routes print through a collector it sets up at the top of
+    # the *module*; an expression compiled apart from it cannot print.  A final
+    # expression that prints stays a statement (its value is None anyway).
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not any(
+            isinstance(node, ast.Name) and node.id == "print"
+            for node in ast.walk(tree.body[-1])):
         last = tree.body.pop()
         assert isinstance(last, ast.Expr)
         expression = ast.Expression(body=last.value)

@@ -307,3 +307,12 @@ def test_values_are_json_only_when_plain_data() -> None:
 
     assert "Broken" in safe_repr(Broken())  # a repr that raises does not break the reply
     assert "Broken" in value_of([Broken()]).repr
+
+
+@pytest.mark.parametrize("code", ['print("hi")', 'x = 1\nprint("hi")',
+                                  'print("a")\nprint("hi")'])
+def test_agent_code_that_ends_by_printing_commits(harness: Harness, code: str) -> None:
+    harness.ok(action="add_agent", agent="alice")
+    result = harness.op(code, principal="alice")
+    assert result["status"] == "committed", result
+    assert result["output"].endswith("hi\n") and result["value"] is None
