@@ -1,0 +1,142 @@
+"""Headless op throughput and latency: one command, medians, baselines from the same run.
+
+    python bench/harness_bench.py [--ops N] [--clients C]
+
+1. *In-process (the core API).*  ``HarnessService.handle`` of a trivial op
+   (``counter += 1``, durable commit) in a loop, on a fresh workspace:
+   committed ops per second and the median latency.  Target: >= 500 ops/s.
+2. *Through the protocol, one client.*  The round trip of the same trivial
+   op sent by ``AsyncKernosClient.op`` to a real Kernos kernel, against a
+   stock ipykernel's ``execute_request`` round trip for ``pass`` measured in
+   the same run (the baseline).  Target: <= 1.3x.  The Kernos kernel's own
+   ``execute_request`` of ``pass`` (a cell, also committed) is shown too.
+3. *Eight clients.*  C clients connected to one kernel each send N/C
+   trivial ops at once: committed ops per second overall, and the median
+   latency each client sees (ops are serialized, so it grows with C).
+
+Durability is as configured (``KERNOS_DURABILITY=process`` skips fsync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from driver import KernelProcess
+
+
+def ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def in_process(root: Path, ops: int) -> tuple[float, float]:
+    from kernos import Image, Workspace
+    from kernos.agents import AgentRuntime
+    from kernos.harness.service import HarnessService
+
+    with Workspace.open(root / "in-process") as workspace:
+        module = types.ModuleType("__main__")
+        image = Image(workspace, module.__dict__, module=module)
+        image.restore()
+        service = HarnessService(image, AgentRuntime(image))
+        request = {"v": 1, "action": "op", "principal": "human", "code": "counter += 1"}
+        service.handle({**request, "code": "counter = 0"})
+        samples = []
+        started = time.perf_counter()
+        for _ in range(ops):
+            began = time.perf_counter()
+            reply = service.handle(request).reply
+            samples.append(time.perf_counter() - began)
+            assert reply["result"]["status"] == "committed", reply
+        elapsed = time.perf_counter() - started
+    return ops / elapsed, ms(samples)
+
+
+def cell_round_trip(root: Path, ops: int, kernel_name: str) -> float:
+    """The median ``execute_request`` round trip of ``pass`` in a kernel of that name."""
+    workspace = root / "cells" if kernel_name == "kernos" else None
+    kernel = KernelProcess(kernel_name, run_dir=root, tag=kernel_name, workspace=workspace)
+    try:
+        for _ in range(5):
+            kernel.run("pass")
+        return statistics.median(kernel.run("pass").round_trip_ms for _ in range(ops))
+    finally:
+        kernel.stop(now=True)
+
+
+async def through_client(root: Path, ops: int, clients: int) -> dict[str, float]:
+    from kernos.client import AsyncKernosClient, run_kernel
+
+    workspace = root / "harness"
+    async with run_kernel(workspace) as (_manager, client):
+        await client.op("counter = 0")
+        for _ in range(5):
+            await client.op("counter += 1")
+        samples = []
+        for _ in range(ops):
+            began = time.perf_counter()
+            result = await client.op("counter += 1")
+            samples.append(time.perf_counter() - began)
+            assert result.committed, result
+        one = ms(samples)
+
+        connected = [await AsyncKernosClient.connect(workspace) for _ in range(clients)]
+        latencies: list[float] = []
+
+        async def work(each: AsyncKernosClient) -> None:
+            for _ in range(max(1, ops // clients)):
+                began = time.perf_counter()
+                result = await each.op("counter += 1")
+                latencies.append(time.perf_counter() - began)
+                assert result.committed, result
+
+        started = time.perf_counter()
+        await asyncio.gather(*(work(each) for each in connected))
+        elapsed = time.perf_counter() - started
+        for each in connected:
+            await each.close()
+    return {"one_ms": one, "many_ops_s": len(latencies) / elapsed, "many_ms": ms(latencies)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=200, help="ops per measurement (200)")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (8)")
+    args = parser.parse_args()
+    mode = os.environ.get("KERNOS_DURABILITY", "full")
+    print(f"durability: {mode}; {args.ops} ops per measurement; load average "
+          f"{os.getloadavg()[0]:.2f}\n")
+    with tempfile.TemporaryDirectory(prefix="kernos-harness-bench-") as tmp:
+        root = Path(tmp)
+        rate, latency = in_process(root, args.ops)
+        stock = cell_round_trip(root, args.ops, "python3")
+        cell = cell_round_trip(root, args.ops, "kernos")
+        remote = asyncio.run(through_client(root, args.ops, args.clients))
+    rows = [
+        ("in-process trivial op (core API)", f"{rate:7.0f} ops/s", f"{latency:6.2f} ms",
+         "target >= 500 ops/s"),
+        ("stock ipykernel execute_request 'pass'", "", f"{stock:6.2f} ms", "baseline"),
+        ("kernos execute_request 'pass' (a cell)", "", f"{cell:6.2f} ms",
+         f"{cell / stock:.2f}x stock"),
+        ("kernos client op 'counter += 1', 1 client", f"{1000 / remote['one_ms']:7.0f} ops/s",
+         f"{remote['one_ms']:6.2f} ms", f"{remote['one_ms'] / stock:.2f}x stock (target 1.3x)"),
+        (f"kernos client ops, {args.clients} clients at once",
+         f"{remote['many_ops_s']:7.0f} ops/s", f"{remote['many_ms']:6.2f} ms", "median latency"),
+    ]
+    width = max(len(row[0]) for row in rows)
+    for name, throughput, median, note in rows:
+        print(f"{name:<{width}}  {throughput:>12}  {median:>10}  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
