@@ -149,7 +149,11 @@ def test_verify_on_a_path_that_is_not_a_workspace_exits_2(tmp_path: Path, path: 
     for extra in ([], ["--json"]):
         done = cli("audit", "verify", "-w", str(target), *extra)
         assert done.returncode == 2, (done.stdout, done.stderr)
-        assert done.stdout == ""
+        if extra:  # machines get the error as a JSON document too
+            error = json.loads(done.stdout)["error"]
+            assert error["exit"] == 2 and error["kind"] == "workspace"
+        else:
+            assert done.stdout == ""
         message = done.stderr.strip()
         assert len(message.splitlines()) == 1 and "Traceback" not in message
         assert str(target) in message
