@@ -97,9 +97,10 @@ def checkout(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     client = _kernel.connect_if_running(path)
     if client is not None:
         with client:
-            progress.phase(f"checking out {args.ref}: loading {plural(names, 'name')} "
-                           f"({history.human_size(size)})")
-            result = _kernel.call(client.checkout, args.ref)
+            label = (f"checking out {args.ref}: loading {plural(names, 'name')} "
+                     f"({history.human_size(size)})")
+            progress.phase(label)
+            result = _kernel.call(client.checkout, args.ref, progress=progress.follow(label))
             progress.close()
         return _kernel.report_op(args, result, action="checkout")
     progress.phase(f"checking out {args.ref}")

@@ -223,11 +223,12 @@ def run(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     arguments = _tool_arguments(args.arguments)
     expect = _expectations(args.expect)
     with session(path, start=not args.no_start, progress=progress) as (client, owned):
-        progress.phase(f"running the op as {args.principal}")
+        label = f"running the op as {args.principal}"
+        progress.phase(label)
         try:
             result = call(client.op, code, principal=args.principal, tool=args.tool,
                           arguments=arguments, key=args.key, expect_versions=expect,
-                          predicate=args.predicate)
+                          predicate=args.predicate, progress=progress.follow(label))
         except KeyboardInterrupt:
             raise Fail("interrupted; " + (
                 "the kernel started for this op is stopped, so the op does not commit"

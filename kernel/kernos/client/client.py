@@ -5,7 +5,9 @@ messages (``kernos.harness.protocol``) and turns the replies into typed
 results.  Many requests may be in flight at once (``asyncio.gather`` of a
 hundred ops is fine): one reader task takes every shell reply and hands it
 to the request whose ``msg_id`` is its parent, and one reader task takes
-the ``kernos.events`` comm messages from IOPub.  The kernel runs ops one at
+the ``kernos.events`` comm messages from IOPub, and the ``kernos_progress``
+messages of long requests (the start-up restore, a checkout), which it hands
+to the ``progress`` callback of the request they belong to.  The kernel runs ops one at
 a time, whoever sent them; several clients (in this process or others) may
 be connected to the same kernel.
 
@@ -44,10 +46,11 @@ from kernos.client.errors import (
     RequestError,
     RequestTimeout,
 )
-from kernos.harness.protocol import REPLY_TYPE, REQUEST_TYPE, VERSION
+from kernos.harness.protocol import PROGRESS_TYPE, REPLY_TYPE, REQUEST_TYPE, VERSION
 from kernos.harness.results import ObjectInfo, OpResult
 
-__all__ = ["EVENTS_TARGET", "KERNEL_FILE", "AsyncKernosClient", "EventSubscription"]
+__all__ = ["EVENTS_TARGET", "KERNEL_FILE", "AsyncKernosClient", "EventSubscription",
+           "ProgressCallback"]
 
 log = logging.getLogger("kernos.client")
 
@@ -58,6 +61,10 @@ EVENTS_TARGET = "kernos.events"
 Decoded = TypeVar("Decoded")
 ProcessCheck = Callable[[], Awaitable[bool]]
 """Asks the owner of the process whether this client's kernel still runs."""
+ProgressCallback = Callable[[str, int, int], None]
+"""Told ``(what, done, total)`` in bytes while a request's long step runs; ``what`` is
+``"restore"`` (the kernel's start-up restore, which the request waits for) or ``"checkout"``.
+Called on the client's event loop: it must be quick and must not block."""
 
 
 class AsyncKernosClient:
@@ -68,6 +75,9 @@ class AsyncKernosClient:
     """Seconds between two liveness checks."""
     heartbeat_grace = 10.0
     """Seconds of heartbeat silence after which a kernel whose process exists counts as hung."""
+    progress_drain = 1.0
+    """Seconds a request with a ``progress`` callback waits, after its reply, for its last
+    progress messages (they come on IOPub, which is not ordered with the shell reply)."""
 
     def __init__(self, kernel_client: AsyncKernelClient, *, pid: int | None = None,
                  process_check: ProcessCheck | None = None,
@@ -87,6 +97,8 @@ class AsyncKernosClient:
         self._process_check = process_check
         self._pending: dict[str, tuple[asyncio.Future[dict[str, Any]], str]] = {}
         self._subscriptions: dict[str, EventSubscription] = {}
+        self._progress: dict[str, tuple[ProgressCallback, asyncio.Event]] = {}
+        """Per request msg_id: its progress callback, and set at its IOPub ``idle``."""
         self._tasks: list[asyncio.Task[None]] = []
         self._iopub_seen = asyncio.Event()
         self._last_beat = time.monotonic()
@@ -221,6 +233,9 @@ class AsyncKernosClient:
                 continue
             self._iopub_seen.set()
             kind = message.get("msg_type")
+            if kind in (PROGRESS_TYPE, "status"):
+                self._route_progress(message)
+                continue
             if kind not in ("comm_msg", "comm_close"):
                 continue
             content = message.get("content") or {}
@@ -229,6 +244,27 @@ class AsyncKernosClient:
                 if kind == "comm_close":
                     self._subscriptions.pop(subscription.comm_id, None)
                 subscription._receive(kind, content.get("data") or {})
+
+    def _route_progress(self, message: dict[str, Any]) -> None:
+        """A progress message to its request's callback; its ``idle`` ends the request's."""
+        parent = (message.get("parent_header") or {}).get("msg_id")
+        waiting = self._progress.get(parent) if isinstance(parent, str) else None
+        if waiting is None:
+            return
+        callback, idle = waiting
+        content = message.get("content") or {}
+        if message.get("msg_type") == "status":
+            if content.get("execution_state") == "idle":
+                idle.set()
+            return
+        what, done, total = content.get("what"), content.get("done"), content.get("total")
+        if not isinstance(what, str) or type(done) is not int or type(total) is not int:
+            log.warning("kernos.client: malformed %s message dropped", PROGRESS_TYPE)
+            return
+        try:
+            callback(what, done, total)
+        except Exception:  # a display's bug must not stop the reader
+            log.warning("kernos.client: the progress callback failed", exc_info=True)
 
     async def _watch(self) -> None:
         while True:
@@ -287,36 +323,46 @@ class AsyncKernosClient:
                                "(AsyncKernosClient.connect(workspace) or manager.client())")
 
     async def _exchange(self, msg_type: str, content: dict[str, Any], *, action: str,
-                        timeout: float | None) -> dict[str, Any]:
+                        timeout: float | None,
+                        progress: ProgressCallback | None = None) -> dict[str, Any]:
         """Send one shell message and return its reply (the whole message)."""
         self._ensure_usable()
         message = self._kc.session.msg(msg_type, content)
         msg_id = message["header"]["msg_id"]
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = (future, action)
+        idle = asyncio.Event()
+        if progress is not None:
+            self._progress[msg_id] = (progress, idle)
         try:
             self._kc.shell_channel.send(message)
             if timeout is None:
-                return await future
-            try:
-                return await asyncio.wait_for(future, timeout)
-            except TimeoutError:
-                raise RequestTimeout(action, timeout) from None
+                reply = await future
+            else:
+                try:
+                    reply = await asyncio.wait_for(future, timeout)
+                except TimeoutError:
+                    raise RequestTimeout(action, timeout) from None
+            if progress is not None:  # IOPub has the last progress before the idle
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(idle.wait(), self.progress_drain)
+            return reply
         finally:
             self._pending.pop(msg_id, None)
+            self._progress.pop(msg_id, None)
 
-    async def send_raw(self, content: dict[str, Any], *,
-                       timeout: float | None = None) -> dict[str, Any]:
+    async def send_raw(self, content: dict[str, Any], *, timeout: float | None = None,
+                       progress: ProgressCallback | None = None) -> dict[str, Any]:
         """Send ``content`` as a ``kernos_request`` as it is, and return the reply's content.
 
         The low-level door (for tests and tools that speak the protocol
         themselves): nothing is added or checked, and an error reply is
-        returned, not raised.
+        returned, not raised.  ``progress`` is as in :meth:`request`.
         """
         action = content.get("action")
         reply = await self._exchange(REQUEST_TYPE, content,
                                      action=action if isinstance(action, str) else "request",
-                                     timeout=timeout)
+                                     timeout=timeout, progress=progress)
         if reply.get("msg_type") != REPLY_TYPE:
             raise BadReply(f"the kernel answered a {REQUEST_TYPE} with a "
                            f"{reply.get('msg_type')!r} message, not a {REPLY_TYPE}: it does not "
@@ -327,6 +373,7 @@ class AsyncKernosClient:
         return body
 
     async def request(self, action: str, *, timeout: float | None = None,
+                      progress: ProgressCallback | None = None,
                       **fields: Any) -> dict[str, Any]:
         """Send one request of the protocol and return its ``result``.
 
@@ -335,10 +382,12 @@ class AsyncKernosClient:
         ``kind``; :class:`KernelDied` if the kernel dies first;
         :class:`RequestTimeout` after ``timeout`` seconds (None: wait as
         long as the kernel lives; an op waits for the ops before it).
+        ``progress`` (a :data:`ProgressCallback`) is told how far the kernel's
+        restore (which the request may wait for) and a checkout have got.
         """
         content: dict[str, Any] = {"v": VERSION, "action": action}
         content.update((name, value) for name, value in fields.items() if value is not None)
-        reply = await self.send_raw(content, timeout=timeout)
+        reply = await self.send_raw(content, timeout=timeout, progress=progress)
         status = reply.get("status")
         if status == "error":
             raise RequestError.from_reply(reply)
@@ -359,7 +408,8 @@ class AsyncKernosClient:
                  tool: str | None = None, arguments: Mapping[str, Any] | None = None,
                  key: str | None = None,
                  expect_versions: Mapping[str, int | None] | None = None,
-                 predicate: str | None = None, timeout: float | None = None) -> OpResult:
+                 predicate: str | None = None, timeout: float | None = None,
+                 progress: ProgressCallback | None = None) -> OpResult:
         """Run ``code`` (or call ``tool`` with ``arguments``) as ``principal``, as one op.
 
         ``key`` makes it idempotent: a committed op with the same key answers
@@ -367,7 +417,8 @@ class AsyncKernosClient:
         (what :meth:`versions` returned; None there means "no such name",
         sent as version 0) and ``predicate`` are preconditions: if one does
         not hold, nothing runs and the result's status is ``conflict``.
-        A rolled-back op is a result, not an exception.
+        A rolled-back op is a result, not an exception.  ``progress``: see
+        :meth:`request`.
         """
         expect: dict[str, Any] | None = None
         if expect_versions is not None or predicate is not None:
@@ -375,7 +426,8 @@ class AsyncKernosClient:
                                    for name, version in (expect_versions or {}).items()}}
             if predicate is not None:
                 expect["predicate"] = predicate
-        result = await self.request("op", timeout=timeout, principal=principal, code=code,
+        result = await self.request("op", timeout=timeout, progress=progress,
+                                    principal=principal, code=code,
                                     tool=tool,
                                     arguments=None if arguments is None else dict(arguments),
                                     key=key, expect=expect)
@@ -445,9 +497,11 @@ class AsyncKernosClient:
     async def diff(self, a: str, b: str | None = None) -> dict[str, Any]:
         return await self.request("diff", a=a, b=b)
 
-    async def checkout(self, ref: str) -> OpResult:
-        """A new op whose image equals snapshot ``ref`` (history is never rewritten)."""
-        return _decode(OpResult.from_json, await self.request("checkout", ref=ref), "checkout")
+    async def checkout(self, ref: str, *, progress: ProgressCallback | None = None) -> OpResult:
+        """A new op whose image equals snapshot ``ref`` (history is never rewritten);
+        ``progress`` is told the bytes loaded (see :meth:`request`)."""
+        result = await self.request("checkout", ref=ref, progress=progress)
+        return _decode(OpResult.from_json, result, "checkout")
 
     async def events(self, *, since: int | None = None, op: int | None = None,
                      topic: str | None = None, principal: str | None = None,

@@ -12,6 +12,10 @@ already run a loop of its own)::
         client.manager.restart()                              # the facade follows
     with KernosClient.connect("/path/to/workspace") as client:  # a kernel already running
         print(client.objects())
+
+A ``progress`` callback (``op``, ``checkout``, ``request``, ``send_raw``) is
+called on the facade's loop thread, not the caller's: keep it quick, and
+make it thread-safe if it touches what the calling thread uses.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from kernos.client.client import AsyncKernosClient, EventSubscription
+from kernos.client.client import AsyncKernosClient, EventSubscription, ProgressCallback
 from kernos.client.errors import ClientClosed
 from kernos.client.manager import KernosManager
 from kernos.client.retry import retry_on_conflict
@@ -129,12 +133,14 @@ class KernosClient:
     # -- requests: each one delegates -------------------------------------------------
 
     def request(self, action: str, *, timeout: float | None = None,
-                **fields: Any) -> dict[str, Any]:
-        return self._loop.run(self._client.request(action, timeout=timeout, **fields))
+                progress: ProgressCallback | None = None, **fields: Any) -> dict[str, Any]:
+        return self._loop.run(self._client.request(action, timeout=timeout, progress=progress,
+                                                   **fields))
 
-    def send_raw(self, content: dict[str, Any], *,
-                 timeout: float | None = None) -> dict[str, Any]:
-        return self._loop.run(self._client.send_raw(content, timeout=timeout))
+    def send_raw(self, content: dict[str, Any], *, timeout: float | None = None,
+                 progress: ProgressCallback | None = None) -> dict[str, Any]:
+        return self._loop.run(self._client.send_raw(content, timeout=timeout,
+                                                    progress=progress))
 
     def hello(self) -> dict[str, Any]:
         return self._loop.run(self._client.hello())
@@ -142,10 +148,12 @@ class KernosClient:
     def op(self, code: str | None = None, *, principal: str = "human", tool: str | None = None,
            arguments: Mapping[str, Any] | None = None, key: str | None = None,
            expect_versions: Mapping[str, int | None] | None = None,
-           predicate: str | None = None, timeout: float | None = None) -> OpResult:
+           predicate: str | None = None, timeout: float | None = None,
+           progress: ProgressCallback | None = None) -> OpResult:
         return self._loop.run(self._client.op(
             code, principal=principal, tool=tool, arguments=arguments, key=key,
-            expect_versions=expect_versions, predicate=predicate, timeout=timeout))
+            expect_versions=expect_versions, predicate=predicate, timeout=timeout,
+            progress=progress))
 
     def call(self, tool: str, arguments: Mapping[str, Any] | None = None, *,
              principal: str = "human", key: str | None = None,
@@ -197,8 +205,8 @@ class KernosClient:
     def diff(self, a: str, b: str | None = None) -> dict[str, Any]:
         return self._loop.run(self._client.diff(a, b))
 
-    def checkout(self, ref: str) -> OpResult:
-        return self._loop.run(self._client.checkout(ref))
+    def checkout(self, ref: str, *, progress: ProgressCallback | None = None) -> OpResult:
+        return self._loop.run(self._client.checkout(ref, progress=progress))
 
     def events(self, *, since: int | None = None, op: int | None = None,
                topic: str | None = None, principal: str | None = None,

@@ -8,6 +8,20 @@ queue with ``execute_request``s on one channel::
     msg_type "kernos_request"   content REQUEST       (shell channel)
     msg_type "kernos_reply"     content REPLY         (shell channel, parent = the request)
 
+While a request runs, the kernel may report how far a long step has got, on
+IOPub (to every client; a client routes it by its parent)::
+
+    msg_type "kernos_progress"  content PROGRESS      (IOPub, parent = the request)
+
+    PROGRESS = {"v": 1, "what": "restore" | "checkout", "done": int, "total": int}
+
+``done`` and ``total`` count bytes.  ``restore`` is the kernel's start-up
+restore, which the first requests wait for; ``checkout`` is the ``checkout``
+action loading a snapshot.  Messages are throttled (at most about ten a
+second per request) and the last one of a step that completes has ``done ==
+total``.  They precede the request's ``status: idle`` on IOPub, so a client
+that waits for that idle has seen them all.  A client may ignore them.
+
 Committed events are pushed on the ``kernos.events`` comm target (see
 ``kernos.kernel.streams``); the ``events`` action below pulls them instead.
 The kernel's ``kernel_info_reply`` carries ``{"kernos": {"protocol": 1, ...}}``
@@ -128,6 +142,7 @@ __all__ = [
     "ACTIONS",
     "ERROR_KINDS",
     "MUTATING",
+    "PROGRESS_TYPE",
     "REPLY_TYPE",
     "REQUEST_TYPE",
     "VERSION",
@@ -141,6 +156,7 @@ __all__ = [
 VERSION = 1
 REQUEST_TYPE = "kernos_request"
 REPLY_TYPE = "kernos_reply"
+PROGRESS_TYPE = "kernos_progress"
 MAX_KEY_CHARS = 200
 MAX_NAME_CHARS = 200
 MAX_PREVIEW_BYTES = 100_000

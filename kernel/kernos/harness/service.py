@@ -126,6 +126,9 @@ class HarnessService:
         self.image = image
         self.runtime = runtime
         self.max_request_bytes = max_request_bytes
+        self.progress: Callable[[str, int, int], None] | None = None
+        """Told ``(what, done, total)`` bytes while a long step runs (``checkout``); the
+        transport sets it for a request's duration (``kernos_progress`` in the protocol)."""
         self._began = False
         """Whether the request being handled has begun an op (which records itself)."""
 
@@ -505,7 +508,9 @@ class HarnessService:
                          kind="harness", reach=Reach(frozenset()))
         started = time.perf_counter()
         try:
-            checkout = op.checkout(ref)
+            report = self.progress
+            checkout = op.checkout(ref, None if report is None else
+                                   lambda done, total: report("checkout", done, total))
         except BaseException:
             op.abort()
             raise

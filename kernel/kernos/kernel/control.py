@@ -6,6 +6,10 @@ for the kernel's op lock, so it is serialized with cells and with every
 other client's requests; its committed events are then pushed to the
 ``kernos.events`` subscribers, exactly as a cell's are.
 
+While a request runs, long steps (the start-up restore it waits for, a
+checkout) are reported as ``kernos_progress`` IOPub messages whose parent is
+the request, throttled by :class:`ThrottledProgress`.
+
 While the kernel owns its workspace it keeps ``<workspace>/kernel.json``
 (``{"connection_file", "pid"}``) so that a harness, the CLI or the MCP server
 can find the running kernel and connect to it instead of starting another.
@@ -16,20 +20,63 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos import _faults
-from kernos.harness.protocol import REPLY_TYPE, REQUEST_TYPE, ProtocolError, error_reply
+from kernos.harness.protocol import (
+    PROGRESS_TYPE,
+    REPLY_TYPE,
+    REQUEST_TYPE,
+    ProtocolError,
+    error_reply,
+)
 from kernos.harness.service import HarnessService
 from kernos.store.objects import replace_file
 
 if TYPE_CHECKING:
     from kernos.kernel.kernel import KernosKernel
 
-__all__ = ["CONNECTION_FILE", "Control"]
+__all__ = ["CONNECTION_FILE", "Control", "ThrottledProgress"]
 
 CONNECTION_FILE = "kernel.json"
+PROGRESS_INTERVAL = 0.1
+"""Seconds between two progress messages of one request (the final one is never held back)."""
+
+
+class ThrottledProgress:
+    """Turns ``(what, done, total)`` calls into at most one message per ``interval``.
+
+    A call that completes a step (``done >= total``) is always sent, as
+    ``done == total``, once; so is the first call of a new step.  A call
+    that has not moved since the last message sends nothing.
+    """
+
+    def __init__(self, send: Callable[[dict[str, Any]], None], *,
+                 interval: float = PROGRESS_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._send = send
+        self._interval = interval
+        self._clock = clock
+        self._what: str | None = None
+        self._last_sent = 0.0
+        self._last_done = -1
+        self._finished = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if total <= 0:
+            return  # nothing to measure (an empty snapshot)
+        now = self._clock()
+        final = done >= total
+        if what != self._what:
+            self._what, self._finished = what, False
+        elif self._finished or done == self._last_done or (
+                not final and now - self._last_sent < self._interval):
+            return  # a stalled step (the restore is polled) repeats nothing
+        self._last_sent, self._last_done, self._finished = now, done, final
+        self._send({"v": 1, "what": what, "done": min(done, total), "total": total})
 
 
 class Control:
@@ -54,6 +101,14 @@ class Control:
             size = len(json.dumps(content, default=str).encode("utf-8", "surrogatepass"))
         except (TypeError, ValueError):
             size = None
+        progress = ThrottledProgress(lambda report: self._send_progress(parent, report))
+        waited = False
+        while not kernel._restore_done.is_set():  # the restore this request waits for
+            waited = True
+            progress("restore", *kernel.restore_progress)
+            await asyncio.sleep(PROGRESS_INTERVAL)
+        if waited and kernel.restore_error is None:
+            progress("restore", *kernel.restore_progress)  # the final one, done == total
         problem = await kernel._ready()
         if problem is not None:
             error = ProtocolError("workspace", str(problem))
@@ -62,13 +117,26 @@ class Control:
         from kernos.kernel.kernel import deferred_sigint
 
         async with kernel._op_lock:
-            with deferred_sigint():
-                handled = self.service().handle(content, size=size)
+            service = self.service()
+            service.progress = progress
+            try:
+                with deferred_sigint():
+                    handled = service.handle(content, size=size)
+            finally:
+                service.progress = None
             if handled.events:
                 _faults.point("notify")
                 kernel.streams.publish(handled.events)
         self._send(stream, ident, parent, handled.reply)
         await asyncio.sleep(0)
+
+    def _send_progress(self, parent: dict[str, Any], report: dict[str, Any]) -> None:
+        kernel = self.kernel
+        if kernel.session is not None:
+            # The IOPub socket is thread-safe (its own thread sends), and a checkout
+            # reports from inside a synchronous op, with the event loop blocked.
+            kernel.session.send(kernel.iopub_socket, PROGRESS_TYPE, report, parent=parent,
+                                ident=kernel._topic(PROGRESS_TYPE))
 
     def _send(self, stream: Any, ident: Any, parent: dict[str, Any],
               reply: dict[str, Any]) -> None:
