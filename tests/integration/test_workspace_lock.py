@@ -82,7 +82,8 @@ def test_second_kernel_is_refused_and_takes_over_after_the_owner_dies(
     assert third.value("(x, y, shared['x'] is x)") == ([1, 2, 3], "second", True)
 
 
-def test_cli_checkout_is_refused_while_a_kernel_holds_the_workspace(kernel_factory: Any) -> None:
+def test_cli_offline_writes_are_refused_while_a_kernel_holds_the_workspace(
+        kernel_factory: Any) -> None:
     kernel = kernel_factory()
     committed(kernel, "v = 'first'")
     committed(kernel, "v = 'second'")
@@ -93,9 +94,11 @@ def test_cli_checkout_is_refused_while_a_kernel_holds_the_workspace(kernel_facto
     assert log.returncode == 0, log.stderr
     assert "v = 'first'" in log.stdout and "v = 'second'" in log.stdout
 
-    refused = kernos("checkout", "-w", workspace, "@1")
+    # An offline write (erase) is refused while the kernel holds the workspace
+    # (a checkout would go through that kernel instead: see test_cli_harness).
+    refused = kernos("erase", "-w", workspace, "someone")
     assert refused.returncode == 2
-    assert refused.stderr.startswith("kernos checkout: ")
+    assert refused.stderr.startswith("kernos erase: ")
     assert str(kernel.workspace.resolve()) in refused.stderr
     assert f"pid {kernel.pid}" in refused.stderr and "Stop that kernel" in refused.stderr
     assert "Traceback" not in refused.stderr
