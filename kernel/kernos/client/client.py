@@ -28,7 +28,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -202,35 +202,30 @@ class AsyncKernosClient:
 
     # -- the tasks -------------------------------------------------------------------
 
-    async def _read_shell(self) -> None:
-        channel = self._kc.shell_channel
+    @staticmethod
+    async def _messages(channel: Any, name: str) -> AsyncIterator[dict[str, Any]]:
+        """The channel's messages until its socket is closed; unreadable ones are dropped."""
         while True:
             try:
-                message = await channel.get_msg()
+                message: dict[str, Any] = await channel.get_msg()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 if channel.socket is None:
                     return
-                log.warning("kernos.client: unreadable shell message dropped", exc_info=True)
+                log.warning("kernos.client: unreadable %s message dropped", name, exc_info=True)
                 continue
+            yield message
+
+    async def _read_shell(self) -> None:
+        async for message in self._messages(self._kc.shell_channel, "shell"):
             parent = (message.get("parent_header") or {}).get("msg_id")
             waiting = self._pending.pop(parent, None) if parent else None
             if waiting is not None and not waiting[0].done():
                 waiting[0].set_result(message)
 
     async def _read_iopub(self) -> None:
-        channel = self._kc.iopub_channel
-        while True:
-            try:
-                message = await channel.get_msg()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if channel.socket is None:
-                    return
-                log.warning("kernos.client: unreadable IOPub message dropped", exc_info=True)
-                continue
+        async for message in self._messages(self._kc.iopub_channel, "IOPub"):
             self._iopub_seen.set()
             kind = message.get("msg_type")
             if kind in (PROGRESS_TYPE, "status"):
