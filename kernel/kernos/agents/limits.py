@@ -100,8 +100,14 @@ class MemoryLimitExceeded(LimitExceeded):
 
 
 def resident_bytes() -> int:
+    """Anonymous resident memory: what allocations add (statm's resident less shared).
+
+    File-backed pages are left out: they come and go without anyone
+    allocating (a forked process re-faults its libraries' code as it runs it).
+    """
     with open("/proc/self/statm", "rb") as statm:
-        return int(statm.read().split()[1]) * _PAGE
+        fields = statm.read().split()
+    return (int(fields[1]) - int(fields[2])) * _PAGE
 
 
 class Supervisor:
