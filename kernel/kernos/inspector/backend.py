@@ -1,0 +1,169 @@
+"""What an inspector (the widget, the JupyterLab panel) reads the image through.
+
+One mechanism for every view: the inspector asks the harness protocol
+(``kernos.harness.protocol``) as ``human``, and it is told when an op has
+finished.  It never touches the namespace itself, so it holds no reference
+to any object in the image and nothing of it can leak into the image.
+
+A :class:`Backend` has two methods:
+
+``request(content) -> REPLY``
+    ``content`` is a harness request (``{"v": 1, "action": ..., ...}``) and
+    the reply is the harness reply, exactly as ``kernos_reply`` carries it.
+    Only the actions in :data:`ALLOWED` are served; any other is refused
+    with an error reply of kind ``denied``.  ``checkout`` runs as an op by
+    ``human``, serialized with every other op; while it loads the snapshot,
+    the backend's watchers are told its progress.
+
+``watch(callback) -> unwatch``
+    ``callback(notice)`` is called after every op that finishes (a cell, a
+    harness request, a checkout from a widget or the panel), never while an
+    op is running, with one NOTICE::
+
+        {"type": "committed", "op": int, "commit": str, "principal": str,
+         "added": [str], "changed": [str], "deleted": [str], "events": int}
+        {"type": "rolled_back", "op": int | None, "principal": str,
+         "error": str | None}
+        {"type": "progress", "what": "restore" | "checkout", "done": int,
+         "total": int}
+
+    ``progress`` notices may arrive while a checkout runs (that is their
+    point); a callback must only update its display then.  The backend
+    keeps a weak reference to a bound method's object (so a closed widget
+    is collected); ``unwatch()`` stops the calls.  A callback that raises is
+    logged and dropped, never allowed to fail the op.
+
+The kernel's backend is ``kernos.kernel.inspector.KernelBackend``;
+:class:`ServiceBackend` serves a :class:`~kernos.harness.service.HarnessService`
+directly (in-process tests, and scripts without a kernel).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kernos.harness.protocol import VERSION, ProtocolError, error_reply
+
+__all__ = ["ALLOWED", "Backend", "Notice", "ServiceBackend", "Watchers"]
+
+log = logging.getLogger(__name__)
+
+Notice = dict[str, Any]
+
+ALLOWED = frozenset({"hello", "versions", "objects", "object", "grants", "agents", "tools",
+                     "log", "show", "diff", "events", "audit", "status", "stats", "checkout"})
+"""Reads, and checkout (the one change an inspector makes, after the user confirms)."""
+
+
+class Backend(Protocol):
+    def request(self, content: dict[str, Any]) -> dict[str, Any]: ...
+
+    def watch(self, callback: Callable[[Notice], None]) -> Callable[[], None]: ...
+
+
+def refuse(content: object) -> dict[str, Any] | None:
+    """The error reply for a request an inspector may not make, or None if it may."""
+    action = content.get("action") if isinstance(content, dict) else None
+    if type(action) is str and action in ALLOWED:
+        return None
+    shown = action if type(action) is str else None
+    return error_reply(shown[:40] if shown else None, ProtocolError(
+        "denied", f"an inspector may only read and check out; the actions it may send are "
+        f"{', '.join(sorted(ALLOWED))}. Run changes as cells or through kernos.client."))
+
+
+class Watchers:
+    """Weakly held notice callbacks (bound methods are held by a weak method)."""
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._callbacks: dict[int, Callable[[], Callable[[Notice], None] | None]] = {}
+
+    def watch(self, callback: Callable[[Notice], None]) -> Callable[[], None]:
+        key = self._next
+        self._next += 1
+        ref: Callable[[], Callable[[Notice], None] | None]
+        if hasattr(callback, "__self__") and hasattr(callback, "__func__"):
+            ref = weakref.WeakMethod(callback)
+        else:
+            ref = _strong(callback)
+        self._callbacks[key] = ref
+
+        def unwatch() -> None:
+            self._callbacks.pop(key, None)
+
+        return unwatch
+
+    def notify(self, notice: Notice) -> None:
+        for key, ref in list(self._callbacks.items()):
+            callback = ref()
+            if callback is None:
+                self._callbacks.pop(key, None)
+                continue
+            try:
+                callback(notice)
+            except Exception:  # an inspector's bug must never fail an op
+                log.exception("Kernos: an inspector's callback failed; it is dropped")
+                self._callbacks.pop(key, None)
+
+    def __len__(self) -> int:
+        return sum(1 for ref in self._callbacks.values() if ref() is not None)
+
+
+def _strong(callback: Callable[[Notice], None]) -> Callable[[], Callable[[Notice], None]]:
+    return lambda: callback
+
+
+class ServiceBackend:
+    """A backend over a HarnessService, for in-process use (no kernel, no comms).
+
+    The caller tells it about ops it runs through :meth:`notify`; a checkout
+    through :meth:`request` notifies by itself.
+    """
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self.watchers = Watchers()
+
+    def request(self, content: dict[str, Any]) -> dict[str, Any]:
+        refused = refuse(content)
+        if refused is not None:
+            return refused
+        previous = self.service.progress
+        self.service.progress = lambda what, done, total: self.watchers.notify(
+            {"type": "progress", "what": what, "done": done, "total": total})
+        try:
+            handled = self.service.handle(content)
+        finally:
+            self.service.progress = previous
+        notice = notice_of(handled.reply)
+        if notice is not None:
+            self.watchers.notify(notice)
+        return handled.reply  # type: ignore[no-any-return]
+
+    def watch(self, callback: Callable[[Notice], None]) -> Callable[[], None]:
+        return self.watchers.watch(callback)
+
+    def notify(self, notice: Notice) -> None:
+        self.watchers.notify(notice)
+
+
+def notice_of(reply: dict[str, Any]) -> Notice | None:
+    """The notice for a harness reply whose action ran an op (None for reads and errors)."""
+    if reply.get("status") != "ok" or reply.get("v") != VERSION:
+        return None
+    result = reply.get("result") or {}
+    status = result.get("status")
+    if status == "committed":
+        return {"type": "committed", "op": result.get("op"), "commit": result.get("commit"),
+                "principal": result.get("principal"), "added": result.get("added", []),
+                "changed": result.get("changed", []), "deleted": result.get("deleted", []),
+                "events": len(result.get("events", []))}
+    if status in ("rolled back", "failed", "denied", "interrupted", "vetoed"):
+        error = result.get("error") or {}
+        return {"type": "rolled_back", "op": result.get("op"),
+                "principal": result.get("principal"), "error": error.get("message")}
+    return None
