@@ -50,6 +50,8 @@ class LogEntry:
     committed_at: str
     headline: str
     changes: dict[str, list[str]] = field(default_factory=dict)
+    bytes: int = 0
+    """The image's size at this snapshot: the sum of its objects' sizes."""
 
 
 def log(workspace: Workspace, *, limit: int | None = None) -> list[LogEntry]:
@@ -68,6 +70,8 @@ def log(workspace: Workspace, *, limit: int | None = None) -> list[LogEntry]:
             committed_at=manifest.get("committed_at", ""),
             headline=str(commit.message).split("\n", 1)[0].partition(": ")[2],
             changes=manifest.get("changes", {}),
+            bytes=sum(int(meta.get("size") or 0) for meta in manifest.get("names", {}).values()
+                      if isinstance(meta, dict)),
         ))
     return entries
 

@@ -26,8 +26,10 @@ Nothing here imports Jupyter; the kernel is a thin adapter over this class.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
+import os
 import threading
 import time
 import types
@@ -153,6 +155,26 @@ class Image:
         self.last_op = 0
         self._busy = threading.Lock()
         self.restored = threading.Event()
+        self._history_bytes: int | None = None
+
+    def history_bytes(self) -> int:
+        """The history's size: its objects on disk when first asked, plus what ops wrote since.
+
+        What ops write is counted as written (uncompressed); git may store it smaller.
+        """
+        if self._history_bytes is None:
+            total = 0
+            for folder, _dirs, files in os.walk(self.workspace.path / "history.git" / "objects"):
+                for name in files:
+                    with contextlib.suppress(OSError):  # a pack being replaced under us
+                        total += os.lstat(os.path.join(folder, name)).st_size
+            self._history_bytes = total
+        return self._history_bytes
+
+    def history_grew(self, written: int) -> int:
+        """Count ``written`` new bytes in the history; returns its new size."""
+        self._history_bytes = self.history_bytes() + written
+        return self._history_bytes
 
     # -- restore ---------------------------------------------------------------
 

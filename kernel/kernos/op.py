@@ -74,6 +74,10 @@ class CommitReport:
     committed_at: str
     unpersisted: list[dict[str, Any]] = field(default_factory=list)
     bytes_written: int = 0
+    image_bytes: int = 0
+    """The image's size after the op: the sum of its stored groups' sizes."""
+    history_bytes: int = 0
+    """The history's size after the op (see :meth:`Image.history_bytes`)."""
     timings_ms: dict[str, float] = field(default_factory=dict)
     reach: str = ""
     audit: dict[str, Any] = field(default_factory=dict)
@@ -437,6 +441,8 @@ class _ImageParticipant:
         timings["write"] = (time.perf_counter() - clock) * 1000
         report.commit = self.commit_sha.hex()
         report.bytes_written = writer.bytes_written
+        report.image_bytes = sum(state.stored.size for state in final.values())
+        report.history_bytes = image.history_grew(writer.bytes_written)
         report.timings_ms = timings
         self._state = {"groups": final, "meta": meta, "current": current, "report": report}
 

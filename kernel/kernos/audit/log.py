@@ -23,7 +23,8 @@ canonical encoding of the record without ``hash``.  Types:
     small, else a payload ``ref``; *sealed* for the op's data subjects when it
     tagged personal values), ``grants`` (``used`` and ``denied``),
     ``changes``, ``events``, ``effects``, ``commit`` (the snapshot, for a
-    committed op), ``started_at`` and ``finished_at``; ``key``, the
+    committed op), ``started_at`` and ``finished_at``; ``sizes``
+    (``image`` and ``history`` bytes after a committed op); ``key``, the
     idempotency key a harness sent with the op, only when it sent one.
 ``void``
     ``voids`` names an ``op`` record whose commit never became visible (the

@@ -110,6 +110,8 @@ class AuditParticipant:
             "started_at": self.started_at,
             "finished_at": utc_now(),
         }
+        if committed and report is not None:  # absent otherwise, like ``key``
+            body["sizes"] = {"image": report.image_bytes, "history": report.history_bytes}
         if op.key is not None:  # absent otherwise: older records hash as they always did
             body["key"] = op.key
         return body

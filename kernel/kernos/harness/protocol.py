@@ -92,11 +92,14 @@ Actions and their fields (``?`` marks an optional field):
 ``versions``  names, principal?
     -> ``{"versions": {name: int | null}, "op": int}``: current versions
     (null: no such name); the cheap read before an op with preconditions.
-``objects``  principal?, prefix?, limit?, offset?
-    -> ``{"objects": [OBJECT], "total": int}``, sorted by name.  OBJECT is
+``objects``  principal?, prefix?, query?, sort?, limit?, offset?
+    -> ``{"objects": [OBJECT], "total": int}``.  OBJECT is
     ``{"name", "type", "size", "version", "op", "principal", "changed_at",
     "summary"}``.  For an agent, only names it may read (``read:NAME``) and
-    its own namespace (as ``ns:NAME``).
+    its own namespace (as ``ns:NAME``).  ``query`` keeps the objects whose
+    name, type or principal contains it (ignoring case); ``total`` counts
+    what is left.  ``sort`` is one of :data:`SORT_KEYS`, with a leading
+    ``-`` for descending; the default is ``name``, and ties go by name.
 ``object``  name, principal?, preview_bytes?
     -> OBJECT plus ``"preview": {"repr", "json"?}`` bounded by
     ``preview_bytes`` (default 2,000; at most 100,000).
@@ -111,7 +114,8 @@ Actions and their fields (``?`` marks an optional field):
     "description", "effect", "capability", "author"}]}``; for an agent, only
     the tools it may call.
 ``log``  limit?  -> ``{"snapshots": [{"op", "commit", "when", "principal",
-    "kind", "changes", "message"}]}``, newest first.
+    "kind", "changes", "message", "bytes"}]}``, newest first; ``bytes`` is
+    the image's size at that snapshot (the sum of its objects' sizes).
 ``show``  ref?  -> one snapshot: op, commit, principal, code, names.
 ``diff``  a, b?  -> ``{"a", "b", "added", "changed", "deleted"}`` (each a list
     of ``{"name", "type", "summary"}``).
@@ -122,6 +126,13 @@ Actions and their fields (``?`` marks an optional field):
     durable log, oldest first.
 ``audit``  principal?, status?, topic?, limit?  -> ``{"records": [RECORD]}``.
 ``status``  -> ``{"workspace", "head", "names", "bytes", "ops", "audit": {"index", "hash"}}``.
+``stats``  limit?  -> ``{"ops": [OPSTAT], "image_bytes": int, "history_bytes": int}``:
+    the last ``limit`` ops (default 500), oldest first, from the audit log.
+    OPSTAT is ``{"op", "status", "principal", "kind", "at", "ms",
+    "image_bytes", "history_bytes"}``: ``ms`` is the op's wall time from
+    begin to its record, and the two sizes (null for ops that did not
+    commit, and for ops recorded before Kernos kept them) are the image's
+    size and the history's size on disk after the op.
 
 Limits: a request over ``max_request_bytes`` (the kernel's
 ``KERNOS_MAX_SOURCE_BYTES``, 4 MiB by default) is refused with kind
@@ -145,6 +156,7 @@ __all__ = [
     "PROGRESS_TYPE",
     "REPLY_TYPE",
     "REQUEST_TYPE",
+    "SORT_KEYS",
     "VERSION",
     "ProtocolError",
     "Request",
@@ -198,8 +210,8 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "op": {"principal": _f(_STR, True), "code": _f(_STR), "tool": _f(_STR),
            "arguments": _f(_OBJ), "key": _f(_STR), "expect": _f(_OBJ)},
     "versions": {"names": _f(_LIST, True), "principal": _f(_STR)},
-    "objects": {"principal": _f(_STR), "prefix": _f(_STR), "limit": _f(_INT),
-                "offset": _f(_INT)},
+    "objects": {"principal": _f(_STR), "prefix": _f(_STR), "query": _f(_STR),
+                "sort": _f(_STR), "limit": _f(_INT), "offset": _f(_INT)},
     "object": {"name": _f(_STR, True), "principal": _f(_STR), "preview_bytes": _f(_INT)},
     "grant": {"agent": _f(_STR, True), "capability": _f(_STR, True),
               "limit": _f((int, str))},
@@ -216,7 +228,11 @@ ACTIONS: dict[str, dict[str, _Field]] = {
                "limit": _f(_INT)},
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
     "status": {},
+    "stats": {"limit": _f(_INT)},
 }
+
+SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
+"""What ``objects`` can sort by."""
 
 MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout"})
 """Actions that run as an op (and so wait for the op lock and write history)."""
@@ -321,6 +337,15 @@ def _check_action(action: str, fields: dict[str, Any]) -> None:
                                 "characters")
         if "expect" in fields:
             fields["expect"] = _parse_expect(fields["expect"])
+    if action == "objects":
+        sort = fields.get("sort")
+        if sort is not None and sort.removeprefix("-") not in SORT_KEYS:
+            raise ProtocolError("malformed", f"objects: 'sort' is one of {', '.join(SORT_KEYS)} "
+                                f"(a leading '-' for descending), not {_shown(sort)}")
+        query = fields.get("query")
+        if query is not None and len(query) > MAX_NAME_CHARS:
+            raise ProtocolError("malformed", f"objects: 'query' is at most {MAX_NAME_CHARS} "
+                                "characters")
     if action == "versions":
         names = fields["names"]
         if not names or len(names) > 1000 or any(type(name) is not str or not name

@@ -36,6 +36,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kernos import history
@@ -222,8 +223,24 @@ class HarnessService:
     def _objects(self, request: Request) -> Handled:
         principal = self._principal(request.get("principal"))
         prefix = request.get("prefix") or ""
-        names = sorted(name for name in self.image.meta
-                       if name.startswith(prefix) and self._may_read(principal, name))
+        meta = self.image.meta
+        names = [name for name in meta
+                 if name.startswith(prefix) and self._may_read(principal, name)]
+        query = (request.get("query") or "").casefold()
+        if query:
+            names = [name for name in names if query in name.casefold()
+                     or query in meta[name].type.casefold()
+                     or query in meta[name].principal.casefold()]
+        names.sort()
+        sort: str = request.get("sort") or "name"
+        key = sort.removeprefix("-")
+        if key != "name":
+            def value(name: str) -> Any:
+                found = getattr(meta[name], key)
+                return (found is None, found if found is not None else 0)
+            names.sort(key=value)
+        if sort.startswith("-"):
+            names.reverse()  # ties stay by name, reversed with the rest
         offset = request.get("offset") or 0
         limit = request.get("limit")
         chosen = names[offset:] if limit is None else names[offset:offset + limit]
@@ -267,7 +284,7 @@ class HarnessService:
         return self._ok(request, {"snapshots": [
             {"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
              "principal": entry.principal, "kind": entry.kind, "changes": entry.changes,
-             "message": entry.headline} for entry in entries]})
+             "message": entry.headline, "bytes": entry.bytes} for entry in entries]})
 
     def _show(self, request: Request) -> Handled:
         shown = history.show(self.image.workspace, request.get("ref") or "HEAD")
@@ -319,6 +336,23 @@ class HarnessService:
             "bytes": sum(state.stored.size for state in image.groups.values()),
             "ops": image.audit.last_op,
             "audit": {"index": index, "hash": digest}})
+
+    def _stats(self, request: Request) -> Handled:
+        limit = request.get("limit")
+        records = self.image.audit.records(type="op", limit=500 if limit is None else limit)
+        ops = []
+        for record in records:
+            sizes = record.get("sizes") or {}
+            ops.append({"op": record.get("op"), "status": record.get("status"),
+                        "principal": record.get("principal"), "kind": record.get("kind"),
+                        "at": record.get("finished_at"),
+                        "ms": _elapsed_ms(record.get("started_at"), record.get("finished_at")),
+                        "image_bytes": sizes.get("image"),
+                        "history_bytes": sizes.get("history")})
+        return self._ok(request, {
+            "ops": ops,
+            "image_bytes": sum(state.stored.size for state in self.image.groups.values()),
+            "history_bytes": self.image.history_bytes()})
 
     # -- ops ------------------------------------------------------------------------------
 
@@ -537,6 +571,16 @@ class HarnessService:
         op.note = f"rejected {action or 'request'}"
         op.abort(status="conflict" if error.kind == "conflict" else "rejected",
                  error=(f"RequestRejected:{error.kind}", str(error)))
+
+
+def _elapsed_ms(started: object, finished: object) -> float | None:
+    if not isinstance(started, str) or not isinstance(finished, str):
+        return None
+    try:
+        delta = datetime.fromisoformat(finished) - datetime.fromisoformat(started)
+    except ValueError:
+        return None
+    return round(delta.total_seconds() * 1000, 3)
 
 
 def _duplicate(record: dict[str, Any], principal: str) -> OpResult:
