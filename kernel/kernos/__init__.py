@@ -12,7 +12,9 @@ The core API (no Jupyter involved)::
         exec("x = 1", namespace)
         op.commit()          # or op.abort() to put the namespace back
 
-The Jupyter kernel (``kernos.kernel``) runs every cell this way.
+The Jupyter kernel (``kernos.kernel``) runs every cell this way, and in it
+``kernos.inspect()`` displays an inspector of the image (objects, events,
+capabilities, history, a plot).
 """
 
 from kernos._version import __version__
@@ -71,5 +73,18 @@ __all__ = [
     "WorkspaceLocked",
     "__version__",
     "default_workspace",
+    "inspect",
     "personal",
 ]
+
+
+def inspect() -> None:
+    """Display an inspector of the running Kernos kernel's image (an ipywidgets widget).
+
+    Returns None, so nothing lands in the namespace or in ``_``.  Outside a
+    Kernos kernel it raises :class:`UsageError` saying what to do.  ipywidgets
+    is imported only now, never by ``import kernos``.
+    """
+    from kernos.inspector.widget import inspect as display_inspector
+
+    display_inspector()

@@ -14,7 +14,7 @@ EXPECTED = {
     "RestoreError", "RestoreReport", "TransactionStateError",
     "UnknownRef", "Unpersisted", "UnpersistedValueError", "UsageError", "Workspace",
     "WorkspaceCorrupt", "WorkspaceError", "WorkspaceFormatError", "WorkspaceLocked",
-    "__version__", "default_workspace",
+    "__version__", "default_workspace", "inspect",
 }
 
 
