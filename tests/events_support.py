@@ -62,18 +62,24 @@ class Feed:
         self.client = kernel.client
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self.closed: set[str] = set()
+        self.progress: list[dict[str, Any]] = []
+        """Every ``kernos_progress`` IOPub message's content, whatever its parent."""
 
     # -- comms -------------------------------------------------------------------------
 
     def open(self, since: int | None = 0, topic: str | None = None, *,
-             data: Any = None) -> str:
+             data: Any = None, target: str = TARGET) -> str:
         """Open a comm (``data`` replaces the usual open data) and read its whole answer."""
         comm_id = uuid.uuid4().hex
         self.messages[comm_id] = []
-        content = {"comm_id": comm_id, "target_name": TARGET,
+        content = {"comm_id": comm_id, "target_name": target,
                    "data": {"v": 1, "since": since, "topic": topic} if data is None else data}
         self._send("comm_open", content)
         return comm_id
+
+    def send(self, comm_id: str, data: Any) -> None:
+        """Send a message on a comm; returns once the kernel has handled it."""
+        self._send("comm_msg", {"comm_id": comm_id, "data": data})
 
     def close(self, comm_id: str) -> None:
         """Close a comm from this side; returns once the kernel has handled it."""
@@ -144,6 +150,8 @@ class Feed:
             mine = message["parent_header"].get("msg_id") == parent_id
             if kind == "comm_msg" and content.get("comm_id") in self.messages:
                 self.messages[content["comm_id"]].append(content["data"])
+            elif kind == "kernos_progress":
+                self.progress.append(content)
             elif kind == "comm_close" and content.get("comm_id") in self.messages:
                 self.closed.add(content["comm_id"])
             elif mine and kind == "stream" and content["name"] == "stdout":

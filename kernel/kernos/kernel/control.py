@@ -25,9 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernos import _faults
 from kernos.harness.protocol import (
-    PROGRESS_TYPE,
     REPLY_TYPE,
     REQUEST_TYPE,
     ProtocolError,
@@ -101,42 +99,16 @@ class Control:
             size = len(json.dumps(content, default=str).encode("utf-8", "surrogatepass"))
         except (TypeError, ValueError):
             size = None
-        progress = ThrottledProgress(lambda report: self._send_progress(parent, report))
-        waited = False
-        while not kernel._restore_done.is_set():  # the restore this request waits for
-            waited = True
-            progress("restore", *kernel.restore_progress)
-            await asyncio.sleep(PROGRESS_INTERVAL)
-        if waited and kernel.restore_error is None:
-            progress("restore", *kernel.restore_progress)  # the final one, done == total
+        await kernel.wait_for_restore(parent)
         problem = await kernel._ready()
         if problem is not None:
             error = ProtocolError("workspace", str(problem))
             self._send(stream, ident, parent, error_reply(None, error))
             return
-        from kernos.kernel.kernel import deferred_sigint
-
         async with kernel._op_lock:
-            service = self.service()
-            service.progress = progress
-            try:
-                with deferred_sigint():
-                    handled = service.handle(content, size=size)
-            finally:
-                service.progress = None
-            if handled.events:
-                _faults.point("notify")
-                kernel.streams.publish(handled.events)
+            handled = kernel.serve(content, size=size, progress=kernel.progress_reporter(parent))
         self._send(stream, ident, parent, handled.reply)
         await asyncio.sleep(0)
-
-    def _send_progress(self, parent: dict[str, Any], report: dict[str, Any]) -> None:
-        kernel = self.kernel
-        if kernel.session is not None:
-            # The IOPub socket is thread-safe (its own thread sends), and a checkout
-            # reports from inside a synchronous op, with the event loop blocked.
-            kernel.session.send(kernel.iopub_socket, PROGRESS_TYPE, report, parent=parent,
-                                ident=kernel._topic(PROGRESS_TYPE))
 
     def _send(self, stream: Any, ident: Any, parent: dict[str, Any],
               reply: dict[str, Any]) -> None:

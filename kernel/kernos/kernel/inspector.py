@@ -34,3 +34,114 @@ the restore (a cell, a comm open, a harness request) gets ``kernos_progress``
 IOPub messages (``{"v": 1, "what": "restore", "done", "total"}``, parent =
 the waiting request), so a frontend can show progress before any comm opens.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kernos.errors import KernosError
+from kernos.harness.protocol import VERSION, ProtocolError, error_reply
+from kernos.inspector.backend import Notice, Watchers, refuse
+
+if TYPE_CHECKING:
+    from kernos.kernel.kernel import KernosKernel
+
+__all__ = ["TARGET", "KernelBackend"]
+
+TARGET = "kernos.inspector"
+MAX_ID = 2**53
+"""Request ids are JSON numbers a browser can hold exactly."""
+
+
+class KernelBackend:
+    """The kernel's inspector backend (``kernel.inspection``) and its comm target.
+
+    :meth:`request` must run where ops cannot: a comm message handler (the
+    kernel runs those after the running op, holding its op lock) or code
+    that holds the lock itself.  A cell that calls it gets reads, but not a
+    checkout (the cell is itself an op; ``%kernos checkout`` is the way).
+    """
+
+    def __init__(self, kernel: KernosKernel) -> None:
+        self.kernel = kernel
+        self.watchers = Watchers()
+        self.comms: dict[str, Any] = {}
+
+    # -- the Backend protocol -----------------------------------------------------
+
+    def request(self, content: dict[str, Any]) -> dict[str, Any]:
+        refused = refuse(content)
+        if refused is not None:
+            return refused
+        kernel = self.kernel
+        if content.get("action") == "checkout" and kernel.current_op is not None:
+            return error_reply("checkout", ProtocolError(
+                "invalid", "a checkout cannot run from inside a cell (the cell is an op "
+                "already); use `%kernos checkout REF` in a cell, or the inspector's button"))
+        try:
+            handled = kernel.serve(content, progress=kernel.progress_reporter(None))
+        except KernosError as error:  # no usable workspace
+            return error_reply(content.get("action") if isinstance(
+                content.get("action"), str) else None, ProtocolError("workspace", str(error)))
+        return handled.reply
+
+    def watch(self, callback: Callable[[Notice], None]) -> Callable[[], None]:
+        return self.watchers.watch(callback)
+
+    def notify(self, notice: Notice) -> None:
+        """Tell every watcher and every open inspector comm (after an op, or progress)."""
+        self.watchers.notify(notice)
+        for comm in list(self.comms.values()):
+            try:
+                comm.send({"v": VERSION, **notice})
+            except Exception:  # a comm that went away mid-send: forget it
+                self.kernel.log.warning("Kernos: dropping inspector comm %s", comm.comm_id)
+                self.comms.pop(comm.comm_id, None)
+
+    # -- the comm target --------------------------------------------------------------
+
+    def open(self, comm: Any, message: dict[str, Any]) -> None:
+        data = (message.get("content") or {}).get("data")
+        if data is None:
+            data = {}
+        if type(data) is not dict or set(data) - {"v"} or data.get("v", VERSION) != VERSION:
+            comm.send({"v": VERSION, "type": "error",
+                       "error": f"open {TARGET} with {{\"v\": {VERSION}}}; this kernel speaks "
+                                f"version {VERSION} and takes no other open fields"})
+            comm.close()
+            return
+        self.comms[comm.comm_id] = comm
+        comm.on_close(lambda _message: self.comms.pop(comm.comm_id, None))
+        comm.on_msg(lambda msg: self._message(comm, msg))
+        hello = self.request({"v": VERSION, "action": "hello"})
+        comm.send({"v": VERSION, "type": "hello", "hello": hello.get("result"),
+                   "error": hello.get("error")})
+
+    def _message(self, comm: Any, message: dict[str, Any]) -> None:
+        data = (message.get("content") or {}).get("data")
+        problem = _envelope_problem(data)
+        if problem is not None:
+            comm.send({"v": VERSION, "type": "error", "error": problem})
+            return
+        assert isinstance(data, dict)
+        reply = self.request(data["request"])
+        comm.send({"v": VERSION, "type": "reply", "id": data["id"], "reply": reply})
+
+
+def _envelope_problem(data: object) -> str | None:
+    shape = f'send {{"v": {VERSION}, "id": INT, "request": {{"v": {VERSION}, "action": ...}}}}'
+    if type(data) is not dict:
+        return f"an inspector message is a JSON object; {shape}"
+    assert isinstance(data, dict)
+    unknown = sorted(str(key)[:40] for key in data if key not in ("v", "id", "request"))
+    if unknown:
+        return f"unknown fields {unknown[:5]}; {shape}"
+    if data.get("v") != VERSION:
+        return f"this kernel speaks version {VERSION} of {TARGET}; {shape}"
+    ident = data.get("id")
+    if type(ident) is not int or not 0 <= ident < MAX_ID:
+        return f"'id' must be an int from 0 to 2**53; {shape}"
+    if type(data.get("request")) is not dict:
+        return f"'request' must be a harness request object; {shape}"
+    return None

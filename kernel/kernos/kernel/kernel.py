@@ -40,9 +40,14 @@ from kernos.analysis import Reach, reach_of_source
 from kernos.audit.human import Audit
 from kernos.errors import KernosError, RequestRejected
 from kernos.events.human import Events
+from kernos.harness.protocol import PROGRESS_TYPE
 from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
+from kernos.harness.service import Handled
 from kernos.image import Image, RestoreReport
-from kernos.kernel.control import Control
+from kernos.inspector.backend import notice_of
+from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
+from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
+from kernos.kernel.inspector import KernelBackend
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import CommitReport, Op
@@ -107,6 +112,8 @@ class KernosKernel(IPythonKernel):
         self.streams = EventStreams(lambda: self.attached_image().audit)
         self.comm_manager.register_target(TARGET, self.streams.open)
         self.control = Control(self)
+        self.inspection = KernelBackend(self)
+        self.comm_manager.register_target(INSPECTOR_TARGET, self.inspection.open)
         # Hidden (interactive=False): the kernel's own names, never persisted.
         self.ipython.push({"agents": self.agents, "events": self.events, "audit": self.audit,
                            "personal": personal}, interactive=False)
@@ -190,6 +197,76 @@ class KernosKernel(IPythonKernel):
         finally:
             self._restore_done.set()
 
+    # -- serving requests, and telling inspectors ---------------------------------
+
+    def serve(self, content: object, *, size: int | None = None,
+              progress: Callable[[str, int, int], None] | None = None) -> Handled:
+        """Carry out one harness request; the caller holds the op lock.
+
+        Its committed events go to the ``kernos.events`` subscribers, and the
+        inspectors are told how its op ended.
+        """
+        service = self.control.service()
+        service.progress = progress
+        try:
+            with deferred_sigint():
+                handled = service.handle(content, size=size)
+        finally:
+            service.progress = None
+        if handled.events:
+            _faults.point("notify")
+            self.streams.publish(handled.events)
+        notice = notice_of(handled.reply)
+        if notice is not None:
+            self.inspection.notify(notice)
+        return handled
+
+    def progress_reporter(self, parent: dict[str, Any] | None) -> Callable[[str, int, int], None]:
+        """A throttled ``(what, done, total)`` callback for a long step.
+
+        It sends ``kernos_progress`` on IOPub (parent = the request, if any) and
+        ``progress`` notices to the inspectors.
+        """
+        def send(report: dict[str, Any]) -> None:
+            if parent is not None and self.session is not None:
+                # The IOPub socket is thread-safe (its own thread sends), and a checkout
+                # reports from inside a synchronous op, with the event loop blocked.
+                self.session.send(self.iopub_socket, PROGRESS_TYPE, report, parent=parent,
+                                  ident=self._topic(PROGRESS_TYPE))
+            self.inspection.notify({"type": "progress", "what": report["what"],
+                                    "done": report["done"], "total": report["total"]})
+
+        return ThrottledProgress(send)
+
+    async def wait_for_restore(self, parent: dict[str, Any] | None) -> None:
+        """Wait for the start-up restore, reporting its progress to ``parent``'s sender."""
+        if self._restore_done.is_set():
+            return
+        progress = self.progress_reporter(parent)
+        while not self._restore_done.is_set():
+            progress("restore", *self.restore_progress)
+            await asyncio.sleep(PROGRESS_INTERVAL / 2)
+        if self.restore_error is None:
+            progress("restore", *self.restore_progress)  # the final one, done == total
+
+    def _notify_finished(self, op: Op, outcome: CommitReport | BaseException | None,
+                         why: BaseException | tuple[str, str] | None) -> None:
+        if isinstance(outcome, CommitReport):
+            self.inspection.notify({
+                "type": "committed", "op": outcome.op, "commit": outcome.commit,
+                "principal": outcome.principal, "added": outcome.added,
+                "changed": outcome.changed, "deleted": outcome.deleted,
+                "events": len(outcome.events)})
+        else:
+            if isinstance(outcome, BaseException):
+                error: str | None = str(outcome)  # the commit failed
+            elif isinstance(why, tuple):
+                error = f"{why[0]}: {why[1]}"
+            else:
+                error = None if why is None else f"{type(why).__name__}: {why}"
+            self.inspection.notify({"type": "rolled_back", "op": op.id,
+                                    "principal": op.principal, "error": error})
+
     async def _ready(self) -> KernosError | None:
         """Wait for the restore (showing progress); return the reason ops cannot run, if any."""
         if self.image is None and self._restore_done.is_set():
@@ -250,6 +327,7 @@ class KernosKernel(IPythonKernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         self._last_report = None
+        await self.wait_for_restore(self.get_parent())
         problem = await self._ready()
         if problem is None and len(code.encode("utf-8", "surrogatepass")) > self.max_source_bytes:
             problem = RequestRejected.oversized_source(
@@ -285,6 +363,7 @@ class KernosKernel(IPythonKernel):
             if isinstance(outcome, CommitReport) and outcome.events:
                 _faults.point("notify")
                 self.streams.publish(outcome.events)
+            self._notify_finished(op, outcome, why)
         if isinstance(outcome, BaseException):
             return self._error_reply(outcome, reply)
         if failure is not None:
@@ -369,8 +448,8 @@ class KernosKernel(IPythonKernel):
 
     def _after_ops(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         async def serialized(*args: Any) -> Any:
-            while not self._restore_done.is_set():
-                await asyncio.sleep(0.05)
+            parent = args[2] if len(args) > 2 and isinstance(args[2], dict) else None
+            await self.wait_for_restore(parent)
             async with self._op_lock:
                 result = handler(*args)
                 if asyncio.iscoroutine(result):
