@@ -7,6 +7,9 @@ formatting is shared with the CLI.
 from __future__ import annotations
 
 import shlex
+import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -219,10 +222,31 @@ class KernosMagics(Magics):
         op = self.kernel.current_op
         if op is None:
             raise UsageError("`%kernos checkout` must run in a cell")
-        report = op.checkout(ref)
+        report = op.checkout(ref, progress=self._checkout_progress())
         print(f"Checked out {ref} ({report.commit[:12]}, op {report.op}): {report.names} "
               f"names, {history.human_size(report.bytes)}. When this cell commits it is "
               f"recorded as op {op.id}; history is not rewritten.")
+
+    def _checkout_progress(self) -> Callable[[int, int], None]:
+        """Progress of a checkout: a bar in the cell's output (after half a second),
+        ``kernos_progress`` on IOPub, and the inspectors' progress bars."""
+        kernel = self.kernel
+        report = kernel.progress_reporter(kernel.get_parent())
+        started = time.perf_counter()
+        shown = False
+
+        def progress(done: int, total: int) -> None:
+            nonlocal shown
+            report("checkout", done, total)
+            if total and (shown or time.perf_counter() - started > 0.5):
+                shown = True
+                sys.stdout.write(f"\rChecking out: {100 * done // total}% "
+                                 f"({done / 1e6:.0f} of {total / 1e6:.0f} MB)")
+                sys.stdout.flush()
+                if done >= total:
+                    sys.stdout.write("\n")
+
+        return progress
 
     def _scan(self) -> None:
         op = self.kernel.current_op
