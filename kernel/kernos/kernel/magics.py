@@ -29,6 +29,7 @@ HELP = """\
 %kernos checkout REF     make the image equal to snapshot REF, as a new op
 %kernos status           workspace, head, image size, values that cannot persist
 %kernos scan             make this cell's op check every value, not only those it names
+%kernos inspect          a widget: objects, events, grants, history and plots of the image
 
 %kernos agent add NAME [LIMIT=N ...]   a new agent with no grants (limits: seconds=,
                                        memory_mb=, recursion=, output_bytes=, ...)
@@ -247,6 +248,13 @@ class KernosMagics(Magics):
                     sys.stdout.write("\n")
 
         return progress
+
+    def _inspect(self) -> None:
+        from IPython.display import display
+
+        from kernos.inspector.widget import Inspector
+
+        display(Inspector(self.kernel.inspection))
 
     def _scan(self) -> None:
         op = self.kernel.current_op
