@@ -1,0 +1,279 @@
+"""Real-browser tests of the JupyterLab extension: a JupyterLab server, and chromium.
+
+``lab_server`` starts ``jupyter lab`` from this interpreter on 127.0.0.1, on a
+free port with a random token, in a temporary root directory, with every
+Jupyter directory (config, data, runtime, settings, workspaces) isolated so
+the user's settings never leak in, and ``KERNOS_WORKSPACE`` set to a fresh
+workspace.  At teardown it shuts the server down through its API and kills
+whatever survives, the kernels included.
+
+``browser_context`` launches Debian's chromium through playwright (which
+cannot download browsers here) on a fresh profile.  ``open_notebook`` writes a
+notebook into the server's root and opens it (``pages.NotebookPage``); every
+step a test names with ``notebook.shot(...)`` is saved as a PNG under
+``tests/browser/artifacts/<test>/`` (or ``$KERNOS_BROWSER_ARTIFACTS``), and so
+is the page when a test fails, with the browser console and the server log.
+
+The extension (labextension ``kernos-jupyterlab``) must be installed; these
+tests fail, never skip, when it is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from browser.pages import STEP_TIMEOUT_MS, LabServer, NotebookPage, write_notebook
+
+ARTIFACTS = Path(os.environ.get("KERNOS_BROWSER_ARTIFACTS")
+                 or Path(__file__).resolve().parent / "artifacts")
+CHROMIUM = os.environ.get("KERNOS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+EXTENSION = "kernos-jupyterlab"
+SERVER_START_TIMEOUT = 90
+
+BUILD_HINT = (
+    "Build it and install it into this environment:\n"
+    "    cd extension && jlpm install && jlpm build   (writes kernel/kernos/labextension)\n"
+    "then either reinstall the package (pip install -e .), which ships it as shared-data, or\n"
+    "link it as `jupyter labextension develop` would:\n"
+    f"    ln -s $PWD/kernel/kernos/labextension "
+    f"{sys.prefix}/share/jupyter/labextensions/{EXTENSION}"
+)
+
+
+# -- the extension ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def labextension() -> Path:
+    """The installed ``kernos-jupyterlab`` labextension directory (fails if it is missing)."""
+    installed = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / EXTENSION
+    package = installed / "package.json"
+    if not package.is_file():
+        pytest.fail(f"The JupyterLab extension {EXTENSION!r} is not installed: {package} "
+                    f"does not exist.\n{BUILD_HINT}", pytrace=False)
+    if not any((installed / "static").glob("remoteEntry.*.js")):
+        pytest.fail(f"The JupyterLab extension {EXTENSION!r} at {installed} is not built: "
+                    f"static/remoteEntry.*.js is missing.\n{BUILD_HINT}", pytrace=False)
+    return installed
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def _user_settings(settings: Path) -> None:
+    """Settings that keep a run deterministic: no news or update toasts, no auto-closing."""
+    files = {
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+            {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings":
+            {"codeCellConfig": {"autoClosingBrackets": False}},
+    }
+    for name, value in files.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
+
+
+@pytest.fixture(scope="module")
+def lab_server(labextension: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    """A real JupyterLab server with the installed extension, isolated from the user's setup."""
+    base = tmp_path_factory.mktemp("lab")
+    root, workspace, jupyter = base / "root", base / "workspace", base / "jupyter"
+    root.mkdir()
+    settings = jupyter / "lab-settings"
+    _user_settings(settings)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = ARTIFACTS / "server.log"
+    token = secrets.token_hex(16)
+    port = _free_port()
+    env = dict(os.environ)
+    for leaking in ("JPY_SESSION_NAME", "JUPYTER_PATH", "JUPYTER_CONFIG_PATH",
+                    "JUPYTERLAB_DIR", "KERNOS_WORKSPACE"):
+        env.pop(leaking, None)
+    env.update(
+        KERNOS_WORKSPACE=str(workspace),
+        JUPYTER_CONFIG_DIR=str(jupyter / "config"),
+        JUPYTER_DATA_DIR=str(jupyter / "data"),
+        JUPYTER_RUNTIME_DIR=str(jupyter / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(jupyter / "lab-workspaces"),
+        IPYTHONDIR=str(jupyter / "ipython"),
+        PYTHONUNBUFFERED="1",
+    )
+    command = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
+        f"--port={port}", "--port-retries=0", "--allow-root",
+        f"--ServerApp.token={token}", "--ServerApp.password=",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    started = time.monotonic()
+    with log.open("ab") as sink:
+        sink.write(f"\n===== {' '.join(command)}\n".encode())
+        sink.flush()
+        process = subprocess.Popen(command, cwd=root, env=env, stdout=sink,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    server = LabServer(url=f"http://127.0.0.1:{port}", token=token, root=root,
+                       workspace=workspace, log=log, pid=process.pid)
+    try:
+        _wait_for_status(server, process, started)
+        yield server
+    finally:
+        _stop(server, process)
+
+
+def _wait_for_status(server: LabServer, process: subprocess.Popen[bytes],
+                     started: float) -> None:
+    deadline = started + SERVER_START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"jupyter lab exited ({process.returncode}) while starting:\n"
+                        f"{server.log_tail()}", pytrace=False)
+        with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+            server.api("/api/status")
+            print(f"jupyter lab answered in {time.monotonic() - started:.1f} s at {server.url}")
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"jupyter lab did not answer /api/status in {SERVER_START_TIMEOUT} s:\n"
+                        f"{server.log_tail()}", pytrace=False)
+        time.sleep(0.2)
+
+
+def _stop(server: LabServer, process: subprocess.Popen[bytes]) -> None:
+    """Shut the server down (it shuts its kernels down), then kill whatever survives."""
+    server.remember_kernels()
+    if process.poll() is None:
+        with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+            server.api("/api/shutdown", method="POST")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=20)
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    # Kernels run in sessions of their own, so killing the server's group misses them.
+    deadline = time.monotonic() + 10
+    survivors = {pid for pid in server.kernel_pids if _alive(pid)}
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.1)
+        survivors = {pid for pid in survivors if _alive(pid)}
+    for pid in survivors:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- the browser -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def playwright_driver() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture
+def browser_context(playwright_driver: Any, tmp_path: Path) -> Iterator[Any]:
+    """A headless chromium on a fresh profile (user-data-dir), 1400x900."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"chromium is not at {CHROMIUM}: apt-get install -y chromium, or set "
+                    "KERNOS_CHROMIUM to a chromium binary", pytrace=False)
+    context = playwright_driver.chromium.launch_persistent_context(
+        user_data_dir=str(tmp_path / "chromium-profile"), executable_path=CHROMIUM,
+        headless=True, args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+# -- notebooks and artifacts -----------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so fixtures know at teardown if the test failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+def _artifact_dir(item: pytest.Item) -> Path:
+    folder = ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "-", item.name).strip("-")
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def open_notebook(lab_server: LabServer, browser_context: Any,
+                  request: pytest.FixtureRequest) -> Iterator[Callable[..., NotebookPage]]:
+    """``open_notebook(name, kernel="kernos")``: write ``name.ipynb``, open it, return its page.
+
+    The kernel is started and idle when it returns.  At teardown each notebook's kernel is
+    shut down (so the next test's kernos kernel can take the workspace), after a
+    ``failure`` screenshot if the test failed.
+    """
+    folder = _artifact_dir(request.node)
+    pages: list[NotebookPage] = []
+
+    def _open(name: str, kernel: str = "kernos") -> NotebookPage:
+        write_notebook(lab_server.root / f"{name}.ipynb", kernel)
+        page = NotebookPage(browser_context.new_page(), lab_server, folder, f"{name}.ipynb",
+                            kernel)
+        pages.append(page)
+        page.open()
+        return page
+
+    yield _open
+    failed = any(getattr(getattr(request.node, f"report_{when}", None), "failed", False)
+                 for when in ("setup", "call"))
+    for page in pages:
+        if failed:
+            with contextlib.suppress(Exception):
+                page.shot("failure")
+        with contextlib.suppress(Exception):
+            page.write_console_log()
+        lab_server.remember_kernels()
+        with contextlib.suppress(Exception):
+            page.shut_down_kernel()
+
