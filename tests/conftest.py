@@ -11,6 +11,14 @@ import pytest
 from kernos import Image, Workspace
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that need the built JupyterLab extension (a real browser, Binder)."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if "browser" in path.parts or path.name == "test_binder.py":
+            item.add_marker(pytest.mark.extension)
+
+
 @pytest.fixture
 def workspace_dir(tmp_path: Path) -> Path:
     return tmp_path / "workspace"
