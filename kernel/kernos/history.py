@@ -10,6 +10,7 @@ so an offline checkout has the same crash semantics as an op.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class LogEntry:
     commit: str
     op: int | None
@@ -54,6 +55,12 @@ class LogEntry:
     """The image's size at this snapshot: the sum of its objects' sizes."""
 
 
+_ENTRIES: OrderedDict[str, LogEntry] = OrderedDict()
+"""Log entries by commit id: a commit never changes, and its manifest (every name's
+metadata) is the costly part of the log to read.  Least recently used go first."""
+_MAX_ENTRIES = 20_000
+
+
 def log(workspace: Workspace, *, limit: int | None = None) -> list[LogEntry]:
     """The history, newest first, from the manifests of the commits."""
     if workspace.head() is None:
@@ -61,19 +68,31 @@ def log(workspace: Workspace, *, limit: int | None = None) -> list[LogEntry]:
     repo = workspace.repo
     entries = []
     for commit in repo.iter_commits("main", max_count=limit):
-        manifest = json.loads(commit.tree[MANIFEST].data_stream.read())
-        entries.append(LogEntry(
-            commit=commit.hexsha,
-            op=manifest.get("op"),
-            principal=manifest.get("principal", "?"),
-            kind=manifest.get("kind", "?"),
-            committed_at=manifest.get("committed_at", ""),
-            headline=str(commit.message).split("\n", 1)[0].partition(": ")[2],
-            changes=manifest.get("changes", {}),
-            bytes=sum(int(meta.get("size") or 0) for meta in manifest.get("names", {}).values()
-                      if isinstance(meta, dict)),
-        ))
+        known = _ENTRIES.get(commit.hexsha)
+        if known is not None:
+            _ENTRIES.move_to_end(commit.hexsha)
+            entries.append(known)
+            continue
+        entries.append(_entry(commit))
+        _ENTRIES[commit.hexsha] = entries[-1]
+        if len(_ENTRIES) > _MAX_ENTRIES:
+            _ENTRIES.popitem(last=False)
     return entries
+
+
+def _entry(commit: Any) -> LogEntry:
+    manifest = json.loads(commit.tree[MANIFEST].data_stream.read())
+    return LogEntry(
+        commit=commit.hexsha,
+        op=manifest.get("op"),
+        principal=manifest.get("principal", "?"),
+        kind=manifest.get("kind", "?"),
+        committed_at=manifest.get("committed_at", ""),
+        headline=str(commit.message).split("\n", 1)[0].partition(": ")[2],
+        changes=manifest.get("changes", {}),
+        bytes=sum(int(meta.get("size") or 0) for meta in manifest.get("names", {}).values()
+                  if isinstance(meta, dict)),
+    )
 
 
 def format_log(entries: list[LogEntry]) -> str:
