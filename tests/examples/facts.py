@@ -1,0 +1,126 @@
+"""What each example notebook must show, beyond running without an unexpected error.
+
+``check(run)`` looks up the checks for ``run.notebook`` (every example must
+have some) and asserts them on the cells' outputs, found by cell id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+Run = Any
+"""A ``notebook_run.NotebookRun`` (loaded by path, so not importable for typing)."""
+
+
+def _line(text: str, prefix: str) -> str:
+    found = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert len(found) == 1, f"expected one line starting {prefix!r} in:\n{text}"
+    return found[0]
+
+
+def researchers_day(run: Run) -> None:
+    assert run.cell("readings").text.strip() == "12.13"
+    wrong = run.cell("goes-wrong")
+    assert wrong.kernos == "rolled back" and wrong.error["ename"] == "ValueError"
+    assert run.cell("unchanged").text == (
+        "{'mon': 12.1, 'tue': 12.4, 'wed': 11.9}\n"
+        "['sensor A calibrated on monday']\n"
+        "[Sample('north', 3.5), Sample('south', 7.0)]\n"), "the failed cell left a trace"
+    before, after = run.cell("before-restart"), run.cell("after-restart")
+    assert after.restarted and not before.restarted
+    assert _line(before.text, "kernel pid") != _line(after.text, "kernel pid"), \
+        "the kernel was not restarted (same process)"
+    assert _line(before.text, "state") == _line(after.text, "state"), \
+        "the state after the restart differs from the state before it"
+    log = run.cell("log").text
+    ops = [int(line.split()[0]) for line in log.splitlines()[1:]]
+    assert ops == sorted(ops, reverse=True) and 3 not in ops and {1, 2, 4} <= set(ops), \
+        f"the failed op 3 must be the one gap in the history:\n{log}"
+    diff = run.cell("diff").text
+    assert re.search(r"\+\s+samples\s", diff) and re.search(r"\+\s+Sample\s", diff), diff
+    assert "history is not rewritten" in run.cell("checkout").text
+    assert run.cell("after-checkout").text.strip() == "['mean', 'notes', 'readings']"
+    assert run.cell("back").text.strip() == "[Sample('north', 3.5), Sample('south', 7.0)]"
+
+
+def two_agents(run: Run) -> None:
+    assert run.cell("builder-writes-tool").text == "builder sees 3 orders\n"
+    assert re.search(r"summarize\s+1\s+pure\s+call:summarize\s+builder", run.cell("tools").text)
+    assert run.cell("analyst-uses-tool").kernos == "committed"
+    assert run.cell("analyst-uses-tool").text == "{'count': 3, 'total': 75} spent; left: 25\n"
+    assert re.search(r"analyst\s+spend:USD\s+75/100", run.cell("grants").text)
+    denied = run.cell("denied")
+    assert denied.kernos == "rolled back" and denied.error["ename"] == "OpVetoed"
+    assert "analyst was denied, and caught it" in denied.text, "the denial was not catchable"
+    after = run.cell("after-denial").text
+    assert "analyst's names: ['left', 'summary']" in after, "the vetoed op left `note` behind"
+    assert "('analyst', 'read:orders')" in after
+    assert run.cell("agents-run").text.strip() == "{'count': 2, 'total': 10}"
+    who = {line.split()[4] for line in run.cell("log").text.splitlines()[1:]}
+    assert who == {"human", "builder", "analyst"}, who
+
+
+def events(run: Run) -> None:
+    assert run.cell("emit").text.strip() == "{'c-1': 30}"
+    assert run.cell("cancelled").kernos == "rolled back"
+    assert run.cell("after-cancel").text.strip() == "{'c-1': 30}", \
+        "the subscriber's change survived its op's rollback"
+    vetoed = run.cell("vetoed")
+    assert vetoed.kernos == "rolled back" and vetoed.error["ename"] == "OpVetoed"
+    assert "caught:" in vetoed.text
+    assert run.cell("after-veto").text.strip() == "{'c-1': 30}"
+    assert run.cell("since").text.strip() == "[(1, 2, {'amount': 30, 'customer': 'c-1'})]", \
+        "only the committed event may be in the log"
+    outside = [json.loads(line) for line in run.cell("outside").text.splitlines() if line]
+    assert [(e["seq"], e["payload"]) for e in outside] == [(1, {"amount": 30, "customer": "c-1"})]
+
+
+def audit(run: Run) -> None:
+    assert run.cell("failed").kernos == "rolled back"
+    assert run.cell("denied").error["ename"] == "CapabilityDenied"
+    log = run.cell("audit-log").text
+    for status in ("genesis", "committed", "failed", "denied"):
+        assert re.search(rf"\s{status}\s", log), f"no {status} record:\n{log}"
+    assert "Ada Lovelace" not in log, "the audit log shows the personal value in the clear"
+    assert run.cell("records").text.splitlines()[0].endswith("ValueError overdrawn")
+    assert "write:balance" in run.cell("records").text
+    assert run.cell("verify").text.startswith("ok: ")
+    assert run.cell("customer").text.strip() == "personal(<hidden>, subject='c-1042')"
+    assert run.cell("reveal").text.strip() == "'Ada Lovelace, 12 Marylebone Rd'"
+    assert run.cell("erased").text.strip() == "personal(<erased>, subject='c-1042')"
+    outside = run.cell("verify-outside").text
+    assert outside.startswith("exit status 0\nok: "), outside
+    assert run.cell("erasure-record").text.strip() == "'c-1042'"
+
+
+def harness(run: Run) -> None:
+    assert "('spend:USD', '60')" in run.cell("prepare").text
+    transcript = run.cell("run").text
+    assert "running low: ['apples', 'plums']" in transcript
+    assert "cannot be persisted" not in "".join(cell.text for cell in run.cells), \
+        "a live client was left in the notebook's image"
+    assert run.cell("outcomes").text.strip() == "['committed', 'denied', 'committed']"
+    again = run.cell("again").text
+    assert "budget left: [{'apples': 10, 'plums': 5}, 40, Decimal('20')]" in again, again
+    assert "budget: [('spend:USD', '40', '60')]" in again, again
+    assert "denied ops: [(7, 'denied')]" in again, again
+    assert re.search(r"\(6, 'buyer'\), \(8, 'buyer'\)", again), again
+
+
+CHECKS: dict[str, Callable[[Run], None]] = {
+    "01-researchers-day.ipynb": researchers_day,
+    "02-two-agents.ipynb": two_agents,
+    "03-events.ipynb": events,
+    "04-audit.ipynb": audit,
+    "05-harness.ipynb": harness,
+}
+
+
+def check(run: Run) -> None:
+    problems = run.problems()
+    assert not problems, f"{run.notebook}:\n\n" + "\n\n".join(problems)
+    assert run.notebook in CHECKS, f"{run.notebook} has no facts in tests/examples/facts.py"
+    CHECKS[run.notebook](run)
