@@ -461,6 +461,8 @@ class _Plot(_Panel):
             self.chart.value = _note("No ops yet.")
             return
 
+        failed = sum(1 for op in ops if op.get("status") != "committed")
+
         def series(key: str) -> list[tuple[object, object]]:
             return [(op.get("op"), op.get(key)) for op in ops]
 
@@ -471,14 +473,15 @@ class _Plot(_Panel):
             return f"{value:,.0f} ms" if value >= 10 else f"{value:.3g} ms"
 
         self.chart.value = "".join([
-            _note(f"{len(ops)} op{'' if len(ops) == 1 else 's'} shown; the image is "
+            _note(f"{len(ops)} op{'' if len(ops) == 1 else 's'} shown"
+                  + (f" ({failed} did not commit)" if failed else "") + "; the image is "
                   f"{_size(result.get('image_bytes'))} and its history "
                   f"{_size(result.get('history_bytes'))} on disk."),
             "<div>", line_chart(series("image_bytes"), title="Image size", y_format=sized,
                                 empty="No committed ops yet"), "</div><div>",
             line_chart(series("history_bytes"), title="History size on disk",
                        y_format=sized, empty="No committed ops yet"), "</div><div>",
-            line_chart(series("ms"), title="Op latency", y_format=ms), "</div>"])
+            line_chart(series("ms"), title="Op latency (every op)", y_format=ms), "</div>"])
 
 
 class Inspector(widgets.VBox):  # type: ignore[misc]
