@@ -260,8 +260,9 @@ class KernosPanel:
         """Every shown row of the objects table: name -> {column header: cell text}."""
         return dict(self.objects.evaluate(
             """table => {
+                // A sorted header's text carries an arrow; its data-sort key does not.
                 const headers = [...table.querySelectorAll('thead th')].map(
-                    th => th.textContent.trim().toLowerCase());
+                    th => th.getAttribute('data-sort') || th.textContent.trim().toLowerCase());
                 return [...table.querySelectorAll('tr[data-name]')].map(row => {
                     const cells = {};
                     [...row.querySelectorAll('td')].forEach((td, i) => {
@@ -285,6 +286,31 @@ class KernosPanel:
             assert version is not None, f"no version shown for {name}: {cells}"
             versions[name] = version
         return versions
+
+    def mark_rows(self) -> None:
+        """Tag every shown objects row (a JS property, not an attribute) to spot a redraw."""
+        self.objects.evaluate(
+            "table => table.querySelectorAll('tr[data-name]').forEach("
+            "row => { row.kernosTestMark = true; })")
+
+    def redrawn_rows(self) -> list[str]:
+        """The names whose row is not the element :meth:`mark_rows` tagged (redrawn since)."""
+        return list(self.objects.evaluate(
+            "table => [...table.querySelectorAll('tr[data-name]')]"
+            ".filter(row => !row.kernosTestMark).map(row => row.getAttribute('data-name'))"))
+
+    def wait_for_redrawn(self, *names: str) -> None:
+        """Wait until the rows of ``names`` are all new elements (since :meth:`mark_rows`)."""
+        self.objects.wait_for(state="attached")
+        self.page.wait_for_function(
+            """names => {
+                const table = document.querySelector(
+                    '#kernos-inspector [data-testid="kernos-objects"]');
+                return table && names.every(name => {
+                    const row = table.querySelector(`tr[data-name="${name}"]`);
+                    return row && !row.kernosTestMark;
+                });
+            }""", arg=list(names), timeout=STEP_TIMEOUT_MS)
 
     # -- status and history ------------------------------------------------------------------
 

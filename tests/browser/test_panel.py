@@ -1,0 +1,114 @@
+"""The Kernos sidebar in a real JupyterLab, driven by chromium as a person would drive it.
+
+One flow on a kernos notebook: cells that commit show their objects in the panel; a
+cell that fails leaves panel and namespace exactly as they were; checking out an
+earlier snapshot from the History tab changes both; a kernel restart repopulates
+the panel.  And a plain ``python3`` notebook gets the "not Kernos" message.
+
+Screenshots of every step land in ``tests/browser/artifacts/<test>/``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import expect
+
+from browser.pages import STEP_TIMEOUT_MS, KernosPanel, NotebookPage
+
+pytestmark = [pytest.mark.slow, pytest.mark.kernel, pytest.mark.extension]
+
+QUIET_MS = 2_000
+"""How long a panel must stay unchanged after a rolled-back op (notices come within ms)."""
+
+
+def assert_holds_still(panel: KernosPanel, versions: dict[str, str], status: str) -> None:
+    """For QUIET_MS: the same rows, versions and status line, and no row redrawn."""
+    deadline = time.monotonic() + QUIET_MS / 1000
+    while time.monotonic() < deadline:
+        assert panel.versions() == versions
+        assert panel.status() == status
+        assert panel.redrawn_rows() == []
+        panel.page.wait_for_timeout(100)
+
+
+def test_panel_follows_the_image(open_notebook: Callable[..., NotebookPage]) -> None:
+    notebook = open_notebook("image")
+    panel = notebook.panel
+    panel.open()
+    panel.tab("objects")
+    notebook.shot("opened-with-panel")
+
+    # Cells that commit: their names appear, with versions.
+    notebook.run_cell("x = 1; items = [1, 2, 3]")
+    panel.wait_for_names("x", "items")
+    assert panel.versions() == {"items": "1", "x": "1"}
+    first_op = panel.status_op()
+    notebook.shot("first-cell-committed")
+
+    notebook.run_cell('x = 2; label = "two"')
+    panel.wait_for_names("x", "items", "label")
+    panel.wait_for_status_op(first_op + 1)
+    versions = panel.versions()
+    assert versions == {"items": "1", "label": "1", "x": "2"}
+    status = panel.status()
+    notebook.shot("second-cell-committed")
+    # The panel is settled: nothing redraws while no op runs.
+    panel.mark_rows()
+    assert_holds_still(panel, versions, status)
+
+    # A failed cell rolls back: the panel holds still (not even redrawn), and so does
+    # the namespace.
+    failed = notebook.run_cell("x = 999; 1/0")
+    assert "ZeroDivisionError" in notebook.output(failed)
+    # The panel says so in a note, and that is all it does.
+    expect(panel.testid("kernos-note")).to_contain_text("rolled back", timeout=STEP_TIMEOUT_MS)
+    notebook.wait_for_idle_kernel()
+    assert_holds_still(panel, versions, status)
+    notebook.shot("failed-cell-panel-unchanged")
+    check = notebook.run_cell("print(x, label, items)")
+    assert notebook.output(check).strip() == "2 two [1, 2, 3]"
+    panel.wait_for_names("x", "items", "label")
+    assert panel.versions() == versions
+    notebook.shot("namespace-unchanged")
+
+    # Check out the first snapshot from the History tab: x is 1 again and label is gone.
+    panel.check_out(first_op)
+    panel.tab("objects")
+    panel.wait_for_names("x", "items", absent=("label",))
+    # The checkout is an op of its own: x changes (back to 1) and gets a new version.
+    expect(panel.row("x")).to_contain_text("3")
+    checked_out = panel.versions()
+    assert checked_out == {"items": "1", "x": "3"}
+    panel.row("x").click()
+    expect(panel.testid("kernos-preview")).to_contain_text("version 3")
+    expect(panel.testid("kernos-preview").locator("pre")).to_have_text("1")
+    notebook.shot("checked-out-first-op")
+    check = notebook.run_cell("print(x, items, 'label' in globals())")
+    assert notebook.output(check).strip() == "1 [1, 2, 3] False"
+    notebook.shot("namespace-checked-out")
+
+    # A restarted kernel restores the image, and the panel reads it again (every row is
+    # drawn anew) and follows it.
+    panel.tab("objects")
+    panel.mark_rows()
+    notebook.restart_kernel()
+    panel.wait_for_redrawn("x", "items")
+    panel.wait_for_names("x", "items", absent=("label",))
+    assert panel.versions() == checked_out
+    notebook.shot("restarted")
+    notebook.run_cell("after_restart = x + 1")
+    panel.wait_for_names("x", "items", "after_restart")
+    assert panel.versions() == {**checked_out, "after_restart": "1"}
+    notebook.shot("after-restart-cell")
+
+
+def test_plain_python_notebook_is_not_kernos(open_notebook: Callable[..., NotebookPage]) -> None:
+    notebook = open_notebook("plain", "python3")
+    notebook.panel.open()
+    expect(notebook.panel.testid("kernos-not-kernos")).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    notebook.shot("not-kernos")
+    expect(notebook.panel.objects).to_be_hidden()
+    expect(notebook.panel.testid("kernos-tab-objects")).to_be_hidden()
