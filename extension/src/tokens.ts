@@ -1,0 +1,199 @@
+/**
+ * The shapes of the `kernos.inspector` comm and of the harness protocol
+ * replies the panel reads (see kernos/kernel/inspector.py and
+ * kernos/harness/protocol.py).  Every string in them comes from code that
+ * ran in the image, agent code included: render with textContent only.
+ */
+
+/** The comm target the kernel registers. */
+export const COMM_TARGET = 'kernos.inspector';
+
+/** The version of the comm envelope and of the harness protocol. */
+export const PROTOCOL_VERSION = 1;
+
+/** The IOPub message type a restoring or checking-out kernel reports on. */
+export const PROGRESS_MSG_TYPE = 'kernos_progress';
+
+/** Rows per page in the objects view. */
+export const PAGE_SIZE = 50;
+
+/** Bytes of preview asked for a selected object. */
+export const PREVIEW_BYTES = 2000;
+
+/** Events kept in the events view (the newest). */
+export const MAX_EVENTS = 200;
+
+/** Snapshots shown in the history view (the newest). */
+export const MAX_SNAPSHOTS = 200;
+
+export type JSONPrimitive = string | number | boolean | null;
+
+/** A harness request's fields besides `v` and `action`. */
+export type RequestFields = Record<string, string | number | undefined>;
+
+/** The one function all kernel traffic goes through (mocked in tests). */
+export type Requester = <T = any>(
+  action: string,
+  fields?: RequestFields
+) => Promise<T>;
+
+export interface IHead {
+  op: number | null;
+  commit: string | null;
+}
+
+export interface IHello {
+  protocol: number;
+  kernos: string;
+  workspace: string;
+  head: IHead;
+  principals: string[];
+  actions: string[];
+}
+
+export interface IErrorInfo {
+  kind: string;
+  message: string;
+  data?: Record<string, unknown>;
+}
+
+export interface IReply {
+  v: number;
+  status: 'ok' | 'error';
+  action: string | null;
+  result?: any;
+  error?: IErrorInfo;
+}
+
+export interface ICommittedNotice {
+  type: 'committed';
+  op: number;
+  commit: string;
+  principal: string;
+  added: string[];
+  changed: string[];
+  deleted: string[];
+  events: number;
+}
+
+export interface IRolledBackNotice {
+  type: 'rolled_back';
+  op: number | null;
+  principal: string;
+  error: string | null;
+}
+
+export interface IProgress {
+  what: 'restore' | 'checkout' | string;
+  done: number;
+  total: number;
+}
+
+export interface IProgressNotice extends IProgress {
+  type: 'progress';
+}
+
+export type Notice = ICommittedNotice | IRolledBackNotice | IProgressNotice;
+
+export interface IObjectRow {
+  name: string;
+  type: string;
+  size: number | null;
+  version: number | null;
+  op: number | null;
+  principal: string | null;
+  changed_at: string | null;
+  summary?: string | null;
+}
+
+export interface IObjectDetail extends IObjectRow {
+  preview?: { repr?: string; json?: unknown };
+}
+
+export interface IEvent {
+  seq: number;
+  topic: string;
+  principal: string;
+  op: number | null;
+  commit?: string | null;
+  at?: string | null;
+  payload?: unknown;
+}
+
+export interface IGrant {
+  id: string;
+  principal: string;
+  capability: string;
+  limit: string | null;
+  used: string | null;
+  remaining: string | null;
+  active: boolean;
+  revoked_op: number | null;
+}
+
+export interface ISnapshot {
+  op: number | null;
+  commit: string;
+  when: string | null;
+  principal: string | null;
+  kind: string | null;
+  message: string | null;
+  bytes?: number | null;
+}
+
+export interface IDiffEntry {
+  name: string;
+  type?: string | null;
+  summary?: string | null;
+  before?: string | null;
+  after?: string | null;
+}
+
+export interface IDiff {
+  a: string;
+  b: string;
+  added: IDiffEntry[];
+  changed: IDiffEntry[];
+  deleted: IDiffEntry[];
+}
+
+export interface IOpStat {
+  op: number | null;
+  status: string | null;
+  principal: string | null;
+  kind: string | null;
+  at: string | null;
+  ms: number | null;
+  image_bytes: number | null;
+  history_bytes: number | null;
+}
+
+export interface IStats {
+  ops: IOpStat[];
+  image_bytes: number | null;
+  history_bytes: number | null;
+}
+
+/** A view of the panel: one tab's content. */
+export interface IView {
+  /** The view's root element. */
+  readonly node: HTMLElement;
+  /** Ask the kernel again and redraw. */
+  refresh(): Promise<void>;
+  /** Forget everything shown (a new kernel, or none). */
+  clear(): void;
+  /** Called after a committed op, while the view is visible. */
+  committed?(notice: ICommittedNotice): Promise<void>;
+}
+
+/** An error reply from the kernel, or a failure to reach it. */
+export class KernosRequestError extends Error {
+  constructor(
+    readonly kind: string,
+    message: string,
+    readonly action: string | null = null
+  ) {
+    super(message);
+    this.name = 'KernosRequestError';
+  }
+}
