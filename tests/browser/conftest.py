@@ -11,8 +11,10 @@ whatever survives, the kernels included.
 cannot download browsers here) on a fresh profile.  ``open_notebook`` writes a
 notebook into the server's root and opens it (``pages.NotebookPage``); every
 step a test names with ``notebook.shot(...)`` is saved as a PNG under
-``tests/browser/artifacts/<test>/`` (or ``$KERNOS_BROWSER_ARTIFACTS``), and so
-is the page when a test fails, with the browser console and the server log.
+``tests/browser/artifacts/<run>/<test>/`` (or under ``$KERNOS_BROWSER_ARTIFACTS``),
+and so is the page when a test fails, with the browser console and the server log.
+Each run gets a folder of its own (``artifacts/latest`` links to the newest), since
+several people may run these tests in one tree at once; the oldest are pruned.
 
 The extension (labextension ``kernos-jupyterlab``) must be installed; these
 tests fail, never skip, when it is not.
@@ -42,6 +44,7 @@ from browser.pages import STEP_TIMEOUT_MS, LabServer, NotebookPage, write_notebo
 
 ARTIFACTS = Path(os.environ.get("KERNOS_BROWSER_ARTIFACTS")
                  or Path(__file__).resolve().parent / "artifacts")
+KEEP_RUNS = 10
 CHROMIUM = os.environ.get("KERNOS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -109,8 +112,26 @@ def _user_settings(settings: Path) -> None:
         path.write_text(json.dumps(value))
 
 
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """This run's artifact folder (``ARTIFACTS/<time>-<pid>``); ``ARTIFACTS/latest`` links it."""
+    run = ARTIFACTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run.mkdir(parents=True)
+    latest = ARTIFACTS / "latest"
+    with contextlib.suppress(OSError):
+        staged = ARTIFACTS / f".latest-{os.getpid()}"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(run.name)
+        staged.replace(latest)
+    runs = sorted(folder for folder in ARTIFACTS.iterdir()
+                  if folder.is_dir() and not folder.is_symlink() and folder.name[:1].isdigit())
+    for old in runs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return run
+
+
 @pytest.fixture(scope="module")
-def lab_server(labextension: Path,
+def lab_server(labextension: Path, artifacts: Path,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     """A real JupyterLab server with the installed extension, isolated from the user's setup."""
     base = tmp_path_factory.mktemp("lab")
@@ -118,8 +139,7 @@ def lab_server(labextension: Path,
     root.mkdir()
     settings = jupyter / "lab-settings"
     _user_settings(settings)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = ARTIFACTS / "server.log"
+    log = artifacts / f"server-{base.name}.log"
     token = secrets.token_hex(16)
     port = _free_port()
     env = dict(os.environ)
@@ -236,16 +256,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _artifact_dir(item: pytest.Item) -> Path:
-    folder = ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "-", item.name).strip("-")
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+def _artifact_dir(run: Path, item: pytest.Item) -> Path:
+    folder = run / re.sub(r"[^A-Za-z0-9_.-]+", "-", item.name).strip("-")
+    folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 @pytest.fixture
-def open_notebook(lab_server: LabServer, browser_context: Any,
+def open_notebook(lab_server: LabServer, browser_context: Any, artifacts: Path,
                   request: pytest.FixtureRequest) -> Iterator[Callable[..., NotebookPage]]:
     """``open_notebook(name, kernel="kernos")``: write ``name.ipynb``, open it, return its page.
 
@@ -253,7 +271,7 @@ def open_notebook(lab_server: LabServer, browser_context: Any,
     shut down (so the next test's kernos kernel can take the workspace), after a
     ``failure`` screenshot if the test failed.
     """
-    folder = _artifact_dir(request.node)
+    folder = _artifact_dir(artifacts, request.node)
     pages: list[NotebookPage] = []
 
     def _open(name: str, kernel: str = "kernos") -> NotebookPage:
