@@ -267,10 +267,14 @@ def open_notebook(lab_server: LabServer, browser_context: Any, artifacts: Path,
                   request: pytest.FixtureRequest) -> Iterator[Callable[..., NotebookPage]]:
     """``open_notebook(name, kernel="kernos")``: write ``name.ipynb``, open it, return its page.
 
-    The kernel is started and idle when it returns.  At teardown each notebook's kernel is
-    shut down (so the next test's kernos kernel can take the workspace), after a
-    ``failure`` screenshot if the test failed.
+    Each test starts on an empty workspace: no kernel runs when it starts, so the
+    previous test's workspace is removed.  The kernel is started and idle when this
+    returns.  At teardown each notebook's kernel is shut down, after a ``failure``
+    screenshot if the test failed.
     """
+    for kernel in lab_server.api("/api/kernels"):
+        lab_server.api(f"/api/kernels/{kernel['id']}", method="DELETE")
+    shutil.rmtree(lab_server.workspace, ignore_errors=True)
     folder = _artifact_dir(artifacts, request.node)
     pages: list[NotebookPage] = []
 

@@ -24,6 +24,11 @@ QUIET_MS = 2_000
 """How long a panel must stay unchanged after a rolled-back op (notices come within ms)."""
 
 
+def rows_shown(first: int, last: int, total: int) -> str:
+    """The pager's text: FIRST, an en dash, LAST, " of ", TOTAL."""
+    return f"{first}\N{EN DASH}{last} of {total}"
+
+
 def assert_holds_still(panel: KernosPanel, versions: dict[str, str], status: str) -> None:
     """For QUIET_MS: the same rows, versions and status line, and no row redrawn."""
     deadline = time.monotonic() + QUIET_MS / 1000
@@ -112,3 +117,71 @@ def test_plain_python_notebook_is_not_kernos(open_notebook: Callable[..., Notebo
     notebook.shot("not-kernos")
     expect(notebook.panel.objects).to_be_hidden()
     expect(notebook.panel.testid("kernos-tab-objects")).to_be_hidden()
+
+
+def test_views_page_filter_preview_events_grants_plot_and_diff(
+        open_notebook: Callable[..., NotebookPage]) -> None:
+    notebook = open_notebook("views")
+    panel = notebook.panel
+    panel.open()
+    panel.tab("objects")
+
+    # Sixty names: two pages of fifty.
+    notebook.run_cell('globals().update({f"v{n:02d}": n for n in range(60)})')
+    panel.wait_for_names("v00", "v49", absent=("v50",))
+    first_op = panel.status_op()
+    page = panel.testid("kernos-page")
+    expect(page).to_have_text(rows_shown(1, 50, 60))
+    expect(panel.testid("kernos-prev")).to_be_disabled()
+    notebook.shot("page-1")
+    panel.testid("kernos-next").click()
+    expect(page).to_have_text(rows_shown(51, 60, 60))
+    panel.wait_for_names("v50", "v59", absent=("v00", "v49"))
+    expect(panel.testid("kernos-next")).to_be_disabled()
+    notebook.shot("page-2")
+    panel.testid("kernos-prev").click()
+    expect(page).to_have_text(rows_shown(1, 50, 60))
+
+    # The filter asks the kernel; the pages follow it.
+    panel.testid("kernos-filter").fill("v5")
+    expect(page).to_have_text(rows_shown(1, 10, 10))
+    assert sorted(panel.versions()) == [f"v5{n}" for n in range(10)]
+    notebook.shot("filtered")
+    panel.testid("kernos-filter").fill("")
+    expect(page).to_have_text(rows_shown(1, 50, 60))
+
+    # A row's preview; a change to it (with an event) is shown in place.
+    panel.row("v07").click()
+    preview = panel.testid("kernos-preview")
+    expect(preview.locator("pre")).to_have_text("7")
+    expect(preview).to_contain_text("version 1")
+    notebook.run_cell('v07 = 700\nevents.emit("orders.created", {"id": 7})')
+    panel.wait_for_status_op(first_op + 1)
+    expect(preview.locator("pre")).to_have_text("700")
+    expect(preview).to_contain_text("version 2")
+    notebook.shot("preview-updated")
+
+    panel.tab("events")
+    expect(panel.testid("kernos-events")).to_contain_text("orders.created")
+    notebook.shot("events")
+
+    notebook.run_cell("%kernos agent add alice\n%kernos grant alice read:v07")
+    panel.tab("capabilities")
+    grants = panel.testid("kernos-capabilities")
+    expect(grants).to_contain_text("alice")
+    expect(grants).to_contain_text("read:v07")
+    notebook.shot("capabilities")
+
+    panel.tab("plot")
+    expect(panel.testid("kernos-plot").locator("svg")).to_be_visible()
+    notebook.shot("plot")
+
+    # Compare the first two snapshots: v07 changed from 7 to 700.
+    panel.tab("history")
+    for op in (first_op, first_op + 1):
+        panel.history.locator(f'tr[data-op="{op}"]').get_by_test_id("kernos-diff-select").check()
+    changed = panel.testid("kernos-diff").locator('li[data-name="v07"]')
+    expect(changed).to_have_attribute("data-change", "changed")
+    expect(changed).to_contain_text("7")
+    expect(changed).to_contain_text("700")
+    notebook.shot("diff")
