@@ -30,7 +30,7 @@ def researchers_day(run: Run) -> None:
         "['sensor A calibrated on monday']\n"
         "[Sample('north', 3.5), Sample('south', 7.0)]\n"), "the failed cell left a trace"
     before, after = run.cell("before-restart"), run.cell("after-restart")
-    assert after.restarted and not before.restarted
+    assert after.restarted and not before.restarted, "the runner did not restart where tagged"
     assert _line(before.text, "kernel pid") != _line(after.text, "kernel pid"), \
         "the kernel was not restarted (same process)"
     assert _line(before.text, "state") == _line(after.text, "state"), \
@@ -44,6 +44,9 @@ def researchers_day(run: Run) -> None:
     assert "history is not rewritten" in run.cell("checkout").text
     assert run.cell("after-checkout").text.strip() == "['mean', 'notes', 'readings']"
     assert run.cell("back").text.strip() == "[Sample('north', 3.5), Sample('south', 7.0)]"
+    widgets = [output for output in run.cell("inspect").outputs
+               if "application/vnd.jupyter.widget-view+json" in output.get("data", {})]
+    assert len(widgets) == 1, "kernos.inspect() did not display one widget"
 
 
 def two_agents(run: Run) -> None:
