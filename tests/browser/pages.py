@@ -327,6 +327,25 @@ class KernosPanel:
         expect(self.testid("kernos-status")).to_contain_text(
             re.compile(rf"op\s+{op}\b"), timeout=STEP_TIMEOUT_MS)
 
+    def record_progress(self) -> None:
+        """Record every state the progress bar shows from now on (it can flash by quickly)."""
+        self.testid("kernos-progress").evaluate(
+            """bar => {
+                const seen = [];
+                const note = () => seen.push({hidden: bar.hidden,
+                    what: bar.getAttribute('data-what'),
+                    percent: Number(bar.getAttribute('aria-valuenow'))});
+                if (bar.kernosTestObserver) bar.kernosTestObserver.disconnect();
+                bar.kernosTestObserver = new MutationObserver(note);
+                bar.kernosTestObserver.observe(bar, {attributes: true});
+                bar.kernosTestSeen = seen;
+                note();
+            }""")
+
+    def progress_seen(self) -> list[dict[str, Any]]:
+        """What the bar showed since :meth:`record_progress`: hidden, what, percent."""
+        return list(self.testid("kernos-progress").evaluate("bar => bar.kernosTestSeen || []"))
+
     @property
     def history(self) -> Locator:
         return self.testid("kernos-history")

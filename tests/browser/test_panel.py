@@ -79,7 +79,9 @@ def test_panel_follows_the_image(open_notebook: Callable[..., NotebookPage]) -> 
     assert panel.versions() == versions
     notebook.shot("namespace-unchanged")
 
-    # Check out the first snapshot from the History tab: x is 1 again and label is gone.
+    # Check out the first snapshot from the History tab: x is 1 again and label is gone,
+    # and the progress bar showed the checkout to its end.
+    panel.record_progress()
     panel.check_out(first_op)
     panel.tab("objects")
     panel.wait_for_names("x", "items", absent=("label",))
@@ -87,6 +89,10 @@ def test_panel_follows_the_image(open_notebook: Callable[..., NotebookPage]) -> 
     expect(panel.row("x")).to_contain_text("3")
     checked_out = panel.versions()
     assert checked_out == {"items": "1", "x": "3"}
+    shown = [state for state in panel.progress_seen() if not state["hidden"]]
+    assert shown and {state["what"] for state in shown} == {"checkout"}, shown
+    assert shown[-1]["percent"] == 100, shown
+    expect(panel.testid("kernos-progress")).to_be_hidden()
     panel.row("x").click()
     expect(panel.testid("kernos-preview")).to_contain_text("version 3")
     expect(panel.testid("kernos-preview").locator("pre")).to_have_text("1")
@@ -99,10 +105,12 @@ def test_panel_follows_the_image(open_notebook: Callable[..., NotebookPage]) -> 
     # drawn anew) and follows it.
     panel.tab("objects")
     panel.mark_rows()
+    panel.record_progress()
     notebook.restart_kernel()
     panel.wait_for_redrawn("x", "items")
     panel.wait_for_names("x", "items", absent=("label",))
     assert panel.versions() == checked_out
+    print("progress bar during the restart:", panel.progress_seen())
     notebook.shot("restarted")
     notebook.run_cell("after_restart = x + 1")
     panel.wait_for_names("x", "items", "after_restart")
