@@ -111,6 +111,7 @@ def harness(run: Run) -> None:
     assert "budget: [('spend:USD', '40', '60')]" in again, again
     assert "denied ops: [(7, 'denied')]" in again, again
     assert re.search(r"\(6, 'buyer'\), \(8, 'buyer'\)", again), again
+    assert run.cell("clean-up").text.strip() == "False", "the temporary workspace is still there"
 
 
 CHECKS: dict[str, Callable[[Run], None]] = {
