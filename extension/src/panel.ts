@@ -222,10 +222,10 @@ export class KernosPanel extends Widget {
   private _showHead(): void {
     this._status.classList.remove('kernos-status-error');
     const head = this._head;
-    this._status.textContent =
-      head && head.op !== null && head.op !== undefined
-        ? `op ${head.op} · ${shortCommit(head.commit)}`
-        : 'op 0 · no snapshot yet';
+    const op = head?.op ?? 0;
+    this._status.textContent = head?.commit
+      ? `op ${op} · ${shortCommit(head.commit)}`
+      : `op ${op} · no snapshot yet`;
   }
 
   /** A message in the status line, kept until an op after `op` commits. */
@@ -273,6 +273,7 @@ export class KernosPanel extends Widget {
 
   private _showNote(message: string): void {
     this._note.textContent = message;
+    this._note.title = message;
     this._note.hidden = false;
     window.clearTimeout(this._noteTimer);
     this._noteTimer = window.setTimeout(() => {

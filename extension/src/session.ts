@@ -30,8 +30,8 @@ export type SessionState =
   | { kind: 'ready'; hello: IHello }
   | { kind: 'error'; message: string };
 
-/** Statuses after which the kernel's comms are gone. */
-const LOST = new Set<Kernel.Status>(['restarting', 'autorestarting', 'dead', 'unknown']);
+/** Statuses after which the kernel's comms are gone (a restart clears them). */
+const LOST = new Set<Kernel.Status>(['restarting', 'autorestarting', 'dead']);
 
 export class KernosSession {
   constructor(readonly context: ISessionContext) {
@@ -168,7 +168,11 @@ export class KernosSession {
         this._generation += 1;
         this._dropConnection();
         if (this._state.kind !== 'not-kernos' && this._state.kind !== 'no-kernel') {
-          this._setState({ kind: 'restarting' });
+          this._setState(
+            status === 'dead'
+              ? { kind: 'error', message: 'the kernel died; restart it to inspect its image' }
+              : { kind: 'restarting' }
+          );
         }
       }
       return;

@@ -193,14 +193,16 @@ export class HistoryView implements IView {
         )
       );
     };
+    // A summary usually names the type already; show the type alone otherwise.
+    const describe = (entry: IDiffEntry) => text(entry.summary || entry.type);
     for (const entry of diff.added) {
-      add('+', 'added', entry, `${text(entry.type)} ${text(entry.summary, '')}`);
+      add('+', 'added', entry, describe(entry));
     }
     for (const entry of diff.changed) {
       add('~', 'changed', entry, `${text(entry.before, '')} → ${text(entry.after, '')}`);
     }
     for (const entry of diff.deleted) {
-      add('−', 'deleted', entry, `${text(entry.type)} ${text(entry.summary, '')}`);
+      add('−', 'deleted', entry, describe(entry));
     }
     if (!list.childElementCount) {
       list.append(h('li', { className: 'kernos-empty', text: 'No differences.' }));
