@@ -18,6 +18,9 @@ several people may run these tests in one tree at once; the oldest are pruned.
 
 The extension (labextension ``kernos-jupyterlab``) must be installed; these
 tests fail, never skip, when it is not.
+
+Run them with ``.venv/bin/python -m pytest tests/browser`` (about a minute).
+``KERNOS_CHROMIUM`` names another chromium binary.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def test_panel_follows_the_image(open_notebook: Callable[..., NotebookPage]) -> 
     assert shown and {state["what"] for state in shown} == {"checkout"}, shown
     assert shown[-1]["percent"] == 100, shown
     expect(panel.testid("kernos-progress")).to_be_hidden()
-    panel.row("x").click()
+    panel.select("x")
     expect(panel.testid("kernos-preview")).to_contain_text("version 3")
     expect(panel.testid("kernos-preview").locator("pre")).to_have_text("1")
     notebook.shot("checked-out-first-op")
@@ -159,7 +159,7 @@ def test_views_page_filter_preview_events_grants_plot_and_diff(
     expect(page).to_have_text(rows_shown(1, 50, 60))
 
     # A row's preview; a change to it (with an event) is shown in place.
-    panel.row("v07").click()
+    panel.select("v07")
     preview = panel.testid("kernos-preview")
     expect(preview.locator("pre")).to_have_text("7")
     expect(preview).to_contain_text("version 1")
