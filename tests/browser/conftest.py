@@ -272,8 +272,8 @@ def open_notebook(lab_server: LabServer, browser_context: Any, artifacts: Path,
 
     Each test starts on an empty workspace: no kernel runs when it starts, so the
     previous test's workspace is removed.  The kernel is started and idle when this
-    returns.  At teardown each notebook's kernel is shut down, after a ``failure``
-    screenshot if the test failed.
+    returns.  At teardown every kernel is shut down, after a ``failure`` screenshot
+    if the test failed.
     """
     for kernel in lab_server.api("/api/kernels"):
         lab_server.api(f"/api/kernels/{kernel['id']}", method="DELETE")
@@ -298,7 +298,8 @@ def open_notebook(lab_server: LabServer, browser_context: Any, artifacts: Path,
                 page.shot("failure")
         with contextlib.suppress(Exception):
             page.write_console_log()
-        lab_server.remember_kernels()
-        with contextlib.suppress(Exception):
-            page.shut_down_kernel()
+    lab_server.remember_kernels()
+    with contextlib.suppress(Exception):
+        for kernel in lab_server.api("/api/kernels"):
+            lab_server.api(f"/api/kernels/{kernel['id']}", method="DELETE")
 

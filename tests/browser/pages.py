@@ -145,8 +145,9 @@ class NotebookPage:
         self.wait_for_idle_kernel()
         self.server.remember_kernels()
 
-    def wait_for_idle_kernel(self, timeout: int = KERNEL_TIMEOUT_MS) -> None:
-        """Wait until the toolbar names the notebook's kernel and its status reads Idle.
+    def wait_for_idle_kernel(self, timeout: int = KERNEL_TIMEOUT_MS,
+                             display_name: str | None = None) -> None:
+        """Wait until the toolbar names the shown notebook's kernel and its status reads Idle.
 
         The execution indicator alone reads idle before any kernel is connected, so the
         kernel's display name (toolbar) and the status bar's "NAME | Idle" are both required.
@@ -161,11 +162,11 @@ class NotebookPage:
                 return label && label.textContent.trim() === name
                     && status && status.getAttribute('data-status') === 'idle'
                     && bar && bar.innerText.includes(name + ' | Idle');
-            }""", arg=self.display_name, timeout=timeout)
+            }""", arg=display_name or self.display_name, timeout=timeout)
 
     @property
     def cells(self) -> Locator:
-        return self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+        return self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell")
 
     def run_cell(self, code: str, timeout: int = KERNEL_TIMEOUT_MS) -> Locator:
         """Put ``code`` in the last cell, run it with Shift+Enter, wait for its count.
@@ -183,6 +184,24 @@ class NotebookPage:
         expect(cell.locator(".jp-InputPrompt")).to_have_text(
             re.compile(r"\[\d+\]:"), timeout=timeout)
         return cell
+
+    def open_from_file_browser(self, notebook: str, kernel: str) -> None:
+        """Double-click ``notebook`` in the file browser; wait for its kernel to idle."""
+        browser = self.page.locator("#filebrowser")
+        if not browser.is_visible():
+            self.page.locator('.jp-SideBar.jp-mod-left [data-id="filebrowser"]').click()
+        self.page.locator(".jp-DirListing-item", has_text=notebook).dblclick()
+        expect(self.page.locator(".jp-mod-current .lm-TabBar-tabLabel, "
+                                 ".lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").filter(
+            has_text=notebook).first).to_be_visible()
+        self.wait_for_idle_kernel(display_name=KERNELSPECS[kernel]["display_name"])
+        self.server.remember_kernels()
+
+    def switch_to(self, notebook: str) -> None:
+        """Click the notebook's tab in the main area."""
+        self.page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=notebook).click()
+        expect(self.page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current",
+                                 has_text=notebook)).to_be_visible()
 
     def output(self, cell: Locator) -> str:
         return str(cell.locator(".jp-OutputArea").inner_text())
@@ -205,17 +224,6 @@ class NotebookPage:
             time.sleep(0.05)
         self.server.remember_kernels()
         self.wait_for_idle_kernel()
-
-    def kernel_id(self) -> str | None:
-        for session in self.server.api("/api/sessions"):
-            if session.get("path") == self.notebook and session.get("kernel"):
-                return str(session["kernel"]["id"])
-        return None
-
-    def shut_down_kernel(self) -> None:
-        kernel = self.kernel_id()
-        if kernel is not None:
-            self.server.api(f"/api/kernels/{kernel}", method="DELETE")
 
 
 class KernosPanel:

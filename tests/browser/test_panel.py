@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import expect
 
-from browser.pages import STEP_TIMEOUT_MS, KernosPanel, NotebookPage
+from browser.pages import STEP_TIMEOUT_MS, KernosPanel, LabServer, NotebookPage, write_notebook
 
 pytestmark = [pytest.mark.slow, pytest.mark.kernel, pytest.mark.extension]
 
@@ -193,3 +193,29 @@ def test_views_page_filter_preview_events_grants_plot_and_diff(
     expect(changed).to_contain_text("7")
     expect(changed).to_contain_text("700")
     notebook.shot("diff")
+
+
+def test_panel_follows_the_active_notebook(open_notebook: Callable[..., NotebookPage],
+                                           lab_server: LabServer) -> None:
+    notebook = open_notebook("kernos-side")
+    panel = notebook.panel
+    panel.open()
+    notebook.run_cell("shown = 1")
+    panel.wait_for_names("shown")
+    notebook.shot("kernos-notebook")
+
+    # A python3 notebook opened beside it takes the panel over: "not Kernos".
+    write_notebook(lab_server.root / "python-side.ipynb", "python3")
+    notebook.open_from_file_browser("python-side.ipynb", "python3")
+    panel.open()
+    expect(panel.testid("kernos-not-kernos")).to_be_visible(timeout=STEP_TIMEOUT_MS)
+    expect(panel.objects).to_be_hidden()
+    notebook.shot("python-notebook-active")
+
+    # Back on the Kernos notebook, the panel shows its image again, and follows it.
+    notebook.switch_to("kernos-side.ipynb")
+    expect(panel.testid("kernos-not-kernos")).to_be_hidden(timeout=STEP_TIMEOUT_MS)
+    panel.wait_for_names("shown")
+    notebook.run_cell("shown_again = 2")
+    panel.wait_for_names("shown", "shown_again")
+    notebook.shot("kernos-notebook-again")
