@@ -38,7 +38,8 @@ from jupyter_client import KernelManager
 RAISES = "raises-exception"
 RESTART = "kernos-restart-before"
 START_TIMEOUT = 120
-CELL_TIMEOUT = 300
+CELL_TIMEOUT = 120
+"""Seconds a cell may run (the examples' cells take a few)."""
 
 
 @dataclass
@@ -171,7 +172,15 @@ def run_notebook(notebook: Path, workspace: Path, kernel_name: str = "kernos") -
             restarted = RESTART in tags
             if restarted:
                 kernel.restart()
-            reply, outputs = kernel.execute(cell.source)
+            try:
+                reply, outputs = kernel.execute(cell.source)
+            except TimeoutError:
+                timeout = {"output_type": "error", "ename": "TimeoutError", "traceback": [],
+                           "evalue": f"no reply within {CELL_TIMEOUT} s"}
+                cells.append(CellRun(index=index, id=str(cell.get("id", "")),
+                                     source=cell.source, tags=tags, status="timeout", kernos="",
+                                     outputs=[timeout], restarted=restarted))
+                break  # the kernel is still busy with it: later cells would only queue
             cells.append(CellRun(
                 index=index, id=str(cell.get("id", "")), source=cell.source, tags=tags,
                 status=reply["content"]["status"],
