@@ -94,6 +94,9 @@ export class KernosPanel extends Widget {
     // previous kernel lingers in the page.
     this._body = h('div', { className: 'kernos-body' }, this._tabBar, this._viewArea);
 
+    // The body sits in a slot that grows; progress and notes live in a footer
+    // below it, so that when they come and go nothing above them moves.
+    this._main = h('div', { className: 'kernos-main' }, this._notKernos);
     this.node.append(
       h(
         'div',
@@ -101,9 +104,8 @@ export class KernosPanel extends Widget {
         h('h2', { className: 'kernos-title', text: 'Kernos' }),
         this._status
       ),
-      this._progress,
-      this._note,
-      this._notKernos
+      this._main,
+      h('div', { className: 'kernos-footer' }, this._progress, this._note)
     );
     this._select('objects');
     this._showState({ kind: 'no-kernel' });
@@ -177,7 +179,7 @@ export class KernosPanel extends Widget {
     this._ready = state.kind === 'ready';
     this._notKernos.hidden = true;
     if (this._ready) {
-      this.node.append(this._body);
+      this._main.append(this._body);
     } else {
       this._body.remove();
     }
@@ -326,4 +328,5 @@ export class KernosPanel extends Widget {
   private _tabButtons: Map<TabName, HTMLButtonElement>;
   private _viewArea: HTMLDivElement;
   private _body: HTMLDivElement;
+  private _main: HTMLDivElement;
 }
