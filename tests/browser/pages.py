@@ -321,6 +321,14 @@ class KernosPanel:
             versions[name] = version
         return versions
 
+    def wait_for_versions(self, expected: dict[str, str]) -> None:
+        """Wait until the objects table shows exactly ``expected`` (name -> version)."""
+        deadline = time.monotonic() + STEP_TIMEOUT_MS / 1000
+        while (shown := self.versions()) != expected:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the objects table shows {shown}, not {expected}")
+            self.page.wait_for_timeout(100)
+
     def mark_rows(self) -> None:
         """Tag every shown objects row (a JS property, not an attribute) to spot a redraw."""
         self.objects.evaluate(
