@@ -96,7 +96,15 @@ export class KernosPanel extends Widget {
 
     // The body sits in a slot that grows; progress and notes live in a footer
     // below it, so that when they come and go nothing above them moves.
-    this._main = h('div', { className: 'kernos-main' }, this._notKernos);
+    this._retry = h('button', {
+      className: 'kernos-button kernos-retry',
+      testid: 'kernos-retry',
+      text: 'Retry',
+      attrs: { type: 'button' }
+    });
+    this._retry.hidden = true;
+    this._retry.addEventListener('click', () => this._session?.reconnect());
+    this._main = h('div', { className: 'kernos-main' }, this._notKernos, this._retry);
     this.node.append(
       h(
         'div',
@@ -178,6 +186,7 @@ export class KernosPanel extends Widget {
     const wasReady = this._ready;
     this._ready = state.kind === 'ready';
     this._notKernos.hidden = true;
+    this._retry.hidden = state.kind !== 'error';
     if (this._ready) {
       this._main.append(this._body);
     } else {
@@ -329,4 +338,5 @@ export class KernosPanel extends Widget {
   private _viewArea: HTMLDivElement;
   private _body: HTMLDivElement;
   private _main: HTMLDivElement;
+  private _retry: HTMLButtonElement;
 }

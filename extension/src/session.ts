@@ -72,6 +72,13 @@ export class KernosSession {
     return this._connection.request<T>(action, fields);
   }
 
+  /** Check the kernel and open the comm again (after an error). */
+  reconnect(): void {
+    if (!this._disposed) {
+      void this._connect();
+    }
+  }
+
   dispose(): void {
     if (this._disposed) {
       return;
