@@ -142,11 +142,19 @@ export class ObjectsView implements IView {
           title: `Sort by ${column.label.toLowerCase()}`
         }
       });
-      th.addEventListener('click', () => {
+      const sort = () => {
         this._sort = sorted && !descending ? `-${column.key}` : column.key;
         this._offset = 0;
         this._drawHead();
         void this.refresh();
+      };
+      th.tabIndex = 0;
+      th.addEventListener('click', sort);
+      th.addEventListener('keydown', event => {
+        if (event.key === 'Enter' || event.key === ' ') {
+          event.preventDefault();
+          sort();
+        }
       });
       this._head.append(th);
     }
@@ -169,12 +177,20 @@ export class ObjectsView implements IView {
           })
         );
       }
-      tr.addEventListener('click', () => {
+      const select = () => {
         for (const other of this._body.querySelectorAll('tr.kernos-selected')) {
           other.classList.remove('kernos-selected');
         }
         tr.classList.add('kernos-selected');
         void this._showPreview(row.name);
+      };
+      tr.tabIndex = 0;
+      tr.addEventListener('click', select);
+      tr.addEventListener('keydown', event => {
+        if (event.key === 'Enter' || event.key === ' ') {
+          event.preventDefault();
+          select();
+        }
       });
       this._body.append(tr);
     }
