@@ -151,6 +151,8 @@ def test_lab_opens_on_the_examples(binder: BinderEnv) -> None:
     assert opened[0] == "notebook:examples/01-researchers-day.ipynb" and len(opened) == 5
     config = binder.venv / "etc/jupyter/jupyter_server_config.d/kernos-examples.json"
     assert json.loads(config.read_text())["ServerApp"]["default_url"].startswith("/lab/tree/")
+    overrides = binder.venv / "share/jupyter/lab/settings/overrides.json"
+    assert json.loads(overrides.read_text()) == json.loads((BINDER / "overrides.json").read_text())
 
 
 def test_start_runs_the_command(binder: BinderEnv) -> None:
