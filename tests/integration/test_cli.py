@@ -249,6 +249,7 @@ def test_install_prefix_writes_a_usable_kernelspec(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extension
 def test_the_wheel_ships_the_kernelspec(tmp_path: Path) -> None:
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -265,6 +266,11 @@ def test_the_wheel_ships_the_kernelspec(tmp_path: Path) -> None:
         assert any(name.endswith("share/jupyter/kernels/kernos/logo-svg.svg")
                    for name in names)
         assert "kernos/kernel/kernel.py" in names and "kernos/py.typed" in names
+        # The JupyterLab extension, built, as shared-data (no node on the user's machine).
+        lab = "share/jupyter/labextensions/kernos-jupyterlab/"
+        assert any(name.endswith(lab + "package.json") for name in names), names
+        assert any(re.search(re.escape(lab) + r"static/remoteEntry\.[0-9a-f]+\.js$", name)
+                   for name in names), [name for name in names if lab in name]
     assert spec["display_name"] == "Kernos (Python 3)"
     assert spec["argv"] == ["python", "-m", "kernos.kernel", "-f", "{connection_file}"]
 
