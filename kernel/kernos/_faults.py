@@ -11,6 +11,15 @@ the manifest, root tree and commit), ``sealed`` (all objects and the op's
 audit record written, ref not moved), ``published`` (ref moved, journal not
 yet removed, reply not sent), ``notify`` (in the kernel: committed, its
 events not yet sent to external subscribers).
+
+Effects (``kernos.effects``) add, in order: ``effect.before`` (nothing
+journaled), ``effect.started`` (journaled as started, not executed),
+``effect.executed`` (executed, the result not journaled), ``effect.journaled``
+(journaled as done, not in the image) and ``effect.record`` (the follow-up
+op begun, not committed).
+
+``<point>@N`` crashes the Nth time the point is reached (``sealed@2``: in
+the second commit), so a test can crash a later op of the same process.
 """
 
 from __future__ import annotations
@@ -18,9 +27,13 @@ from __future__ import annotations
 import os
 import signal
 
-_armed = os.environ.get("KERNOS_CRASH_AT", "")
+_armed, _, _nth = os.environ.get("KERNOS_CRASH_AT", "").partition("@")
+_left = int(_nth) if _nth.isdigit() else 1
 
 
 def point(name: str) -> None:
+    global _left
     if _armed and _armed == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _left -= 1
+        if _left <= 0:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -135,6 +135,8 @@ class Op:
         """Grant id -> capability, for every grant the op's principals used."""
         self.denied: list[dict[str, Any]] = []
         """Capabilities that were refused (bounded by the runtime)."""
+        self.effects: list[dict[str, Any]] = []
+        """External effects this op queued, or recorded (see kernos.effects), for its audit."""
         self.key: str | None = None
         """An idempotency key from the op's sender, kept in its audit record."""
         self.outcome: tuple[str, dict[str, str] | None] = ("rolled back", None)

@@ -77,23 +77,45 @@ class Agents:
 
     def register_tool(self, name: str, function: Callable[..., Any], *,
                       schema: dict[str, Any], description: str, effect: str = "pure",
-                      capability: str | None = None) -> dict[str, object]:
+                      capability: str | None = None,
+                      resolve: Callable[[str], tuple[bool, Any]] | None = None,
+                      attempts: int = 3, backoff: float = 0.05) -> dict[str, object]:
+        """Register a function as a tool.
+
+        With ``effect="external"`` a call only queues the effect; it runs after
+        the op commits, once, with ``idempotency_key=`` (see ``kernos.effects``).
+        ``resolve(key)`` answers ``(True, result)`` or ``(False, None)`` for a
+        call that was cut short; failures are tried ``attempts`` times.
+        """
         return self.runtime.register_tool(name, function, schema=schema,
                                           description=description, effect=effect,
-                                          capability=capability)
+                                          capability=capability, resolve=resolve,
+                                          attempts=attempts, backoff=backoff)
 
     def tool(self, *, schema: dict[str, Any], description: str, effect: str = "pure",
-             name: str | None = None,
-             capability: str | None = None) -> Callable[[Callable[..., Any]],
-                                                         Callable[..., Any]]:
+             name: str | None = None, capability: str | None = None,
+             resolve: Callable[[str], tuple[bool, Any]] | None = None,
+             attempts: int = 3,
+             backoff: float = 0.05) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator form of :meth:`register_tool`."""
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.register_tool(name or function.__name__, function, schema=schema,
                                description=description, effect=effect,
-                               capability=capability)
+                               capability=capability, resolve=resolve, attempts=attempts,
+                               backoff=backoff)
             return function
 
         return register
+
+    def effects(self, status: str | None = None) -> list[dict[str, Any]]:
+        """External effects: queued, done, failed or in-doubt, with keys and results."""
+        found = self.runtime.effects.effects()
+        return [e for e in found if status is None or e["status"] == status]
+
+    def resolve_effect(self, key: str, *, executed: bool,
+                       result: object = None) -> dict[str, Any]:
+        """Say whether an in-doubt effect happened; recorded (or executed) after this cell."""
+        return self.runtime.resolve_effect(key, executed=executed, result=result)
 
     def tools(self) -> list[dict[str, object]]:
         return self.runtime.tools()

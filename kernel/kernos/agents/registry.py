@@ -16,6 +16,7 @@ started with.
 from __future__ import annotations
 
 import decimal
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,13 @@ class ToolVersion:
     """The op that defined it; ops after it see this version."""
     source: str | None = None
     """The source of an agent-written tool."""
+    resolve: Callable[[str], tuple[bool, Any]] | None = None
+    """For an external tool: asked, with an in-doubt effect's idempotency key, whether it
+    happened: ``(True, result)`` or ``(False, None)`` (see kernos.effects)."""
+    attempts: int = 3
+    """For an external tool: how many times a raising implementation is tried."""
+    backoff: float = 0.05
+    """For an external tool: seconds before the second attempt, doubled for each later one."""
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "version": self.version, "description": self.description,
@@ -252,7 +260,9 @@ class Registry:
 
     def define_tool(self, *, name: object, function: Callable[..., Any], schema: object,
                     description: object, effect: object, author: str, op: int,
-                    capability: object = None, source: str | None = None) -> ToolVersion:
+                    capability: object = None, source: str | None = None,
+                    resolve: object = None, attempts: object = 3,
+                    backoff: object = 0.05) -> ToolVersion:
         if type(name) is not str or not _TOOL_NAME.fullmatch(name):
             raise UsageError(f"{shown(name)!r} is not a valid tool name: lowercase letters, "
                              "digits and '_', starting with a letter")
@@ -264,14 +274,22 @@ class Registry:
             raise InvalidGrant(f"the effect of tool {name!r} must be one of {sorted(EFFECTS)}")
         required = f"call:{name}" if capability is None else capability
         parse_capability(required)
+        checked_schema = check_schema(schema, tool=name)
+        if effect == "external":
+            _check_external(name, function, checked_schema, resolve, attempts, backoff)
+        elif resolve is not None:
+            raise UsageError(f"tool {name!r}: only an external tool has a resolve function")
         versions = self.tools.get(name, [])
         if versions and versions[-1].author != author and author != HUMAN:
             raise CapabilityDenied(author, f"define tool {name}",
                                    detail=f"it belongs to {versions[-1].author}")
         version = ToolVersion(
             name=name, version=len(versions) + 1, function=function,
-            schema=check_schema(schema, tool=name), description=str(description),
-            capability=str(required), effect=str(effect), author=author, op=op, source=source)
+            schema=checked_schema, description=str(description),
+            capability=str(required), effect=str(effect), author=author, op=op, source=source,
+            resolve=resolve if callable(resolve) else None,
+            attempts=attempts if type(attempts) is int else 3,
+            backoff=float(backoff) if type(backoff) in (int, float) else 0.05)
         self.tools[name] = [*versions, version]  # only once everything is checked
         return version
 
@@ -286,3 +304,26 @@ class Registry:
                               detail=" yet: it was defined in this op and can be called from "
                                      "the next op")
         return visible[-1]
+
+
+def _check_external(name: str, function: Callable[..., Any], schema: dict[str, Any],
+                    resolve: object, attempts: object, backoff: object) -> None:
+    """An external tool takes its effect's idempotency key, and says how to retry."""
+    if "idempotency_key" in schema.get("properties", {}):
+        raise UsageError(f"tool {name!r}: 'idempotency_key' is passed by Kernos, so it cannot be "
+                         "an argument in the schema")
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        parameters = None
+    if parameters is not None and "idempotency_key" not in parameters and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        raise UsageError(f"tool {name!r} is external, so it must accept the keyword argument "
+                         "idempotency_key (pass it on to the service, so that a retry is not "
+                         "done twice)")
+    if resolve is not None and not callable(resolve):
+        raise UsageError(f"tool {name!r}: resolve must be a function of the idempotency key")
+    if type(attempts) is not int or not 1 <= attempts <= 20:
+        raise UsageError(f"tool {name!r}: attempts must be an int from 1 to 20")
+    if type(backoff) not in (int, float) or not 0 <= backoff <= 60:  # type: ignore[operator]
+        raise UsageError(f"tool {name!r}: backoff must be a number of seconds from 0 to 60")

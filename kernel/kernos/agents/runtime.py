@@ -44,6 +44,7 @@ from kernos.errors import (
     UnknownAgent,
     UsageError,
 )
+from kernos.effects import EffectRunner, queue
 from kernos.events.bus import EventBus
 from kernos.image import Image
 from kernos.op import Op
@@ -113,6 +114,8 @@ class AgentRuntime:
         self.denials: list[dict[str, Any]] = []
         self.events = EventBus(image, runner=self._run_subscriber,
                                authorize=self._authorize_event, principal=self._principal)
+        self.effects = EffectRunner(self)
+        """Executes external effects after their op commits (see kernos.effects)."""
 
     # -- state in the image ------------------------------------------------------
 
@@ -209,15 +212,28 @@ class AgentRuntime:
 
     def register_tool(self, name: str, function: Callable[..., Any], *,
                       schema: dict[str, Any], description: str, effect: str = "pure",
-                      capability: str | None = None) -> dict[str, object]:
-        """Register trusted Python (the human's) as a tool."""
+                      capability: str | None = None,
+                      resolve: Callable[[str], tuple[bool, Any]] | None = None,
+                      attempts: int = 3, backoff: float = 0.05) -> dict[str, object]:
+        """Register trusted Python (the human's) as a tool.
+
+        An ``external`` tool is called with ``idempotency_key=`` after its op
+        commits (see kernos.effects); ``resolve``, ``attempts`` and ``backoff``
+        say how its in-doubt calls are checked and its failures retried.
+        """
         if not callable(function):
             raise UsageError(f"tool {name!r}: {function!r} is not callable")
         op = self._op()
         version = self._mutable_registry(op).define_tool(
             name=name, function=function, schema=schema, description=description,
-            effect=effect, author=HUMAN, op=op.id, capability=capability)
+            effect=effect, author=HUMAN, op=op.id, capability=capability, resolve=resolve,
+            attempts=attempts, backoff=backoff)
         return version.describe()
+
+    def resolve_effect(self, key: object, *, executed: object,
+                       result: object = None) -> dict[str, Any]:
+        """Answer for an in-doubt effect (the human only); the next drain records it."""
+        return self.effects.resolve(self._op(), key, executed=executed, result=result)
 
     def tools(self) -> list[dict[str, object]]:
         return [versions[-1].describe() for versions in self.registry.tools.values()]
@@ -450,6 +466,9 @@ class AgentRuntime:
             self._require(ctx, kind, target)
         arguments = to_host(arguments)
         _check_arguments(version, arguments)
+        if version.effect == "external":  # runs after the op commits, exactly once
+            ticket = queue(self, ctx.op, ctx.principal, version, arguments)
+            return to_agent(ticket) if ctx.principal != HUMAN else ticket
         ctx.depth += 1
         try:
             result = version.function(**arguments)

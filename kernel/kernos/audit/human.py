@@ -86,6 +86,8 @@ def format_records(records: list[dict[str, Any]]) -> str:
             detail = {"void": f"voids record {record.get('voids')}",
                       "died": f"op {record.get('op')} died with its kernel",
                       "erasure": f"erased subject {record.get('subject')}",
+                      "effect": f"{record.get('tool')} {record.get('state')} (attempt "
+                                f"{record.get('attempt')}, key {str(record.get('key'))[-12:]})",
                       "genesis": "log started"
                       + (f", adopting {str(record.get('adopts'))[:12]}"
                          if record.get("adopts") else "")}.get(str(kind), str(kind))

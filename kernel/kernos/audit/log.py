@@ -91,7 +91,7 @@ class Entry:
     length: int
     """Length of its line, newline included."""
     type: str
-    """genesis, op, void, died or erasure."""
+    """genesis, op, void, died, erasure or effect."""
     hash: str
     """Its hash."""
     op: int | None = None
@@ -129,6 +129,8 @@ class AuditLog:
         self.entries: list[Entry] = []
         self._keys: dict[str, int] = {}
         """Idempotency key -> index of the committed op record that carries it."""
+        self._effects: dict[str, int] = {}
+        """Effect key -> index of its newest ``effect`` record (see kernos.effects)."""
         self._next_seq = 1
         self._last_op = 0
         self._last_commit: int | None = None
@@ -195,6 +197,8 @@ class AuditLog:
             self._next_seq = entry.first_seq + entry.events
         if entry.op is not None:
             self._last_op = max(self._last_op, entry.op)
+        if entry.type == "effect" and entry.key is not None:
+            self._effects[entry.key] = entry.index
         if entry.type == "op" and entry.status == COMMITTED:
             self._last_commit = entry.index
             if entry.key is not None:
@@ -249,6 +253,11 @@ class AuditLog:
     def committed_with_key(self, key: str) -> dict[str, Any] | None:
         """The record of the committed (and not voided) op that carries idempotency ``key``."""
         index = self._keys.get(key)
+        return None if index is None else self.read(index)
+
+    def effect_state(self, key: str) -> dict[str, Any] | None:
+        """The newest ``effect`` record of the effect with idempotency ``key``, if any."""
+        index = self._effects.get(key)
         return None if index is None else self.read(index)
 
     def binding(self) -> dict[str, Any]:

@@ -105,7 +105,7 @@ class AuditParticipant:
                         if committed and report is not None else None),
             "events": event_fields(self.log, op) if committed else [],
             "attempted_events": 0 if committed else len(op.events),
-            "effects": [],
+            "effects": list(op.effects) if committed else [],
             "commit": commit,
             "started_at": self.started_at,
             "finished_at": utc_now(),

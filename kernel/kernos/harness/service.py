@@ -71,7 +71,7 @@ from kernos.harness.values import DEFAULT_PREVIEW_BYTES, value_of
 if TYPE_CHECKING:
     from kernos.agents import AgentRuntime
     from kernos.image import Image
-    from kernos.op import Op
+    from kernos.op import CommitReport, Op
 
 __all__ = ["Handled", "HarnessService"]
 
@@ -87,6 +87,8 @@ class Handled:
 
     reply: dict[str, Any]
     events: list[dict[str, Any]] = field(default_factory=list)
+    followups: list[CommitReport] = field(default_factory=list)
+    """Ops that recorded the outcomes of external effects, after the request's own op."""
 
 
 class _BoundedText(io.StringIO):
@@ -152,7 +154,7 @@ class HarnessService:
             return Handled(reply=error_reply(shown_action, error))
         self._began = False
         try:
-            return getattr(self, "_" + request.action)(request)  # type: ignore[no-any-return]
+            handled: Handled = getattr(self, "_" + request.action)(request)
         except KernosError as error:
             problem = error if isinstance(error, ProtocolError) else _as_protocol_error(error)
             # Refused before its op began (an unknown principal, say): record it here.
@@ -160,6 +162,21 @@ class HarnessService:
             if request.action in MUTATING and not self._began:
                 self._record_rejection(content, request.action, problem)
             return Handled(reply=error_reply(request.action, problem))
+        if request.action in MUTATING:
+            self._settle_effects(handled)
+        return handled
+
+    def _settle_effects(self, handled: Handled) -> None:
+        """Execute the effects the request's op queued (after it committed); say how they ended."""
+        handled.followups = self.runtime.effects.drain()
+        if not handled.followups:
+            return
+        recorded = {report.op for report in handled.followups}
+        settled = [effect for effect in self.runtime.effects.effects()
+                   if effect["recorded_op"] in recorded]
+        result = handled.reply.get("result")
+        if isinstance(result, dict):
+            result["effects"] = _plain(settled)
 
     def _ok(self, request: Request, result: dict[str, Any],
             events: list[dict[str, Any]] | None = None) -> Handled:

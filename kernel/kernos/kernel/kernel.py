@@ -191,6 +191,7 @@ class KernosKernel(IPythonKernel):
             report = self.restore_report
             self.log.info("Kernos: restored %d names (%d bytes) from %s in %.2fs",
                           report.names, report.bytes, report.commit, report.seconds)
+            self._settle_effects()  # effects a crash left queued or in doubt
         except BaseException as error:  # the kernel must keep serving to explain it
             self.restore_error = error
             self.log.error("Kernos: restore failed: %s", error)
@@ -219,7 +220,23 @@ class KernosKernel(IPythonKernel):
         notice = notice_of(handled.reply)
         if notice is not None:
             self.inspection.notify(notice)
+        for report in handled.followups:
+            self._notify_committed(report)
         return handled
+
+    def _settle_effects(self) -> None:
+        """Execute the external effects committed ops queued; record how they ended.
+
+        Runs between ops (the caller holds the op lock, or the restore has
+        not finished).  An effect's failure is recorded, never raised here.
+        """
+        try:
+            reports = self.agent_runtime().effects.drain()
+        except Exception as error:  # the kernel must keep serving; the next drain retries
+            self.log.error("Kernos: executing effects failed: %s", error)
+            return
+        for report in reports:
+            self._notify_committed(report)
 
     def progress_reporter(self, parent: dict[str, Any] | None) -> Callable[[str, int, int], None]:
         """A throttled ``(what, done, total)`` callback for a long step.
@@ -252,11 +269,7 @@ class KernosKernel(IPythonKernel):
     def _notify_finished(self, op: Op, outcome: CommitReport | BaseException | None,
                          why: BaseException | tuple[str, str] | None) -> None:
         if isinstance(outcome, CommitReport):
-            self.inspection.notify({
-                "type": "committed", "op": outcome.op, "commit": outcome.commit,
-                "principal": outcome.principal, "added": outcome.added,
-                "changed": outcome.changed, "deleted": outcome.deleted,
-                "events": len(outcome.events)})
+            self._notify_committed(outcome)
         else:
             if isinstance(outcome, BaseException):
                 error: str | None = str(outcome)  # the commit failed
@@ -266,6 +279,13 @@ class KernosKernel(IPythonKernel):
                 error = None if why is None else f"{type(why).__name__}: {why}"
             self.inspection.notify({"type": "rolled_back", "op": op.id,
                                     "principal": op.principal, "error": error})
+
+    def _notify_committed(self, report: CommitReport) -> None:
+        self.inspection.notify({
+            "type": "committed", "op": report.op, "commit": report.commit,
+            "principal": report.principal, "added": report.added,
+            "changed": report.changed, "deleted": report.deleted,
+            "events": len(report.events)})
 
     async def _ready(self) -> KernosError | None:
         """Wait for the restore (showing progress); return the reason ops cannot run, if any."""
@@ -364,6 +384,8 @@ class KernosKernel(IPythonKernel):
                 _faults.point("notify")
                 self.streams.publish(outcome.events)
             self._notify_finished(op, outcome, why)
+            if isinstance(outcome, CommitReport):
+                self._settle_effects()
         if isinstance(outcome, BaseException):
             return self._error_reply(outcome, reply)
         if failure is not None:

@@ -285,7 +285,10 @@ def test_define_tool(reg: Registry) -> None:
     assert version.describe() == {
         "name": "double", "version": 1, "description": "doubles", "capability": "call:double",
         "effect": "pure", "author": HUMAN, "op": 2, "schema": OBJECT_SCHEMA}
-    assert define(reg, effect="external", capability="spend:USD", op=3).version == 2
+    assert define(reg, effect="external", capability="spend:USD", op=3,
+                  function=lambda x, idempotency_key: 2 * x).version == 2
+    with pytest.raises(UsageError, match="must accept the keyword argument idempotency_key"):
+        define(reg, effect="external", op=3)
     assert reg.tools["double"][1].capability == "spend:USD"
 
 
