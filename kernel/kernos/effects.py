@@ -293,8 +293,9 @@ class EffectRunner:
             return _Outcome(key=effect.key, status="failed", attempts=int(last.get("attempt", 0)),
                             error="a different request was recorded under this key; refusing "
                                   "to reuse its outcome")
-        state = None if last is None else last.get("state")
-        attempt = 0 if last is None else int(last.get("attempt", 0))
+        last = last or {}
+        state = last.get("state")
+        attempt = int(last.get("attempt", 0))
         if state == "done":
             return _Outcome(key=effect.key, status="done", result=last.get("result"),
                             attempts=attempt)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.harness_support import Harness
 
 from kernos.effects import OUTBOX
 from kernos.errors import UsageError
-from tests.harness_support import Harness
 
 PAY = '''
 import json, os

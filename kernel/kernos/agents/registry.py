@@ -289,7 +289,7 @@ class Registry:
             capability=str(required), effect=str(effect), author=author, op=op, source=source,
             resolve=resolve if callable(resolve) else None,
             attempts=attempts if type(attempts) is int else 3,
-            backoff=float(backoff) if type(backoff) in (int, float) else 0.05)
+            backoff=float(backoff) if isinstance(backoff, (int, float)) else 0.05)
         self.tools[name] = [*versions, version]  # only once everything is checked
         return version
 

@@ -34,6 +34,7 @@ from kernos.agents.guards import AGENT_BUILTINS
 from kernos.agents.limits import AGENT_FILENAME_PREFIX, LimitExceeded, Limits, Supervisor
 from kernos.agents.policy import compile_agent, compile_agent_with_value
 from kernos.agents.registry import HUMAN, Registry, ToolVersion, shown
+from kernos.effects import EffectRunner, queue
 from kernos.errors import (
     BoundaryError,
     CapabilityDenied,
@@ -44,7 +45,6 @@ from kernos.errors import (
     UnknownAgent,
     UsageError,
 )
-from kernos.effects import EffectRunner, queue
 from kernos.events.bus import EventBus
 from kernos.image import Image
 from kernos.op import Op
