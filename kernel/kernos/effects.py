@@ -62,6 +62,7 @@ restore), never inside an op.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import reprlib
 import time
@@ -164,9 +165,8 @@ def code_identity(version: ToolVersion) -> str:
 
 
 def workspace_tag(runtime: AgentRuntime) -> str:
-    """The workspace part of idempotency keys: its audit genesis record, shortened."""
-    entries = runtime.image.audit.entries
-    return entries[0].hash[:12] if entries else "local"
+    """The workspace part of idempotency keys (see :attr:`Image.identity`)."""
+    return runtime.image.identity
 
 
 def queue(runtime: AgentRuntime, op: Op, principal: str, version: ToolVersion,
@@ -220,6 +220,8 @@ class EffectRunner:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.runtime = runtime
         self.sleep = sleep
+        self.replaying = False
+        """In a replay, effects are never executed: only recorded outcomes are taken."""
 
     @property
     def outbox(self) -> Outbox:
@@ -230,16 +232,24 @@ class EffectRunner:
         return [effect.describe() for effect in sorted(
             self.outbox.effects.values(), key=lambda e: (e.op, e.position))]
 
-    def drain(self) -> list[CommitReport]:
+    def drain(self, recorded: dict[str, dict[str, Any]] | None = None) -> list[CommitReport]:
         """Execute every queued effect and record the outcomes; the follow-up ops' reports.
 
         Never raises for an effect's failure: that is recorded.  Called
         outside any op; does nothing (cheaply) when nothing is queued.
+
+        ``recorded`` (replay): the outcomes to record instead, by key, each
+        with the ``request`` hash it was recorded for; nothing is executed,
+        and an effect without one stays queued.
         """
         image = self.runtime.image
         if image.current is not None:
             raise UsageError("effects are executed after an op, not inside one")
+        if self.replaying and recorded is None:
+            return []
         waiting = self.outbox.waiting()
+        if recorded is not None:
+            return self._replayed(waiting, recorded)
         if not waiting:
             return []
         by_op: dict[int, list[Effect]] = {}
@@ -252,6 +262,24 @@ class EffectRunner:
             if report is not None:
                 reports.append(report)
         return reports
+
+    def _replayed(self, waiting: list[Effect],
+                  recorded: dict[str, dict[str, Any]]) -> list[CommitReport]:
+        chosen = [effect for effect in waiting if effect.key in recorded]
+        if not chosen:
+            raise UsageError("the original recorded effects here, but the replay queued none "
+                             f"of them ({', '.join(sorted(recorded)[:5])})")
+        outcomes = []
+        for effect in chosen:
+            found = recorded[effect.key]
+            if found.get("request") != effect.request:
+                raise UsageError(f"effect {effect.key} ({effect.tool}) was requested with other "
+                                 "arguments or another tool version than in the original")
+            outcomes.append(_Outcome(key=effect.key, status=str(found["status"]),
+                                     result=found.get("result"), error=found.get("error"),
+                                     attempts=int(found.get("attempts", 0))))
+        report = self._record(chosen[0].principal, chosen[0].op, outcomes)
+        return [] if report is None else [report]
 
     def resolve(self, op: Op, key: object, *, executed: object,
                 result: object = None) -> dict[str, Any]:
@@ -272,7 +300,7 @@ class EffectRunner:
                 check_json(result, what="the result")
             except EventError as error:
                 raise UsageError(str(error)) from None
-        effect.resolution = {"executed": executed, "result": result, "by": op.principal,
+        effect.resolution = {"executed": executed, "result": _plain(result), "by": op.principal,
                              "op": op.id}
         effect.status = "queued"
         op.touch(OUTBOX)
@@ -412,8 +440,10 @@ def _plain(value: object) -> object:
     """A result as the journal can hold it: JSON, or a bounded repr with a note."""
     try:
         check_json(value, what="the result")
-        if len(canonical(value)) <= MAX_RESULT_BYTES:
-            return value
+        data = canonical(value)
+        if len(data) <= MAX_RESULT_BYTES:
+            # As the journal holds it (keys sorted), so a replay records the same value.
+            return json.loads(data)
     except (EventError, TypeError, ValueError):
         pass
     return {"repr": _bounded(value), "note": "not JSON (or too large): kept as a repr"}

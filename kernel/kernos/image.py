@@ -37,6 +37,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kernos import determinism
 from kernos.analysis import DYNAMIC_NAMES, Reach, reach_of_source
 from kernos.audit.erasure import finish_erasures
 from kernos.audit.log import AuditLog
@@ -156,6 +157,9 @@ class Image:
         self._busy = threading.Lock()
         self.restored = threading.Event()
         self._history_bytes: int | None = None
+        self.identity_override: str | None = None
+        """Set by a replay: the identity of the workspace whose ops it re-runs."""
+        determinism.install()
 
     def history_bytes(self) -> int:
         """The history's size: its objects on disk when first asked, plus what ops wrote since.
@@ -320,14 +324,27 @@ class Image:
                                      .hexdigest())
             self.current = Op(self, op=self.last_op, principal=principal, source=source,
                               kind=kind, reach=reach)
+            determinism.seed_op(self.identity, self.last_op)
             return self.current
         except BaseException:
             self._busy.release()
             raise
 
     def _release(self) -> None:
+        determinism.end_op()
         self.current = None
         self._busy.release()
+
+    @property
+    def identity(self) -> str:
+        """A short, stable identity of the workspace: its audit genesis record's hash.
+
+        It seeds ops' randomness (``kernos.determinism``) and prefixes effect keys.
+        """
+        if self.identity_override is not None:
+            return self.identity_override
+        entries = self.audit.entries
+        return entries[0].hash[:12] if entries else "local"
 
     def persisted_names(self) -> dict[str, object]:
         found = {name: value for name, value in list(self.namespace.items())

@@ -12,6 +12,8 @@
 ``kernos events``             committed events from the durable log; ``--follow`` streams
 ``kernos audit verify|log``   verify the audit chain and history; list the records
 ``kernos erase SUBJECT``      erase a data subject (the kernel must be stopped)
+``kernos replay``             re-run the recorded ops in a fresh workspace, checking every
+                              snapshot (``--from``, ``--to``, ``--until OP``)
 ``kernos mcp``                the MCP server (``kernos.mcp``)
 
 The workspace is ``--workspace DIR``, else ``$KERNOS_WORKSPACE``, else the
@@ -57,6 +59,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kernos.cli._common import Exit, Fail, emit_json, stderr_is_tty, workspace_path
 from kernos.cli._progress import Progress
@@ -162,6 +165,8 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _audit.audit(args, path, progress)
     if command == "erase":
         return _audit.erase(args, path)
+    if command == "replay":
+        return _replay(args, path)
     if command == "checkout":
         return _history.checkout(args, path, progress)
     if command == "log":
@@ -170,6 +175,18 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _history.show(args, path)
     assert command == "diff", command
     return _history.diff(args, path)
+
+
+def _replay(args: argparse.Namespace, path: Path) -> int:
+    from kernos.replay import replay
+
+    report = replay(path, start=args.start, end=args.end, until=args.until, into=args.into,
+                    keep_going=args.keep_going)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print(report.summary())
+    return Exit.OK if report.ok else Exit.FAILED
 
 
 def _mcp(args: argparse.Namespace) -> int:

@@ -136,6 +136,7 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
 
     _add_events(add)
     _add_audit(add, parents)
+    _add_replay(add)
 
     erase = add("erase", "erase a data subject's personal values (irreversible; the "
                 "kernel must be stopped)", "workspace", "json")
@@ -223,6 +224,28 @@ def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
     audit_log.add_argument("--status", help="committed, rolled back, failed, interrupted, "
                                             "denied or vetoed")
     audit_log.add_argument("--topic", help="only ops that emitted a matching event")
+
+
+def _add_replay(add: _Add) -> None:
+    replay = add(
+        "replay", "re-run the recorded ops in a fresh workspace and check every snapshot",
+        "workspace", "json",
+        description="Rebuild the image in a fresh workspace by re-running the ops the audit "
+                    "log recorded, with the recorded effect outcomes (no effect runs again), "
+                    "and check that every snapshot equals the original. Exit 1 names the "
+                    "first op that diverged and the names that differ. Reads the workspace "
+                    "from disk (also while a kernel runs).")
+    replay.add_argument("--from", dest="start", metavar="REF",
+                        help="start from this snapshot (default: the empty image)")
+    replay.add_argument("--to", dest="end", metavar="REF",
+                        help="stop after this snapshot's op (default: the last op)")
+    replay.add_argument("--until", type=_count, metavar="OP",
+                        help="stop just before op OP (a failed op, say), to open that state in "
+                             "a notebook (KERNOS_WORKSPACE=the --into directory) and run it")
+    replay.add_argument("--into", metavar="DIR",
+                        help="the new workspace (must not exist; default: a temporary one)")
+    replay.add_argument("--keep-going", action="store_true",
+                        help="go on after the first divergence")
 
 
 class _Add(Protocol):

@@ -1,1 +1,11 @@
-"""Deterministic replay: canonical state digests (digest.py); the replay driver lands next."""
+"""Deterministic replay: re-run recorded ops in a fresh workspace, snapshot by snapshot.
+
+* ``digest``: canonical digests of values, equal for equal states across
+  processes, ``PYTHONHASHSEED`` values and object identities;
+* ``driver``: :func:`replay`, which rebuilds an image from a workspace's
+  audit log with recorded effect outcomes and reports the first divergence.
+"""
+
+from kernos.replay.driver import Divergence, ReplayReport, Step, replay
+
+__all__ = ["Divergence", "ReplayReport", "Step", "replay"]

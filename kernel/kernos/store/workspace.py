@@ -22,6 +22,7 @@ Which directory is used, in order:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from kernos._version import __version__
 from kernos.errors import (
+    KernosError,
     UnknownRef,
     WorkspaceCorrupt,
     WorkspaceFormatError,
@@ -280,6 +282,11 @@ class Workspace:
                 if op_of(commit) == op:
                     return sha
             raise UnknownRef(ref, str(self.path))
+        if re.fullmatch(r"[0-9a-fA-F]{40}", text):
+            with contextlib.suppress(KernosError):  # any snapshot in the store, by full id
+                sha = bytes.fromhex(text)
+                self.read_commit(sha)
+                return sha
         if re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
             prefix = text.lower()
             found = [sha for sha, _ in self.history(head) if sha.hex().startswith(prefix)]

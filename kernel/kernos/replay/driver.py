@@ -1,0 +1,451 @@
+"""Replay: rebuild an image in a fresh workspace by re-running its recorded ops.
+
+:func:`replay` reads a source workspace (read-only: no lock, so a kernel may
+be running on it) and re-runs, in a new workspace, the ops its audit log
+recorded between two snapshots:
+
+1. *Base.*  The new workspace fetches the source's history (``git fetch``),
+   and its first op checks out the ``--from`` snapshot (none: the empty
+   image).
+2. *Ops, in audit order, each with its original op id.*  A harness op is
+   delivered again as the same request (code, tool call, or grant, revoke,
+   add_agent, checkout); a notebook cell runs as human code (IPython's input
+   transforms applied; a magic is reported as unsupported); an op that ended
+   in a conflict or was rejected ran no code, and is recorded so again.
+   Effects are never executed: the follow-up op of kind ``effect`` takes
+   each outcome from the source's journal, and only for the same request
+   hash (:mod:`kernos.effects`).
+3. *Check.*  Every op must end as it did (committed or not), and after each
+   committed op the image must equal the source's snapshot of that op.  Two
+   snapshots are equal when every group's stored tree is the same bytes, or
+   failing that, when :func:`kernos.replay.digest.state_digest` of the
+   values is the same (pickles of functions carry their file names, and sets
+   their hash-seed order; the digest does not).  Each step's state digest is
+   reported, and the first divergence names the op and the names that
+   differ, with the first difference in each.
+
+``until`` stops just before that op, leaving the new workspace as it was
+then, for a person to open in a notebook and run the op by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import tempfile
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernos.agents import HUMAN, AgentRuntime, Agents
+from kernos.analysis import Reach
+from kernos.audit.canonical import canonical
+from kernos.audit.human import Audit
+from kernos.errors import KernosError, UsageError
+from kernos.events.human import Events
+from kernos.harness.service import HarnessService
+from kernos.image import Image
+from kernos.replay.digest import describe_difference, state_digest
+from kernos.store.snapshots import read_group, read_snapshot
+from kernos.store.workspace import Workspace, op_of
+
+__all__ = ["Divergence", "ReplayReport", "Step", "replay"]
+
+_HELPERS = ("agents", "events", "audit")
+"""The kernel's own names in a notebook's namespace: present, never persisted."""
+_NOT_RUN = frozenset({"conflict", "rejected"})
+"""Statuses of ops that ran no code."""
+
+
+@dataclass(kw_only=True)
+class Step:
+    """One replayed op."""
+
+    op: int
+    kind: str
+    principal: str
+    status: str
+    """How the op ended in the source."""
+    replayed: str
+    """How it ended in the replay."""
+    digest: str | None = None
+    """The state digest after it (committed ops), in the replay."""
+    original: str | None = None
+    """The state digest of the source's snapshot of it."""
+
+    @property
+    def matches(self) -> bool:
+        return self.replayed == self.status and self.digest == self.original
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "matches": self.matches}
+
+
+@dataclass(kw_only=True)
+class Divergence:
+    """The first op whose replay did not end like the original."""
+
+    op: int
+    reason: str
+    names: dict[str, str] = field(default_factory=dict)
+    """Name -> what differs (``added``, ``missing``, or the first difference)."""
+
+    def __str__(self) -> str:
+        lines = [f"op {self.op}: {self.reason}"]
+        lines += [f"  {name}: {what}" for name, what in sorted(self.names.items())]
+        return "\n".join(lines)
+
+
+@dataclass(kw_only=True)
+class ReplayReport:
+    source: str
+    into: str
+    steps: list[Step]
+    divergence: Divergence | None = None
+    stopped_before: int | None = None
+    """With ``until``: the op not run (its code is ``pending_code``)."""
+    pending_code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+    def summary(self) -> str:
+        """The steps as a table, then the verdict (what ``kernos replay`` prints)."""
+        from kernos.history import format_table
+
+        rows = [("op", "kind", "principal", "original", "replayed", "state", "same")]
+        rows += [(str(s.op), s.kind, s.principal, s.status, s.replayed,
+                  (s.digest or "")[:12], "yes" if s.matches else "NO") for s in self.steps]
+        lines = [format_table(rows), ""]
+        committed = sum(1 for s in self.steps if s.status == "committed")
+        if self.divergence is not None:
+            lines.append(f"DIVERGED at {self.divergence}")
+        else:
+            lines.append(f"ok: {len(self.steps)} ops replayed, {committed} snapshots equal to "
+                         "the original; no effect was executed")
+        if self.stopped_before is not None:
+            lines.append(f"stopped before op {self.stopped_before}; its code:")
+            lines += ["    " + line for line in (self.pending_code or "").splitlines()]
+            lines.append(f"open that state with KERNOS_WORKSPACE={self.into}")
+        lines.append(f"replayed into {self.into}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "into": self.into, "ok": self.ok,
+                "steps": [step.to_json() for step in self.steps],
+                "divergence": None if self.divergence is None else {
+                    "op": self.divergence.op, "reason": self.divergence.reason,
+                    "names": self.divergence.names},
+                "stopped_before": self.stopped_before, "pending_code": self.pending_code}
+
+
+def replay(source: str | Path, *, start: str | None = None, end: str | None = None,
+           until: int | None = None, into: str | Path | None = None,
+           keep_going: bool = False) -> ReplayReport:
+    """Re-run the recorded ops of ``source`` in a fresh workspace (see the module docstring).
+
+    ``start``/``end`` are snapshot refs of the source (``@N``, ``HEAD~N``, a
+    commit id); by default the whole history.  ``into`` is the new
+    workspace's directory (it must not exist yet; default: a temporary one).
+    """
+    original = Workspace.open(source, writable=False)
+    try:
+        target = Path(into) if into is not None else Path(
+            tempfile.mkdtemp(prefix="kernos-replay-")) / "workspace"
+        if target.exists() and any(target.iterdir()):
+            raise UsageError(f"{target} is not empty: replay builds a fresh workspace; give a "
+                             "new directory")
+        with _Replayer(original, target) as replayer:
+            return replayer.run(start=start, end=end, until=until, keep_going=keep_going)
+    finally:
+        original.close()
+
+
+class _Replayer:
+    def __init__(self, original: Workspace, target: Path) -> None:
+        from kernos.audit import open_audit
+
+        self.original = original
+        self.source_audit = open_audit(original)
+        self.workspace = Workspace.open(target, purpose="kernos replay")
+        _fetch(self.workspace, original)
+        self.module = types.ModuleType("__main__")
+        self.namespace: dict[str, Any] = self.module.__dict__
+        self.image = Image(self.workspace, self.namespace, module=self.module,
+                           is_persistent=_persistent)
+        self.image.restore()
+        self.runtime = AgentRuntime(self.image)
+        self.namespace.update({"agents": Agents(lambda: self.runtime),
+                               "events": Events(lambda: self.runtime.events),
+                               "audit": Audit(lambda: self.image)})
+        self.service = HarnessService(self.image, self.runtime, max_request_bytes=1 << 30)
+        self.commits: dict[str, str] = {}
+        """Source commit id -> replayed commit id."""
+        self._digests: dict[bytes, str] = {}
+        self.image.identity_override = _tag(self.source_audit)
+        self.runtime.effects.replaying = True
+        self._journal: dict[str, list[dict[str, Any]]] | None = None
+
+    def __enter__(self) -> _Replayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.workspace.close()
+
+    # -- what to run ------------------------------------------------------------------
+
+    def _records(self, first: int, last: int | None) -> Iterator[dict[str, Any]]:
+        for entry in self.source_audit.entries:
+            if entry.type == "op" and entry.op is not None and entry.op > first and (
+                    last is None or entry.op <= last):
+                record = self.source_audit.read(entry.index)
+                if not entry.voided:
+                    yield record
+
+    def run(self, *, start: str | None, end: str | None, until: int | None,
+            keep_going: bool) -> ReplayReport:
+        first = 0
+        if start is not None:
+            commit = self.original.resolve(start)
+            first = op_of(self.original.read_commit(commit)) or 0
+            self._base(commit, first)
+        last = None
+        if end is not None:
+            last = op_of(self.original.read_commit(self.original.resolve(end)))
+        report = ReplayReport(source=str(self.original.path), into=str(self.workspace.path),
+                              steps=[])
+        for record in self._records(first, last):
+            op = int(record["op"])
+            if until is not None and op >= until:
+                report.stopped_before = op
+                report.pending_code = self._code(record)
+                break
+            step, divergence = self._step(record)
+            report.steps.append(step)
+            if divergence is not None and report.divergence is None:
+                report.divergence = divergence
+                if not keep_going:
+                    break
+        return report
+
+    def _base(self, commit: bytes, op: int) -> None:
+        self.image.last_op = op - 1
+        base = self.image.begin(source=f"replay base {commit.hex()}", kind="checkout",
+                                reach=Reach.all("a checkout replaces everything"))
+        try:
+            base.checkout(commit.hex())
+        except BaseException:
+            base.abort()
+            raise
+        report = base.commit()
+        self.commits[commit.hex()] = report.commit
+
+    # -- one op ----------------------------------------------------------------------
+
+    def _code(self, record: dict[str, Any]) -> str | None:
+        code = record.get("code")
+        if code is None:
+            return None
+        if code.get("sealed"):
+            return None
+        if "text" in code:
+            return str(code["text"])
+        return self.source_audit.code(int(record["op"]))
+
+    def _step(self, record: dict[str, Any]) -> tuple[Step, Divergence | None]:
+        op = int(record["op"])
+        status = str(record.get("status"))
+        kind = str(record.get("kind"))
+        principal = str(record.get("principal") or HUMAN)
+        step = Step(op=op, kind=kind, principal=principal, status=status, replayed="")
+        self.image.last_op = op - 1
+        try:
+            step.replayed, commit = self._deliver(record)
+        except KernosError as error:
+            step.replayed = "not replayable"
+            return step, Divergence(op=op, reason=str(error))
+        if step.replayed != status:
+            return step, Divergence(
+                op=op, reason=f"it ended {step.replayed!r} in the replay, {status!r} "
+                              "originally")
+        if status != "committed":
+            return step, None
+        assert commit is not None
+        self.commits[str(record.get("commit"))] = commit
+        return step, self._compare(step, bytes.fromhex(str(record["commit"])),
+                                   bytes.fromhex(commit))
+
+    def _deliver(self, record: dict[str, Any]) -> tuple[str, str | None]:
+        """Run the op again; (how it ended, the new commit id)."""
+        op = int(record["op"])
+        status = str(record.get("status"))
+        kind = str(record.get("kind"))
+        principal = str(record.get("principal") or HUMAN)
+        if kind == "effect":
+            reports = self.runtime.effects.drain(recorded=self._recorded_effects(record))
+            if not reports:
+                raise UsageError(f"op {op} recorded effects, but nothing was queued in the "
+                                 "replay")
+            return "committed", reports[-1].commit
+        code = self._code(record)
+        if code is None:
+            raise UsageError(f"op {op} has no code to replay (sealed for a data subject, or "
+                             "not recorded)")
+        if status in _NOT_RUN:
+            replayed = self.image.begin(source=code, principal=principal, kind=kind,
+                                        reach=Reach(frozenset()))
+            replayed.abort(status=status, error=_error(record))
+            return status, None
+        request = self._request(kind, principal, code, record)
+        if record.get("key") is not None and request["action"] == "op":
+            request["key"] = record["key"]
+        handled = self.service.handle(request)
+        reply = handled.reply
+        if reply.get("status") != "ok":
+            error = reply.get("error") or {}
+            raise UsageError(f"op {op} was refused in the replay: {error.get('message')}")
+        result = reply["result"]
+        return str(result.get("status", "committed")), result.get("commit")
+
+    def _request(self, kind: str, principal: str, code: str,
+                 record: dict[str, Any]) -> dict[str, Any]:
+        try:
+            data = json.loads(code) if kind in ("harness", "checkout") else None
+        except ValueError:
+            data = None
+        if kind == "checkout" and not (isinstance(data, dict) and "action" in data):
+            kind = "cell"  # `%kernos checkout REF` in a notebook
+        if kind in ("harness", "checkout"):
+            if isinstance(data, dict) and set(data) == {"tool", "arguments"}:
+                return {"v": 1, "action": "op", "principal": principal, **data}
+            if isinstance(data, dict) and data.get("action") in (
+                    "grant", "revoke", "add_agent", "checkout"):
+                request = {"v": 1, **data}
+                if data["action"] == "checkout":
+                    request["ref"] = self._mapped(self._checked_out(record, str(data.get("ref"))))
+                return request
+            return {"v": 1, "action": "op", "principal": principal, "code": code}
+        if kind == "cell":
+            return {"v": 1, "action": "op", "principal": HUMAN, "code": _transform(code)}
+        raise UsageError(f"op {record.get('op')} is of kind {kind!r}, which replay does not "
+                         "run yet")
+
+    def _checked_out(self, record: dict[str, Any], ref: str) -> str:
+        """The commit a checkout took, as it resolved then (``HEAD~1`` moves on)."""
+        commit = record.get("commit")
+        if not isinstance(commit, str):
+            return ref
+        note = str(read_snapshot(self.original, bytes.fromhex(commit)).manifest.get("note", ""))
+        return note.removeprefix("checkout ").strip() if note.startswith("checkout ") else ref
+
+    def _mapped(self, ref: str) -> str:
+        commit = self.original.resolve(ref).hex()
+        if commit not in self.commits:
+            raise UsageError(f"a checkout of {ref} (commit {commit[:12]}) that the replay did "
+                             "not rebuild")
+        return self.commits[commit]
+
+    def _recorded_effects(self, record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The outcomes a follow-up op recorded, with their request hashes and results."""
+        if self._journal is None:
+            self._journal = {}
+            for entry in self.source_audit.entries:
+                if entry.type == "effect" and entry.key is not None:
+                    self._journal.setdefault(entry.key, []).append(
+                        self.source_audit.read(entry.index))
+        found = {}
+        for outcome in record.get("effects") or []:
+            key = str(outcome.get("key"))
+            journal = self._journal.get(key, [])
+            done = [item for item in journal if item.get("state") == "done"]
+            found[key] = {**outcome, "request": journal[0].get("request") if journal else None,
+                          "result": done[-1].get("result") if done else None}
+        return found
+
+    # -- comparing -----------------------------------------------------------------------
+
+    def _compare(self, step: Step, original: bytes, replayed: bytes) -> Divergence | None:
+        ours = read_snapshot(self.workspace, replayed).group_trees
+        theirs = read_snapshot(self.workspace, original).group_trees
+        step.digest = self._state_digest(replayed, ours)
+        step.original = self._state_digest(original, theirs)
+        if step.digest == step.original:
+            return None
+        names = self._differences(original, replayed)
+        return Divergence(op=step.op, reason="the image differs from the original snapshot",
+                          names=names)
+
+    def _state_digest(self, commit: bytes, trees: dict[str, bytes]) -> str:
+        parts = []
+        for key in sorted(trees):
+            tree = trees[key]
+            if tree not in self._digests:
+                values = self._load(commit, {key: tree})
+                self._digests[tree] = state_digest(values)[0]
+            parts.append([key, self._digests[tree]])
+        return hashlib.sha256(canonical(parts)).hexdigest()
+
+    def _load(self, commit: bytes, trees: dict[str, bytes]) -> dict[str, object]:
+        groups = {key: read_group(self.workspace, key, tree) for key, tree in trees.items()}
+        values, failed = self.image.load_groups(groups)
+        if failed:
+            raise UsageError(f"snapshot {commit.hex()[:12]} could not be loaded for comparison "
+                             f"({', '.join(sorted(failed))})")
+        return values
+
+    def _differences(self, original: bytes, replayed: bytes) -> dict[str, str]:
+        ours = self._load(replayed, read_snapshot(self.workspace, replayed).group_trees)
+        theirs = self._load(original, read_snapshot(self.workspace, original).group_trees)
+        found: dict[str, str] = {}
+        for name in sorted(set(ours) | set(theirs)):
+            if name not in theirs:
+                found[name] = "only in the replay"
+            elif name not in ours:
+                found[name] = "missing from the replay"
+            else:
+                difference = describe_difference(theirs[name], ours[name], root=name)
+                if difference is not None:
+                    found[name] = difference
+        return found
+
+
+def _persistent(name: str) -> bool:
+    return name not in _HELPERS and not (name.startswith("__") and name.endswith("__"))
+
+
+def _tag(audit: Any) -> str:
+    entries = audit.entries
+    return str(entries[0].hash[:12]) if entries else "local"
+
+
+def _error(record: dict[str, Any]) -> tuple[str, str]:
+    error = record.get("error") or {}
+    return str(error.get("kind", "")), str(error.get("message", ""))
+
+
+def _fetch(workspace: Workspace, original: Workspace) -> None:
+    """Bring the source's history objects into the new workspace (not its branch)."""
+    if original.head() is None:
+        return
+    completed = subprocess.run(
+        ["git", "--git-dir", str(workspace.git_dir), "fetch", "--quiet", "--no-tags",
+         str(original.git_dir), "+refs/heads/main:refs/kernos/source"],
+        capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise UsageError(f"could not read the history of {original.path}: "
+                         f"{completed.stderr.strip()[:500]}")
+
+
+def _transform(code: str) -> str:
+    """A notebook cell as plain Python (IPython's input transforms), if IPython is here."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return code
+    transformed: str = TransformerManager().transform_cell(code)  # type: ignore[no-untyped-call]
+    return transformed
+

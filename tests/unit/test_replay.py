@@ -1,0 +1,214 @@
+"""Replay (kernos.replay): a recorded session re-run in a fresh workspace, hash for hash.
+
+The session mixes human code, two agents under grants, tool calls, budgets,
+events with an in-image subscriber, external effects (a ledger file the test
+owns), failed, denied and conflicting ops, and a checkout.  Replays run in
+this process and in fresh processes under different ``PYTHONHASHSEED``
+values; every step must match the original, no effect may run again, and a
+planted nondeterminism (the OS's randomness, which is not seeded) must be
+found at its op, by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.harness_support import Harness
+
+from kernos import Image, Workspace
+from kernos.replay.driver import replay
+
+SETUP = '''
+import json, os
+LEDGER = {ledger!r}
+def pay(amount, to, idempotency_key):
+    with open(LEDGER, "a") as f:
+        f.write(json.dumps({{"key": idempotency_key, "amount": amount}}) + "\\n")
+    return {{"receipt": idempotency_key[-6:], "amount": amount}}
+agents.register_tool("pay", pay, description="pays", effect="external", backoff=0, schema={{
+    "type": "object", "properties": {{"amount": {{"type": "integer"}}, "to": {{"type": "string"}}}},
+    "required": ["amount", "to"]}})
+def fee(amount):
+    return {{"fee": amount // 10 + 1}}
+agents.register_tool("fee", fee, description="the fee", schema={{
+    "type": "object", "properties": {{"amount": {{"type": "integer"}}}}, "required": ["amount"]}})
+class Account:
+    def __init__(self, owner):
+        self.owner, self.balance, self.tags = owner, 0, set()
+accounts = {{name: Account(name) for name in ("ann", "bob", "cy")}}
+seen = []
+def remember(event):
+    seen.append(event.payload)
+events.subscribe("pay.*", remember)
+agents.add("alice")
+agents.add("bob")
+agents.grant("alice", "call:fee")
+agents.grant("alice", "call:pay")
+agents.grant("alice", "write:accounts")
+agents.grant("alice", "emit:pay.*")
+agents.grant("bob", "spend:USD", 300)
+agents.grant("bob", "read:accounts")
+'''
+
+
+def session(harness: Harness, ledger: Path, ops: int, *, seed: int = 7) -> None:
+    """About ``ops`` ops of every kind, chosen by a seeded generator."""
+    harness.op(SETUP.format(ledger=str(ledger)))
+    chooser = random.Random(seed)
+    for number in range(ops):
+        who = chooser.choice(["ann", "bob", "cy"])
+        amount = chooser.randint(1, 40)
+        kind = chooser.choice(["human", "human", "alice", "alice", "bob", "tool", "fail",
+                               "deny", "effect", "conflict", "checkout"])
+        if kind == "human":
+            # random and uuid4 inside ops are seeded per op (kernos.determinism).
+            harness.op(f"import random, uuid\naccounts[{who!r}].balance += {amount} + "
+                       "random.randint(0, 3)\n"
+                       f"accounts[{who!r}].tags.add('t{number % 5}')\n"
+                       f"accounts[{who!r}].last = str(uuid.uuid4())")
+        elif kind == "alice":
+            harness.send(v=1, action="op", principal="alice", code=(
+                f"f = call('fee', amount={amount})['fee']\n"
+                f"emit('pay.fee', {{'who': {who!r}, 'fee': f}})\n"
+                f"last_fee = f"))
+        elif kind == "bob":
+            harness.send(v=1, action="op", principal="bob", code=(
+                f"left = spend({amount}, 'USD')\nseen_balance = read('accounts')[{who!r}]"
+                ".balance"))
+        elif kind == "tool":
+            harness.send(v=1, action="op", principal="alice", tool="fee",
+                         arguments={"amount": amount})
+        elif kind == "fail":
+            harness.send(v=1, action="op", principal="human",
+                         code=f"accounts[{who!r}].balance -= 1000\n1/0")
+        elif kind == "deny":
+            harness.send(v=1, action="op", principal="bob",
+                         code=f"write('accounts', {{}})\nx = {amount}")
+        elif kind == "effect":
+            harness.send(v=1, action="op", principal="alice",
+                         code=f"ticket = call('pay', amount={amount}, to={who!r})")
+        elif kind == "conflict":
+            harness.send(v=1, action="op", principal="human", code="accounts = {}",
+                         expect={"versions": {"accounts": 0}})
+        elif kind == "checkout" and number > 5:
+            harness.send(v=1, action="checkout", ref=f"HEAD~{chooser.randint(1, 3)}")
+
+
+def ledger_lines(ledger: Path) -> int:
+    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("recorded")
+    ledger = root / "ledger.jsonl"
+    harness = Harness(root / "ws")
+    harness.env.ns.update(agents=harness.env.agents, events=harness.env.runtime.events)
+    from kernos.events.human import Events
+
+    harness.env.ns["events"] = Events(lambda: harness.env.runtime.events)
+    harness.env.image.is_persistent = (  # type: ignore[method-assign]
+        lambda name: name not in ("agents", "events") and not name.startswith("__"))
+    session(harness, ledger, 200)
+    harness.env.close()
+    return root / "ws", ledger
+
+
+def statuses(workspace: Path) -> list[str]:
+    with Workspace.open(workspace, writable=False) as opened:
+        from kernos.audit import open_audit
+
+        return [str(r["status"]) for r in open_audit(opened).records(type="op", limit=10_000)]
+
+
+def test_the_session_is_varied(recorded: tuple[Path, Path]) -> None:
+    workspace, ledger = recorded
+    seen = statuses(workspace)
+    for status in ("committed", "failed", "denied", "conflict"):
+        assert status in seen, status
+    assert len(seen) > 200 and ledger_lines(ledger) > 5
+
+
+def test_a_replay_reproduces_every_snapshot_and_executes_no_effect(
+        recorded: tuple[Path, Path], tmp_path: Path) -> None:
+    workspace, ledger = recorded
+    before = ledger_lines(ledger)
+    report = replay(workspace, into=tmp_path / "replayed")
+    assert report.ok, report.divergence
+    committed = [step for step in report.steps if step.status == "committed"]
+    assert len(committed) > 100
+    assert all(step.digest == step.original and step.digest for step in committed)
+    assert {step.kind for step in report.steps} >= {"harness", "effect"}
+    assert ledger_lines(ledger) == before  # nothing was paid again
+
+
+def replay_in_a_fresh_process(workspace: Path, into: Path, seed: str) -> dict[str, Any]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "kernos.cli", "replay", "--workspace", str(workspace),
+         "--into", str(into), "--json"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed},
+        timeout=600, check=False)
+    assert completed.returncode == 0, completed.stderr + completed.stdout[-2000:]
+    result: dict[str, Any] = json.loads(completed.stdout)
+    return result
+
+
+def test_replays_in_fresh_processes_with_other_hash_seeds_agree_hash_for_hash(
+        recorded: tuple[Path, Path], tmp_path: Path) -> None:
+    workspace, _ = recorded
+    first = replay_in_a_fresh_process(workspace, tmp_path / "one", "1")
+    second = replay_in_a_fresh_process(workspace, tmp_path / "two", "4242")
+    assert first["ok"] and second["ok"]
+    ours = [(s["op"], s["digest"]) for s in first["steps"]]
+    theirs = [(s["op"], s["digest"]) for s in second["steps"]]
+    assert ours == theirs
+    assert [s["original"] for s in first["steps"]] == [s["digest"] for s in first["steps"]]
+
+
+def test_a_planted_nondeterminism_is_found_at_its_op(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    harness = Harness(tmp_path / "ws")
+    from kernos.events.human import Events
+
+    harness.env.ns.update(agents=harness.env.agents,
+                          events=Events(lambda: harness.env.runtime.events))
+    harness.env.image.is_persistent = (  # type: ignore[method-assign]
+        lambda name: name not in ("agents", "events") and not name.startswith("__"))
+    session(harness, ledger, 20)
+    planted = harness.op("import random\nnoise = {'value': random.SystemRandom().random()}")
+    session_tail = harness.op("after = 1")
+    harness.env.close()
+    report = replay(tmp_path / "ws", into=tmp_path / "replayed")
+    assert not report.ok
+    divergence = report.divergence
+    assert divergence is not None and divergence.op == planted["op"]
+    assert list(divergence.names) == ["noise"]
+    assert "value" in divergence.names["noise"]
+    assert report.steps[-1].op == planted["op"]  # it stops at the first divergence
+    assert session_tail["op"] not in [step.op for step in report.steps]
+
+
+def test_until_stops_just_before_an_op_for_a_person_to_run_it(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    harness = Harness(tmp_path / "ws")
+    harness.op("total = 1")
+    harness.op("total += 10")
+    failed = harness.send(v=1, action="op", principal="human",
+                          code="total += 100\nraise ValueError('bad')")["result"]
+    harness.op("total += 1000")
+    harness.env.close()
+    report = replay(tmp_path / "ws", until=failed["op"], into=tmp_path / "replayed")
+    assert report.ok and report.stopped_before == failed["op"]
+    assert report.pending_code is not None and "ValueError('bad')" in report.pending_code
+    with Workspace.open(tmp_path / "replayed", purpose="test") as workspace:
+        namespace: dict[str, Any] = {}
+        Image(workspace, namespace).restore()
+    assert namespace["total"] == 11
+    assert not ledger.exists()
