@@ -56,8 +56,8 @@ def current_mode(environ: Mapping[str, str] | None = None) -> Mode:
     return _parse(found.lower(), f"${ENVIRONMENT}") if found else DEFAULT
 
 
-def set_mode(mode: Mode | str | None) -> Mode:
-    """Set this process's mode (``None``: follow the environment again); returns it."""
+def set_mode(mode: Mode | str | None) -> Mode | None:
+    """Set this process's mode, and return it (``None``: follow the environment again)."""
     global _override
     _override = None if mode is None else _parse(mode, "the mode")
-    return current_mode()
+    return _override
