@@ -110,3 +110,14 @@ def test_tuples_become_lists_and_tool_schemas_are_kept_for_checking() -> None:
     assert request.messages == [{"role": "user", "content": "x"}]
     assert request.params["stop"] == ["a", "b"]
     assert request.tools == {"lookup": TOOL["function"]["parameters"]}
+
+
+def test_the_llm_exports_are_the_intended_ones() -> None:
+    import kernos.llm
+
+    assert set(kernos.llm.__all__) == {
+        "DEFAULT_MAX_TOKENS", "ENVIRONMENT", "LEDGER_FILE", "PARAMS", "Budget", "Completion",
+        "Ledger", "LlmClient", "LlmStore", "Mode", "Request", "Spent", "ToolCall", "Usage",
+        "build_request", "current_mode", "set_mode"}
+    for name in kernos.llm.__all__:
+        assert hasattr(kernos.llm, name), name
