@@ -139,6 +139,8 @@ class Op:
         """External effects this op queued, or recorded (see kernos.effects), for its audit."""
         self.key: str | None = None
         """An idempotency key from the op's sender, kept in its audit record."""
+        self.llm_calls: list[dict[str, Any]] = []
+        """The op's LLM calls (kernos.llm), failed ones too, for its audit record."""
         self.outcome: tuple[str, dict[str, str] | None] = ("rolled back", None)
         """(status, error) of an op that did not commit, for its audit record."""
         self.report_draft: CommitReport | None = None

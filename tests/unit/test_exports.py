@@ -29,7 +29,7 @@ def test_core_does_not_import_jupyter() -> None:
             "kernos.analysis", "kernos.store.snapshots", "kernos.serialize.pickler", "kernos.cli",
             "kernos.agents", "kernos.agents.runtime", "kernos.events", "kernos.events.bus",
             "kernos.events.human", "kernos.audit", "kernos.audit.verify", "kernos.audit.human",
-            "kernos.personal"]
+            "kernos.personal", "kernos.llm"]
     code = (
         "import sys\n"
         + "".join(f"import {module}\n" for module in core)

@@ -1,6 +1,7 @@
 """Replay (kernos.replay): a recorded session re-run in a fresh workspace, hash for hash.
 
 The session mixes human code, two agents under grants, tool calls, budgets,
+LLM calls (litellm's ``mock_response``, recorded; some in ops that fail),
 events with an in-image subscriber, external effects (a ledger file the test
 owns), failed, denied and conflicting ops, and a checkout.  Replays run in
 this process and in fresh processes under different ``PYTHONHASHSEED``
@@ -55,6 +56,7 @@ agents.grant("alice", "write:accounts")
 agents.grant("alice", "emit:pay.*")
 agents.grant("bob", "spend:USD", 300)
 agents.grant("bob", "read:accounts")
+agents.grant("alice", "llm:gpt-4o-mini", 200000)
 '''
 
 
@@ -66,7 +68,7 @@ def session(harness: Harness, ledger: Path, ops: int, *, seed: int = 7) -> None:
         who = chooser.choice(["ann", "bob", "cy"])
         amount = chooser.randint(1, 40)
         kind = chooser.choice(["human", "human", "alice", "alice", "bob", "tool", "fail",
-                               "deny", "effect", "conflict", "checkout"])
+                               "deny", "effect", "conflict", "checkout", "llm", "llm"])
         if kind == "human":
             # random and uuid4 inside ops are seeded per op (kernos.determinism).
             harness.op(f"import random, uuid\naccounts[{who!r}].balance += {amount} + "
@@ -82,6 +84,12 @@ def session(harness: Harness, ledger: Path, ops: int, *, seed: int = 7) -> None:
             harness.send(v=1, action="op", principal="bob", code=(
                 f"left = spend({amount}, 'USD')\nseen_balance = read('accounts')[{who!r}]"
                 ".balance"))
+        elif kind == "llm":  # a recorded answer; every third op fails after its call
+            harness.send(v=1, action="op", principal="alice", code=(
+                "answer = llm('gpt-4o-mini', [{'role': 'user', 'content': "
+                f"'Plan the next payment for {who}, about {amount} dollars, in one line.'}}], "
+                f"mock_response='pay {who} {amount}', max_tokens=20)\n"
+                "plan = answer['content']\n" + ("1/0" if number % 3 == 0 else "")))
         elif kind == "tool":
             harness.send(v=1, action="op", principal="alice", tool="fee",
                          arguments={"amount": amount})
@@ -134,6 +142,13 @@ def test_the_session_is_varied(recorded: tuple[Path, Path]) -> None:
     for status in ("committed", "failed", "denied", "conflict"):
         assert status in seen, status
     assert len(seen) > 200 and ledger_lines(ledger) > 5
+    with Workspace.open(workspace, writable=False) as opened:
+        from kernos.audit import open_audit
+
+        calls = [(r["status"], r["llm"]) for r in open_audit(opened).records(
+            type="op", limit=10_000) if r.get("llm")]
+    assert {status for status, _ in calls} >= {"committed", "failed"}
+    assert any(call["cached"] for _, made in calls for call in made)  # a retried request
 
 
 def test_a_replay_reproduces_every_snapshot_and_executes_no_effect(

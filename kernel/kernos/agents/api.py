@@ -22,6 +22,10 @@ code never holds the runtime, a grant or the image: only these functions.
 ``subscribe(pattern, handler)``               run your function on matching
                                               events (``subscribe:PATTERN``)
 ``unsubscribe(subscription_id)``              remove one of your subscriptions
+``llm(model, messages, **params)``            call a language model
+                                              (``llm:MODEL``, within budgets);
+                                              returns content, tool_calls,
+                                              usage, cost, model, cached
 ============================================  ===============================
 """
 
@@ -97,9 +101,14 @@ def unsubscribe(subscription_id: object) -> None:
     ctx.runtime.unsubscribe(ctx, subscription_id)
 
 
+def llm(model: object, messages: object, /, **params: object) -> object:
+    ctx = context.current()
+    return ctx.runtime.llm(ctx, model, messages, params)
+
+
 CALLS = {function.__name__: function for function in (
     read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami,
-    emit, subscribe, unsubscribe)}
+    emit, subscribe, unsubscribe, llm)}
 
 
 def install() -> None:

@@ -9,6 +9,8 @@ A capability is written ``KIND:TARGET``:
 ``write:NAME``     read NAME and change it through the view's mutators
 ``spend:UNIT``     spend up to ``limit`` of UNIT (``spend:USD`` with 50)
 ``llm:MODEL``      use the language model MODEL up to ``limit`` tokens
+                   (MODEL as litellm names it, ``openai/gpt-4o-mini``; see
+                   ``kernos.llm``)
 ``agents:spawn``   create sub-agents (which start with no grants)
 ``emit:PATTERN``   emit events whose topic PATTERN matches (``emit:orders.*``)
 ``subscribe:PAT``  subscribe with patterns that PAT covers (``subscribe:orders.**``)
@@ -41,6 +43,7 @@ EVENT_KINDS = frozenset({"emit", "subscribe"})
 LIMITED_KINDS = frozenset({"spend", "llm"})
 MAX_AMOUNT = decimal.Decimal(10) ** 15
 _TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}|\*")
+_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/:@]{0,127}")
 
 
 def amount(value: object, *, what: str = "amount") -> decimal.Decimal:
@@ -85,6 +88,8 @@ def parse_capability(capability: object) -> tuple[str, str]:
         except EventError as error:
             raise InvalidGrant(f"{capability[:80]!r}: {error}") from None
         return kind, target
+    if kind == "llm" and _MODEL.fullmatch(target):
+        return kind, target  # litellm's names: 'anthropic/claude-3-5-haiku', 'ollama/x:7b'
     if not _TARGET.fullmatch(target):
         raise InvalidGrant(f"{capability[:80]!r} has a bad target; use letters, digits, "
                            "'_', '.', '-' (at most 64), or '*'")

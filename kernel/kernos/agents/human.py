@@ -15,16 +15,22 @@ the cell's op::
         return len(text.split())
 
     agents.run("alice", "print(call('word_count', text='a b c'))")
+
+    agents.grant("alice", "llm:gpt-4o-mini", 20_000)      # tokens
+    answer = agents.llm("gpt-4o-mini", [{"role": "user", "content": "Hi"}])
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernos.agents.limits import Limits
 from kernos.agents.runtime import AgentRuntime, RunResult
+
+if TYPE_CHECKING:
+    from kernos.llm import Completion
 
 __all__ = ["Agents"]
 
@@ -119,6 +125,15 @@ class Agents:
 
     def tools(self) -> list[dict[str, object]]:
         return self.runtime.tools()
+
+    def llm(self, model: str, messages: list[dict[str, Any]], /, *, mode: str | None = None,
+            **params: object) -> Completion:
+        """Call a language model as the human, in this cell's op (see ``kernos.llm``).
+
+        Recorded like an agent's call, with no grant or budget.  ``mode`` is
+        ``off``, ``record`` or ``replay`` for this call only.
+        """
+        return self.runtime.llm_as_human(model, messages, params, mode=mode)
 
     def denials(self) -> list[dict[str, Any]]:
         """Denials seen by this kernel (the durable log is the workspace's denials.jsonl)."""

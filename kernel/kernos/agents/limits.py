@@ -63,6 +63,10 @@ class Limits:
     """Size of one piece of agent source."""
     ast_depth: int = 60
     """Syntax nesting of one piece of agent source."""
+    llm_tokens: int = 100_000
+    """LLM tokens (prompt and completion, every call counted) the op may use."""
+    llm_micro_usd: int = 5_000_000
+    """What the op's LLM calls may cost, in millionths of a USD (5_000_000 is 5 USD)."""
 
     def with_overrides(self, overrides: dict[str, Any]) -> Limits:
         known = {field.name for field in fields(self)}

@@ -25,7 +25,8 @@ from typing import Any
 from kernos.agents.capabilities import LIMITED_KINDS, Grant, amount, parse_capability
 from kernos.errors import CapabilityDenied, InvalidGrant, UnknownAgent, UnknownTool, UsageError
 
-__all__ = ["EFFECTS", "HUMAN", "Principal", "Registry", "ToolVersion", "check_schema"]
+__all__ = ["EFFECTS", "HUMAN", "Principal", "Registry", "ToolVersion", "check_arguments",
+           "check_schema"]
 
 HUMAN = "human"
 EFFECTS = frozenset({"pure", "image", "external"})
@@ -123,6 +124,27 @@ def check_schema(schema: object, *, tool: str) -> dict[str, Any]:
     if extra:
         raise bad(f"unsupported keys {sorted(extra)}")
     return schema
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list, tuple), "object": (dict,), "null": (type(None),),
+}
+
+
+def check_arguments(tool: str, schema: dict[str, Any], arguments: dict[str, object]) -> None:
+    """TypeError naming the problem unless ``arguments`` fit ``schema`` (a checked schema)."""
+    properties = schema.get("properties", {})
+    missing = [name for name in schema.get("required", []) if name not in arguments]
+    if missing:
+        raise TypeError(f"tool {tool!r} needs {', '.join(missing)}")
+    for key, value in arguments.items():
+        if key not in properties:
+            raise TypeError(f"tool {tool!r} takes no argument {key!r}")
+        expected = _JSON_TYPES[properties[key]["type"]]
+        if type(value) not in expected or (type(value) is bool and bool not in expected):
+            raise TypeError(f"tool {tool!r}: {key} must be a "
+                            f"{properties[key]['type']}, not {type(value).__name__}")
 
 
 class Registry:

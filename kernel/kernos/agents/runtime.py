@@ -19,21 +19,22 @@ back at commit even if agent code caught the error.
 from __future__ import annotations
 
 import contextlib
+import decimal
 import reprlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernos._time import utc_now
 from kernos.agents import context
 from kernos.agents.boundary import ObjectView, to_agent, to_host
-from kernos.agents.capabilities import amount, parse_capability
+from kernos.agents.capabilities import Grant, amount, parse_capability
 from kernos.agents.context import BoundedOutput, RunContext
 from kernos.agents.guards import AGENT_BUILTINS
 from kernos.agents.limits import AGENT_FILENAME_PREFIX, LimitExceeded, Limits, Supervisor
 from kernos.agents.policy import compile_agent, compile_agent_with_value
-from kernos.agents.registry import HUMAN, Registry, ToolVersion, shown
+from kernos.agents.registry import HUMAN, Registry, ToolVersion, check_arguments, shown
 from kernos.effects import EffectRunner, queue
 from kernos.errors import (
     BoundaryError,
@@ -48,6 +49,9 @@ from kernos.errors import (
 from kernos.events.bus import EventBus
 from kernos.image import Image
 from kernos.op import Op
+
+if TYPE_CHECKING:
+    from kernos.llm import Budget, Completion, LlmClient, Request, Spent
 
 __all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key"]
 
@@ -112,6 +116,7 @@ class AgentRuntime:
         self.image = image
         self.default_limits = default_limits or Limits()
         self.denials: list[dict[str, Any]] = []
+        self._llm: LlmClient | None = None
         self.events = EventBus(image, runner=self._run_subscriber,
                                authorize=self._authorize_event, principal=self._principal)
         self.effects = EffectRunner(self)
@@ -205,7 +210,7 @@ class AgentRuntime:
         registry = self.registry
         if agent is not None:
             registry.principal(agent)
-        return [grant.describe() for grant in registry.of(agent)]
+        return [self._llm_described(grant) for grant in registry.of(agent)]
 
     def agents(self) -> list[str]:
         return sorted(self.registry.principals)
@@ -264,6 +269,7 @@ class AgentRuntime:
                                  max_source=limits.source_bytes, max_depth=limits.ast_depth)
         namespace = self.namespace(principal)
         op.touch(namespace_key(principal), REGISTRY)
+        self._llm_warm(principal)
         started = time.perf_counter()
         value: object = None
         with self._running(principal, op) as ctx:
@@ -394,17 +400,19 @@ class AgentRuntime:
         for link in chain:
             remaining = link.remaining
             assert remaining is not None
+            remaining -= self._llm_cost_spent(link)
             if checked > remaining:
                 raise self.deny(ctx, f"spend:{unit}",
                                 detail=f"{checked} asked, {remaining} left of grant {link.id}")
         for link in chain:
             link.used += checked
             ctx.op.grants_used[link.id] = link.capability
-        return min(link.remaining for link in chain if link.remaining is not None)
+        return min(link.remaining - self._llm_cost_spent(link) for link in chain
+                   if link.remaining is not None)
 
     def my_grants(self, ctx: RunContext) -> list[object]:
-        return [to_agent(grant.describe()) for grant in self.registry.of(ctx.principal)
-                if grant.active]
+        return [to_agent(self._llm_described(grant))
+                for grant in self.registry.of(ctx.principal) if grant.active]
 
     def delegate(self, ctx: RunContext, grant_id: object, to: object,
                  limit: object = None) -> object:
@@ -561,6 +569,148 @@ class AgentRuntime:
         except UsageError as error:
             raise self._invalid(ctx, error) from None
 
+    # -- LLM calls (see kernos.llm) -------------------------------------------------------
+    #
+    # Who may call: an agent needs an active ``llm:MODEL`` (or ``llm:*``) grant; the
+    # human needs none.  What limits a call, all checked before it (its worst case)
+    # and after (what it used), against the ledger in ``<workspace>/llm/``, never
+    # against the image (whose ``used`` rolls back with a failed op):
+    #
+    # * tokens, per principal: the ``llm`` grant's limit, for it and every grant it
+    #   was derived from (a delegated budget spends from the whole chain);
+    # * USD, per principal: if the agent holds a ``spend:USD`` grant, a call's cost
+    #   is charged to it (and its chain) too; its remaining amount is its limit less
+    #   what ``spend()`` used in the image and what LLM calls cost in the ledger;
+    # * tokens and USD, per op: ``Limits.llm_tokens`` and ``Limits.llm_micro_usd``.
+    #
+    # Any LLM error inside an op vetoes it: the op rolls back even if agent code
+    # caught the error, and its audit record lists the calls and says why.
+
+    def llm_client(self) -> LlmClient:
+        """The client over this image's ``<workspace>/llm/`` store (made on first use)."""
+        from kernos.llm import LlmClient, LlmStore
+
+        if self._llm is None:
+            workspace = self.image.workspace
+            self._llm = LlmClient(LlmStore(workspace.path, durable=workspace.durable))
+        return self._llm
+
+    def llm(self, ctx: RunContext, model: object, messages: object,
+            params: dict[str, object]) -> object:
+        """Call ``model`` as ``ctx.principal``; plain data for agent code."""
+        from kernos.errors import LLMRequestInvalid
+        from kernos.llm import Budget, build_request
+
+        if ctx.principal == HUMAN:
+            return self.llm_as_human(model, messages, params).to_plain()
+        if type(model) is not str:
+            raise self._invalid(ctx, LLMRequestInvalid("llm() takes a model name (a str)"))
+        assert isinstance(model, str)
+        registry = self.registry
+        grant = registry.find(ctx.principal, "llm", model)
+        if grant is None:
+            raise self.deny(ctx, f"llm:{model[:80]}")
+        try:
+            plain = to_host(params)
+            tools = _split_tools(plain, lambda name: self._llm_tool(ctx, name))
+            request = build_request(model, to_host(messages), plain, tools=tools)
+        except (LLMRequestInvalid, BoundaryError) as error:
+            raise self._invalid(ctx, error) from None
+        budgets: list[Budget] = []
+        for link in self._chain(grant):
+            ctx.op.grants_used[link.id] = link.capability
+            assert link.limit is not None
+            budgets.append(Budget(key=_llm_key(link), tokens=int(link.limit),
+                                  label=f"grant {link.id} ({link.capability}) of "
+                                        f"{link.principal}"))
+        money = registry.find(ctx.principal, "spend", "USD")
+        if money is not None:
+            for link in self._chain(money):
+                ctx.op.grants_used[link.id] = link.capability
+                assert link.remaining is not None
+                budgets.append(Budget(key="cost:" + _llm_key(link).partition(":")[2],
+                                      cost=link.remaining, label=f"grant {link.id} "
+                                      f"({link.capability}) of {link.principal}"))
+        limits = ctx.limits
+        budgets.append(Budget(key=f"op:{ctx.op.id}", label=f"op {ctx.op.id}",
+                              tokens=limits.llm_tokens,
+                              cost=decimal.Decimal(limits.llm_micro_usd).scaleb(-6)))
+        completion = self._llm_complete(ctx.op, ctx.principal, request, budgets,
+                                        timeout=float(limits.seconds))
+        return to_agent(completion.to_plain())
+
+    def llm_as_human(self, model: object, messages: object, params: dict[str, object], *,
+                     mode: object = None) -> Completion:
+        """Call ``model`` as the human, in the current op: recorded, no grant or budget."""
+        from kernos.llm import Mode, build_request
+
+        op = self._op()
+        plain = dict(params)
+        tools = _split_tools(plain, lambda name: _tool_spec(
+            self.registry.tool_version(name, before_op=op.id)))
+        request = build_request(model, messages, plain, tools=tools)
+        chosen = None if mode is None else Mode(mode)
+        return self._llm_complete(op, HUMAN, request, [], mode=chosen)
+
+    def _llm_complete(self, op: Op, principal: str, request: Request,
+                      budgets: list[Budget], *, timeout: float | None = None,
+                      mode: Any = None) -> Completion:
+        from kernos.errors import LLMBudgetExceeded, LLMError
+
+        try:
+            return self.llm_client().complete(
+                request, principal=principal, op=op.id, budgets=budgets,
+                charge=[f"principal:{principal}", f"op:{op.id}"], journal=op.llm_calls,
+                mode=mode, timeout=timeout)
+        except LLMError as error:
+            status = "vetoed" if isinstance(error, LLMBudgetExceeded) else "failed"
+            op.veto(f"{type(error).__name__}: {str(error)[:300]}", status=status)
+            raise
+
+    def _llm_tool(self, ctx: RunContext, name: str) -> dict[str, Any]:
+        """A registered tool offered to a model: the caller must be able to call it."""
+        version = self._pinned(ctx, name)
+        if version.author != ctx.principal:
+            kind, target = parse_capability(version.capability)
+            self._require(ctx, kind, target)
+        return _tool_spec(version)
+
+    def _chain(self, grant: Grant) -> list[Grant]:
+        chain = [grant]
+        while chain[-1].parent is not None:
+            chain.append(self.registry.grants[chain[-1].parent])
+        return chain
+
+    def _llm_ledger_spent(self, key: str) -> Spent | None:
+        """What the ledger charged ``key``; None if this workspace never made a call."""
+        from kernos.llm import LEDGER_FILE
+
+        if self._llm is None and not (self.image.workspace.path / LEDGER_FILE).exists():
+            return None
+        return self.llm_client().store.ledger.spent(key)
+
+    def _llm_cost_spent(self, grant: Grant) -> decimal.Decimal:
+        spent = self._llm_ledger_spent("cost:" + _llm_key(grant).partition(":")[2])
+        return decimal.Decimal(0) if spent is None else spent.cost
+
+    def _llm_described(self, grant: Grant) -> dict[str, object]:
+        """``grant.describe()``, with an ``llm`` grant's use taken from the ledger."""
+        described = grant.describe()
+        if grant.kind == "llm" and grant.limit is not None:
+            spent = self._llm_ledger_spent(_llm_key(grant))
+            if spent is not None:
+                described["used"] = str(spent.tokens)
+                described["remaining"] = str(grant.limit - spent.tokens)
+        return described
+
+    def _llm_warm(self, principal: str) -> None:
+        """Import litellm before an agent that may call it starts its deadline (it is slow)."""
+        if any(grant.kind == "llm" and grant.active for grant in self.registry.of(principal)):
+            from kernos.llm import _provider
+
+            with contextlib.suppress(KernosError):  # no litellm: its first call says so
+                _provider.warm()
+
 
 def _bounded_args(args: tuple[object, ...]) -> str:
     shown = reprlib.Repr()
@@ -570,21 +720,32 @@ def _bounded_args(args: tuple[object, ...]) -> str:
     return text[:1000]
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "array": (list, tuple), "object": (dict,), "null": (type(None),),
-}
-
-
 def _check_arguments(version: ToolVersion, arguments: dict[str, object]) -> None:
-    properties = version.schema.get("properties", {})
-    missing = [name for name in version.schema.get("required", []) if name not in arguments]
-    if missing:
-        raise TypeError(f"tool {version.name!r} needs {', '.join(missing)}")
-    for key, value in arguments.items():
-        if key not in properties:
-            raise TypeError(f"tool {version.name!r} takes no argument {key!r}")
-        expected = _JSON_TYPES[properties[key]["type"]]
-        if type(value) not in expected or (type(value) is bool and bool not in expected):
-            raise TypeError(f"tool {version.name!r}: {key} must be a "
-                            f"{properties[key]['type']}, not {type(value).__name__}")
+    check_arguments(version.name, version.schema, arguments)
+
+
+def _llm_key(grant: Grant) -> str:
+    """The ledger key of a grant: ids are reused after a rollback, the op that made it not."""
+    return f"grant:{grant.id}@{grant.op}"
+
+
+def _tool_spec(version: ToolVersion) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": version.name,
+                                             "description": version.description,
+                                             "parameters": version.schema}}
+
+
+def _split_tools(params: dict[str, Any],
+                 resolve: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Resolve the tool *names* in ``params["tools"]`` (registered tools); specs stay there."""
+    from kernos.errors import LLMRequestInvalid
+
+    offered = params.pop("tools", None)
+    if offered is None:
+        return []
+    if type(offered) not in (list, tuple):
+        raise LLMRequestInvalid("tools must be a list of tool names or function specs")
+    specs = [item for item in offered if type(item) is not str]
+    if specs:
+        params["tools"] = specs
+    return [resolve(item) for item in offered if type(item) is str]

@@ -26,6 +26,10 @@ canonical encoding of the record without ``hash``.  Types:
     committed op), ``started_at`` and ``finished_at``; ``sizes``
     (``image`` and ``history`` bytes after a committed op); ``key``, the
     idempotency key a harness sent with the op, only when it sent one.
+    ``llm``, only when the op made LLM calls: one entry per call (``request``
+    and ``response`` hashes in ``<workspace>/llm/objects``, ``model``,
+    ``principal``, ``mode``, ``cached``, ``tokens``, ``cost``,
+    ``latency_ms``, the ledger's ``call`` number, and ``error`` if it failed).
 ``void``
     ``voids`` names an ``op`` record whose commit never became visible (the
     kernel died, or the commit failed, after the record was written).

@@ -114,6 +114,8 @@ class AuditParticipant:
             body["sizes"] = {"image": report.image_bytes, "history": report.history_bytes}
         if op.key is not None:  # absent otherwise: older records hash as they always did
             body["key"] = op.key
+        if op.llm_calls:  # absent otherwise, like ``key``
+            body["llm"] = [dict(call) for call in op.llm_calls]
         return body
 
     # -- two-phase commit ----------------------------------------------------------

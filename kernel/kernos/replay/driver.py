@@ -14,7 +14,11 @@ recorded between two snapshots:
    in a conflict or was rejected ran no code, and is recorded so again.
    Effects are never executed: the follow-up op of kind ``effect`` takes
    each outcome from the source's journal, and only for the same request
-   hash (:mod:`kernos.effects`).
+   hash (:mod:`kernos.effects`).  LLM calls are answered from the source's
+   recordings, in ``replay`` mode (:mod:`kernos.llm`): a request the
+   original did not make fails loudly, and no model is asked.  Budgets are
+   spent again in the new workspace's own ledger, by the same ops, failed
+   ones included.
 3. *Check.*  Every op must end as it did (committed or not), and after each
    committed op the image must equal the source's snapshot of that op.  Two
    snapshots are equal when every group's stored tree is the same bytes, or
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import tempfile
 import types
@@ -40,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernos import llm
 from kernos.agents import HUMAN, AgentRuntime, Agents
 from kernos.analysis import Reach
 from kernos.audit.canonical import canonical
@@ -48,6 +54,7 @@ from kernos.errors import KernosError, UsageError
 from kernos.events.human import Events
 from kernos.harness.service import HarnessService
 from kernos.image import Image
+from kernos.llm._store import DIRECTORY as LLM_DIRECTORY
 from kernos.replay.digest import describe_difference, state_digest
 from kernos.store.snapshots import read_group, read_snapshot
 from kernos.store.workspace import Workspace, op_of
@@ -159,8 +166,13 @@ def replay(source: str | Path, *, start: str | None = None, end: str | None = No
         if target.exists() and any(target.iterdir()):
             raise UsageError(f"{target} is not empty: replay builds a fresh workspace; give a "
                              "new directory")
-        with _Replayer(original, target) as replayer:
-            return replayer.run(start=start, end=end, until=until, keep_going=keep_going)
+        previous = llm.set_mode(None)
+        llm.set_mode(llm.Mode.REPLAY)  # a model is never asked again: recordings only
+        try:
+            with _Replayer(original, target) as replayer:
+                return replayer.run(start=start, end=end, until=until, keep_going=keep_going)
+        finally:
+            llm.set_mode(previous)
     finally:
         original.close()
 
@@ -173,6 +185,7 @@ class _Replayer:
         self.source_audit = open_audit(original)
         self.workspace = Workspace.open(target, purpose="kernos replay")
         _fetch(self.workspace, original)
+        _copy_recordings(self.workspace, original)
         self.module = types.ModuleType("__main__")
         self.namespace: dict[str, Any] = self.module.__dict__
         self.image = Image(self.workspace, self.namespace, module=self.module,
@@ -300,6 +313,8 @@ class _Replayer:
                                         reach=Reach(frozenset()))
             replayed.abort(status=status, error=_error(record))
             return status, None
+        self.runtime.llm_client().replay_cached = [
+            bool(call.get("cached")) for call in record.get("llm") or []]
         request = self._request(kind, principal, code, record)
         if record.get("key") is not None and request["action"] == "op":
             request["key"] = record["key"]
@@ -438,6 +453,15 @@ def _fetch(workspace: Workspace, original: Workspace) -> None:
     if completed.returncode != 0:
         raise UsageError(f"could not read the history of {original.path}: "
                          f"{completed.stderr.strip()[:500]}")
+
+
+def _copy_recordings(workspace: Workspace, original: Workspace) -> None:
+    """The source's recorded LLM requests and answers (not its ledger: spending is re-run)."""
+    for part in ("objects", "recordings"):
+        source = Path(original.path) / LLM_DIRECTORY / part
+        if source.is_dir():
+            shutil.copytree(source, Path(workspace.path) / LLM_DIRECTORY / part,
+                            dirs_exist_ok=True)
 
 
 def _transform(code: str) -> str:

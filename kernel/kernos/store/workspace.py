@@ -8,6 +8,9 @@ Layout::
         history.git/      a bare git repository: one commit per committed op
         pending           exists only while a commit is being written
         tmp/              temporary object files, renamed into history.git
+        audit/            the audit log (see kernos.audit.log)
+        llm/              LLM requests, answers, recordings and the spending ledger,
+                          outside the image: they survive rollbacks (see kernos.llm)
 
 Which directory is used, in order:
 

@@ -1,0 +1,272 @@
+"""The LLM store: recordings and the spending ledger, outside the image.
+
+Layout, in the workspace (``<workspace>/llm/``)::
+
+    llm/
+        objects/<sha256>.json    requests and responses in canonical JSON, named by the
+                                 SHA-256 of their bytes (a request's name is its hash)
+        recordings/<request>     the response hash replayed for a request (first one wins)
+        calls.jsonl              the ledger: every call, one JSON line, appended and synced
+        tmp/                     files being written, renamed into place
+
+Everything is append-only: an object or a recording is written once
+(temporary file, fsync, rename, fsync of the directory) and never changed;
+the ledger only grows.  None of it is part of the image, so none of it rolls
+back: a rolled-back op's calls still cost tokens and money, and replaying a
+failed op needs its responses.
+
+**Why a ledger outside the image.**  An ``llm`` grant's ``used`` field lives
+in the image and rolls back with its op, so counting spending there would
+let an agent spend its budget again in every op that fails.  The ledger
+counts what was really asked for, whatever became of the op.  Before a
+provider call, a ``reserve`` line (the call's worst case: prompt tokens plus
+``max_tokens``, and its price) is appended and synced; after it, a
+``settle`` line with what the provider reported.  A reservation never
+settled (the process died during the call) stays charged at its worst case.
+Budgets are checked against settled spending plus open reservations, under
+a lock, so threads and serialized ops alike can never promise the same
+tokens twice.
+
+A ledger line charges *keys*: ``grant:g3@12`` (grant ``g3`` made in op
+12: grant ids are reused after a rollback, the op that made them is not),
+``cost:g5@12`` (the USD cost charged to a ``spend:USD`` grant), ``op:40``
+and ``principal:alice``.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernos._time import utc_now
+from kernos.audit.canonical import canonical, digest
+from kernos.errors import LLMBudgetExceeded
+from kernos.store.objects import fsync_dir, replace_file
+
+__all__ = ["LEDGER_FILE", "Budget", "Ledger", "LlmStore", "Spent"]
+
+DIRECTORY = "llm"
+LEDGER = "calls.jsonl"
+LEDGER_FILE = f"{DIRECTORY}/{LEDGER}"
+"""The ledger's path in a workspace."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """One limit a call must stay within."""
+
+    key: str
+    """The ledger key it limits (``grant:g3@12``, ``op:40`` ...)."""
+    label: str
+    """How errors name it (``grant g3 (llm:gpt-4o-mini) of alice``)."""
+    tokens: int | None = None
+    """The most tokens (prompt and completion) the key may be charged, if limited."""
+    cost: decimal.Decimal | None = None
+    """The most USD the key may be charged, if limited."""
+
+
+@dataclass(kw_only=True)
+class Spent:
+    """What a key was charged."""
+
+    tokens: int = 0
+    cost: decimal.Decimal = field(default_factory=decimal.Decimal)
+
+    def add(self, tokens: int, cost: decimal.Decimal, sign: int = 1) -> None:
+        self.tokens += sign * tokens
+        self.cost += sign * cost
+
+
+@dataclass(kw_only=True)
+class _Open:
+    keys: tuple[str, ...]
+    tokens: int
+    cost: decimal.Decimal
+
+
+class Ledger:
+    """``calls.jsonl``: reservations and settlements of every call, and their totals."""
+
+    def __init__(self, path: Path, *, durable: bool) -> None:
+        self.path = path
+        self.durable = durable
+        self._lock = threading.Lock()
+        self._spent: dict[str, Spent] = {}
+        self._pending: dict[str, Spent] = {}
+        self._open: dict[int, _Open] = {}
+        self.next_call = 1
+        self.in_doubt = 0
+        """Reservations found unsettled when the ledger was read (the process died)."""
+        self._load()
+
+    # -- reading -------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):  # a line torn by a crash: it was never acknowledged
+            with open(self.path, "r+b") as file:
+                file.truncate(end)
+            data = data[:end]
+        reserved: dict[int, dict[str, Any]] = {}
+        for line in data.splitlines():
+            entry = json.loads(line)
+            number = entry["call"]
+            self.next_call = max(self.next_call, number + 1)
+            if entry["type"] == "reserve":
+                reserved[number] = entry
+            elif entry["type"] == "settle":
+                opened = reserved.pop(number, None)
+                keys = opened["keys"] if opened else entry.get("keys", [])
+                self._charge(self._spent, keys, entry["tokens"], _decimal(entry["cost"]))
+        for entry in reserved.values():  # in doubt: charged at the worst case
+            self.in_doubt += 1
+            self._charge(self._spent, entry["keys"], entry["tokens"], _decimal(entry["cost"]))
+
+    @staticmethod
+    def _charge(table: dict[str, Spent], keys: Iterable[str], tokens: int,
+                cost: decimal.Decimal, sign: int = 1) -> None:
+        for key in keys:
+            table.setdefault(key, Spent()).add(tokens, cost, sign)
+
+    def spent(self, key: str) -> Spent:
+        """Settled spending of ``key`` (and in-doubt reservations), not counting open ones."""
+        with self._lock:
+            found = self._spent.get(key, Spent())
+            return Spent(tokens=found.tokens, cost=found.cost)
+
+    # -- writing -------------------------------------------------------------------
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        line = canonical(entry) + b"\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            if self.durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def reserve(self, *, budgets: Iterable[Budget], keys: Iterable[str], tokens: int,
+                cost: decimal.Decimal | None, facts: dict[str, Any], request: str,
+                model: str) -> int:
+        """Promise ``tokens`` (and ``cost``) to a call, or raise LLMBudgetExceeded.
+
+        Returns the call's number; settle it with :meth:`settle`.
+        """
+        worst = cost or decimal.Decimal(0)
+        charged = tuple(dict.fromkeys([*keys, *(budget.key for budget in budgets)]))
+        with self._lock:
+            for budget in budgets:
+                used = self._spent.get(budget.key, Spent())
+                pending = self._pending.get(budget.key, Spent())
+                if budget.tokens is not None and \
+                        used.tokens + pending.tokens + tokens > budget.tokens:
+                    raise LLMBudgetExceeded(
+                        budget=budget.label, unit="tokens", limit=str(budget.tokens),
+                        used=str(used.tokens + pending.tokens), asked=str(tokens),
+                        phase="before", request=request, model=model)
+                if budget.cost is not None and cost is not None and \
+                        used.cost + pending.cost + cost > budget.cost:
+                    raise LLMBudgetExceeded(
+                        budget=budget.label, unit="USD", limit=str(budget.cost),
+                        used=str(used.cost + pending.cost), asked=str(cost),
+                        phase="before", request=request, model=model)
+            number = self.next_call
+            self._append({"type": "reserve", "call": number, "keys": list(charged),
+                          "tokens": tokens, "cost": str(worst), "request": request,
+                          "model": model, "at": utc_now(), **facts})
+            self.next_call += 1
+            self._open[number] = _Open(keys=charged, tokens=tokens, cost=worst)
+            self._charge(self._pending, charged, tokens, worst)
+        return number
+
+    def settle(self, number: int, *, tokens: int, cost: decimal.Decimal | None,
+               facts: dict[str, Any]) -> None:
+        """Record what call ``number`` really used; its reservation is released."""
+        actual = cost or decimal.Decimal(0)
+        with self._lock:
+            opened = self._open.pop(number)
+            self._append({"type": "settle", "call": number, "tokens": tokens,
+                          "cost": str(actual), "at": utc_now(), **facts})
+            self._charge(self._pending, opened.keys, opened.tokens, opened.cost, sign=-1)
+            self._charge(self._spent, opened.keys, tokens, actual)
+
+    def check(self, budgets: Iterable[Budget], *, asked: int, asked_cost: decimal.Decimal | None,
+              request: str, model: str) -> None:
+        """After a call: LLMBudgetExceeded if the provider took a budget past its limit."""
+        with self._lock:
+            for budget in budgets:
+                used = self._spent.get(budget.key, Spent())
+                if budget.tokens is not None and used.tokens > budget.tokens:
+                    raise LLMBudgetExceeded(
+                        budget=budget.label, unit="tokens", limit=str(budget.tokens),
+                        used=str(used.tokens), asked=str(asked), phase="after",
+                        request=request, model=model)
+                if budget.cost is not None and used.cost > budget.cost:
+                    raise LLMBudgetExceeded(
+                        budget=budget.label, unit="USD", limit=str(budget.cost),
+                        used=str(used.cost), asked=str(asked_cost), phase="after",
+                        request=request, model=model)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every line of the ledger, in order."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_bytes().splitlines()]
+
+
+def _decimal(text: str) -> decimal.Decimal:
+    return decimal.Decimal(text)
+
+
+class LlmStore:
+    """``<workspace>/llm/``: content-addressed requests and responses, recordings, ledger."""
+
+    def __init__(self, workspace: Path, *, durable: bool = True) -> None:
+        self.path = workspace / DIRECTORY
+        self.durable = durable
+        self.objects = self.path / "objects"
+        self.recordings = self.path / "recordings"
+        self.scratch = self.path / "tmp"
+        for directory in (self.objects, self.recordings, self.scratch):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger(self.path / LEDGER, durable=durable)
+
+    def _write_once(self, path: Path, data: bytes) -> None:
+        if path.exists():
+            return
+        temporary = self.scratch / f"{path.name}.{os.getpid()}.{threading.get_ident()}"
+        replace_file(path, data, durable=self.durable, temporary=temporary)
+
+    def put(self, value: dict[str, Any]) -> str:
+        """Store plain JSON data; returns the SHA-256 of its canonical bytes (its name)."""
+        data = canonical(value)
+        name = digest(data)
+        self._write_once(self.objects / f"{name}.json", data)
+        return name
+
+    def get(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = json.loads((self.objects / f"{name}.json").read_bytes())
+        return found
+
+    def recorded(self, request: str) -> str | None:
+        """The response hash recorded for a request hash, if any."""
+        path = self.recordings / request
+        return path.read_text().strip() if path.exists() else None
+
+    def record(self, request: str, response: str) -> None:
+        """Record ``response`` for ``request``, unless one is recorded already (first wins)."""
+        self._write_once(self.recordings / request, response.encode("ascii"))
+
+    def sync(self) -> None:
+        if self.durable:
+            fsync_dir(self.path)
