@@ -19,10 +19,16 @@ magics.  In order:
 6. the manager restarts it and the harness finds the workspace exactly as it
    was (objects, versions, head, agents, grants, tools), then the history,
    the audit log, an erasure, and ``kernos audit verify`` in a separate
-   process.
+   process;
+7. an agent loop: alice plans with a language model (recorded answers,
+   litellm's ``mock_response``), calls tools, and makes one external
+   payment, which runs once after her op commits;
+8. ``kernos replay`` rebuilds that stretch of history in a fresh workspace,
+   twice, in separate processes: every snapshot equal to the original, hash
+   for hash, and no payment made again.
 
 Each step checks what it claims: the demo exits 1 if a check fails, and 2 if
-numpy (kept in the image) is missing.
+numpy (kept in the image) or litellm (the agent's model calls) is missing.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -56,6 +63,36 @@ from kernos.history import format_table
 KERNEL = "kernos"
 FULL_RUN, SAMPLE_RUN = 400, 80
 """What each racing agent wants to spend, and what it settles for if that no longer fits."""
+
+
+AGENT_LOOP = textwrap.dedent("""\
+    # What the model answers, turn by turn: recorded answers (offline, litellm's
+    # mock_response); with a real provider, drop the mock_ parameters.
+    turns = [
+        {"tool_calls": [{"id": "t1", "type": "function", "function": {
+            "name": "summarize", "arguments": '{"amounts": [120, 80, 45]}'}}]},
+        {"tool_calls": [{"id": "t2", "type": "function", "function": {
+            "name": "pay", "arguments": '{"amount": 245, "to": "acme"}'}}]},
+        {"content": "Paid 245 to acme for 3 invoices."},
+    ]
+    messages = [{"role": "user", "content":
+                 "Three invoices from acme: 120, 80 and 45. Total them and pay acme."}]
+    steps = []
+    for turn in turns:
+        recorded = {"mock_response": turn.get("content", "")}
+        if "tool_calls" in turn:
+            recorded["mock_tool_calls"] = turn["tool_calls"]
+        answer = llm("gpt-4o-mini", messages, tools=["summarize", "pay"], max_tokens=60,
+                     **recorded)
+        if not answer["tool_calls"]:
+            steps.append(answer["content"])
+            break
+        for wanted in answer["tool_calls"]:
+            result = call(wanted["name"], **wanted["arguments"])
+            steps.append(wanted["name"])
+            messages.append({"role": "user", "content":
+                             wanted["name"] + " returned " + json.dumps(result)})
+    steps""")
 
 
 class DemoFailure(Exception):
@@ -454,6 +491,79 @@ class Demo:
                "`kernos audit verify` (a separate process) checks the chain, every snapshot and "
                "the history, erasure included")
 
+    async def agent_loop(self) -> int:
+        """An agent plans with an LLM, calls tools and pays once; the op before it, for replay."""
+        print("10. An agent loop: alice plans with a language model (recorded answers; offline "
+              "here,\n    litellm's mock_response), calls tools, and pays a supplier once, "
+              "after her op commits.\n")
+        ledger = self.payments
+        ledger.unlink(missing_ok=True)
+        setup = await self.op(textwrap.dedent(f"""\
+            import json
+            PAYMENTS = {str(ledger)!r}
+            def pay(amount, to, idempotency_key):
+                # The bank: one line per payment it really made (a file outside the kernel).
+                with open(PAYMENTS, "a") as bank:
+                    bank.write(json.dumps({{"key": idempotency_key, "amount": amount,
+                                            "to": to}}) + "\\n")
+                return {{"paid": amount, "to": to, "reference": idempotency_key[-8:]}}
+            agents.register_tool("pay", pay, effect="external", description="Pay a supplier",
+                                 schema={{"type": "object", "required": ["amount", "to"],
+                                          "properties": {{"amount": {{"type": "integer"}},
+                                                         "to": {{"type": "string"}}}}}})
+            agents.grant("alice", "call:pay")
+            agents.grant("alice", "llm:gpt-4o-mini", 5000)"""))
+        _check(setup.committed, "the human registers an external `pay` tool and grants alice "
+               "it and 5,000 tokens of gpt-4o-mini")
+        loop = await self.op(AGENT_LOOP, principal="alice")
+        _check(loop.committed and loop.value is not None and loop.value.json == [
+            "summarize", "pay", "Paid 245 to acme for 3 invoices."],
+               "alice's loop: the model asks for summarize, then pay, then answers; each tool "
+               "call is checked against alice's grants")
+        payments = [json.loads(line) for line in ledger.read_text().splitlines()]
+        effects = await self.value("[(e['tool'], e['status'], e['result']) for e in "
+                                   "agents.effects()]")
+        _check(len(payments) == 1 and payments[0]["amount"] == 245
+               and effects == [["pay", "done", {"paid": 245, "reference":
+                                                payments[0]["key"][-8:], "to": "acme"}]],
+               "the payment ran once, after the op committed, with its idempotency key; its "
+               "result is recorded in the image")
+        used = [grant for grant in await self.client.grants("alice")
+                if grant["capability"] == "llm:gpt-4o-mini"]
+        _check(bool(used) and int(str(used[0]["used"])) > 0,
+               f"the model's tokens are charged to alice's grant ({used[0]['used']} of 5000 "
+               "used)" if used else "the llm grant is listed")
+        assert setup.op is not None
+        return setup.op - 1
+
+    async def replay(self, before: int) -> None:
+        print("11. Replay the agent loop in a fresh workspace, from a separate process: the "
+              "same ops,\n    the recorded model answers and payment result, and no payment "
+              "made again.\n")
+        into = Path(tempfile.mkdtemp(prefix="kernos-demo-replay-")) / "workspace"
+        paid = self.payments.read_text()
+        command = [sys.executable, "-m", "kernos.cli", "replay", "--workspace",
+                   str(self.workspace), "--from", f"@{before}", "--into", str(into)]
+        shown = ["kernos", *command[3:]]
+        replayed = subprocess.run(command, capture_output=True, text=True, check=False)
+        print(textwrap.indent("$ " + " ".join(shown) + "\n" + replayed.stdout.rstrip(), "    ")
+              + "\n")
+        as_json = subprocess.run([*command[:-1], str(into) + "-again", "--json"],
+                                 capture_output=True, text=True, check=False)
+        steps = json.loads(as_json.stdout)["steps"] if as_json.returncode == 0 else []
+        _check(replayed.returncode == 0 and bool(steps)
+               and all(step["digest"] == step["original"] for step in steps
+                       if step["status"] == "committed"),
+               f"every replayed snapshot equals the original, hash for hash ({len(steps)} ops, "
+               "twice, in fresh processes)", replayed.stderr.strip()[-500:])
+        _check(self.payments.read_text() == paid,
+               "the replay executed no effect: the bank still has one payment")
+        shutil.rmtree(into.parent, ignore_errors=True)
+
+    @property
+    def payments(self) -> Path:
+        return self.workspace.with_name(self.workspace.name + "-payments.jsonl")
+
     async def _workspace_state(self) -> dict[str, Any]:
         """What the harness can see of the workspace, for comparing across the kill."""
         status = await self.client.status()
@@ -474,6 +584,7 @@ class Demo:
         before = await self.crash()
         await self.restore(before)
         await self.audit()
+        await self.replay(await self.agent_loop())
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):
@@ -513,10 +624,12 @@ async def _main(workspace: Path) -> None:
 
 
 def run_demo(workspace_dir: str | None = None) -> int:
-    if importlib.util.find_spec("numpy") is None:
-        print("kernos demo: the demonstration keeps a numpy array in the image, and numpy is "
-              "not installed. Install it with: pip install 'kernos[demo]'", file=sys.stderr)
-        return 2
+    for module, why in (("numpy", "keeps a numpy array in the image"),
+                        ("litellm", "has an agent plan through litellm")):
+        if importlib.util.find_spec(module) is None:
+            print(f"kernos demo: the demonstration {why}, and {module} is not installed. "
+                  "Install it with: pip install 'kernos[demo]'", file=sys.stderr)
+            return 2
     workspace = _demo_workspace(workspace_dir)
     _ensure_kernelspec()
     print(f"Kernos demo: a persistent, transactional kernel, driven by a harness "

@@ -17,6 +17,9 @@ def test_the_demo_passes_every_check(tmp_path: Path) -> None:
                           timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "DEMO FAILED" not in done.stdout + done.stderr
-    for claim in ("conflict", "KernelDied", "exactly as before the kill", "verified"):
+    for claim in ("conflict", "KernelDied", "exactly as before the kill", "verified",
+                  "the payment ran once", "hash for hash", "the replay executed no effect"):
         assert claim in done.stdout, claim
-    assert done.stdout.count("[ok]") >= 15
+    assert done.stdout.count("[ok]") >= 21
+    payments = (tmp_path / "demo-payments.jsonl").read_text().splitlines()
+    assert len(payments) == 1  # paid once, and not again by the replays

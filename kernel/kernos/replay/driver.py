@@ -447,7 +447,10 @@ def _fetch(workspace: Workspace, original: Workspace) -> None:
     if original.head() is None:
         return
     completed = subprocess.run(
-        ["git", "--git-dir", str(workspace.git_dir), "fetch", "--quiet", "--no-tags",
+        # Loose objects, as Kernos writes them (a pack would be read through one git
+        # process, which the restore's reader threads must not share).
+        ["git", "--git-dir", str(workspace.git_dir), "-c", "fetch.unpackLimit=2147483647",
+         "fetch", "--quiet", "--no-tags",
          str(original.git_dir), "+refs/heads/main:refs/kernos/source"],
         capture_output=True, text=True, check=False)
     if completed.returncode != 0:

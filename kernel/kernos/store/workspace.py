@@ -269,6 +269,11 @@ class Workspace:
     def resolve(self, ref: str) -> bytes:
         """A commit id for ``HEAD``, ``HEAD~N``, ``@N`` (op N), or a commit id or prefix."""
         text = ref.strip()
+        if re.fullmatch(r"[0-9a-fA-F]{40}", text):
+            with contextlib.suppress(KernosError):  # any snapshot in the store, by full id
+                sha = bytes.fromhex(text)
+                self.read_commit(sha)
+                return sha
         head = self.head()
         if head is None:
             raise UnknownRef(ref, str(self.path))
@@ -285,11 +290,6 @@ class Workspace:
                 if op_of(commit) == op:
                     return sha
             raise UnknownRef(ref, str(self.path))
-        if re.fullmatch(r"[0-9a-fA-F]{40}", text):
-            with contextlib.suppress(KernosError):  # any snapshot in the store, by full id
-                sha = bytes.fromhex(text)
-                self.read_commit(sha)
-                return sha
         if re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
             prefix = text.lower()
             found = [sha for sha, _ in self.history(head) if sha.hex().startswith(prefix)]
