@@ -1,36 +1,56 @@
-"""Randomness inside ops, made deterministic so that a replay reproduces it.
+"""Randomness and the clock inside ops, made reproducible for replay.
 
-When an op begins, :func:`seed_op` seeds Python's global ``random``
-generator (and numpy's legacy global one, if numpy is already imported) from
-the workspace's identity and the op id.  So ``random.random()``,
-``random.choice(...)``, ``numpy.random.rand()`` and ``uuid.uuid4()`` (which
-:func:`install` makes draw from the seeded generator while an op runs) give
-the same values when the op is replayed, in any process and under any
-``PYTHONHASHSEED``, and different values in different ops and workspaces.
-Code that seeds the generator itself still gets exactly what it asked for.
+**Randomness is seeded.**  When an op begins, :func:`seed_op` seeds Python's
+global ``random`` generator (and numpy's legacy global one, if numpy is
+already imported) from the workspace's identity and the op id.  So
+``random.random()``, ``random.choice(...)``, ``numpy.random.rand()`` and
+``uuid.uuid4()`` (which :func:`install` makes draw from the seeded generator
+while an op runs) give the same values when the op is replayed, in any
+process and under any ``PYTHONHASHSEED``, and different values in different
+ops and workspaces.  Code that seeds a generator itself gets what it asked
+for.
 
-What this does not cover, and a replay therefore reports as a divergence
-at the op that used it: the OS's randomness (``os.urandom``,
+**The clock is recorded.**  ``time.time()`` and ``time.time_ns()`` called
+from the op's own code (a cell, harness code, a tool: any code outside the
+standard library, the installed packages and Kernos) are recorded, in order,
+in the op's audit record (``clock``, nanoseconds); a replay hands the op the
+same readings (:func:`seed_op` with ``clock``).  Kernos and libraries keep
+reading the real clock.
+
+What this does not cover, and a replay therefore reports as a divergence at
+the op that used it: the OS's randomness (``os.urandom``,
 ``random.SystemRandom``, ``secrets``), generators created with fresh OS
-entropy (``numpy.random.default_rng()`` without a seed), wall-clock time
-stored into the image (``time.time()``, ``datetime.now()``) and environment
-variables read into the image.  Seed such generators from ``random``, or keep
-such values out of the image, for replays to match.
+entropy (``numpy.random.default_rng()`` without a seed), ``datetime.now()``
+and other clocks read in C, clocks read inside libraries, and environment
+variables stored into the image.  Code that imported ``time.time`` or
+``uuid.uuid4`` by name before Kernos started keeps the unrecorded originals.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import random
 import sys
+import sysconfig
+import time
 import uuid
 from collections.abc import Callable
+from types import FrameType
 
-__all__ = ["install", "op_seed", "seed_op"]
+__all__ = ["end_op", "install", "op_seed", "seed_op"]
 
 _original_uuid4: Callable[[], uuid.UUID] = uuid.uuid4
+_original_time_ns: Callable[[], int] = time.time_ns
 _active = False
+_readings: list[int] | None = None
+"""Where the running op's clock readings are recorded (its ``clock`` list)."""
+_replayed: list[int] = []
+"""Readings to hand out instead of the clock's (a replay), oldest first."""
+_NOT_OPS_CODE = tuple(sorted({os.path.dirname(os.path.abspath(__file__)) + os.sep} | {
+    path + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    if (path := sysconfig.get_paths().get(key))}))
 
 
 def op_seed(identity: str, op: int) -> bytes:
@@ -38,9 +58,16 @@ def op_seed(identity: str, op: int) -> bytes:
     return hashlib.sha256(f"kernos:{identity}:{op}".encode()).digest()
 
 
-def seed_op(identity: str, op: int) -> None:
-    """Seed the global generators for one op (called as the op begins)."""
-    global _active
+def seed_op(identity: str, op: int, *, readings: list[int] | None = None,
+            clock: list[int] | None = None) -> None:
+    """Seed the generators for one op, and start recording its clock (as it begins).
+
+    ``readings`` receives the op's clock readings; ``clock`` (a replay) are
+    the readings to hand out instead of the real clock's.
+    """
+    global _active, _readings, _replayed
+    _readings = readings
+    _replayed = list(clock or ())
     seed = op_seed(identity, op)
     random.seed(seed)
     numpy = sys.modules.get("numpy")
@@ -51,8 +78,28 @@ def seed_op(identity: str, op: int) -> None:
 
 
 def end_op() -> None:
-    global _active
+    global _active, _readings, _replayed
     _active = False
+    _readings = None
+    _replayed = []
+
+
+def _reading(caller: FrameType | None) -> int:
+    """The clock for ``caller``: recorded (or replayed) if it is the op's own code."""
+    if _readings is None or caller is None or caller.f_code.co_filename.startswith(
+            _NOT_OPS_CODE) or caller.f_code.co_filename.startswith("<frozen"):
+        return _original_time_ns()
+    value = _replayed.pop(0) if _replayed else _original_time_ns()
+    _readings.append(value)
+    return value
+
+
+def _time() -> float:
+    return _reading(sys._getframe(1)) / 1e9
+
+
+def _time_ns() -> int:
+    return _reading(sys._getframe(1))
 
 
 def _uuid4() -> uuid.UUID:
@@ -62,5 +109,7 @@ def _uuid4() -> uuid.UUID:
 
 
 def install() -> None:
-    """Make ``uuid.uuid4`` draw from the seeded generator inside ops (idempotent)."""
+    """Make ``uuid.uuid4`` seeded and ``time.time`` recorded inside ops (idempotent)."""
     uuid.uuid4 = _uuid4
+    time.time = _time
+    time.time_ns = _time_ns

@@ -159,6 +159,8 @@ class Image:
         self._history_bytes: int | None = None
         self.identity_override: str | None = None
         """Set by a replay: the identity of the workspace whose ops it re-runs."""
+        self.clock_replay: list[int] | None = None
+        """Set by a replay: the clock readings the next op is handed (its original's)."""
         determinism.install()
 
     def history_bytes(self) -> int:
@@ -324,7 +326,9 @@ class Image:
                                      .hexdigest())
             self.current = Op(self, op=self.last_op, principal=principal, source=source,
                               kind=kind, reach=reach)
-            determinism.seed_op(self.identity, self.last_op)
+            determinism.seed_op(self.identity, self.last_op, readings=self.current.clock,
+                                clock=self.clock_replay)
+            self.clock_replay = None
             return self.current
         except BaseException:
             self._busy.release()

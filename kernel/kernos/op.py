@@ -135,6 +135,8 @@ class Op:
         """Grant id -> capability, for every grant the op's principals used."""
         self.denied: list[dict[str, Any]] = []
         """Capabilities that were refused (bounded by the runtime)."""
+        self.clock: list[int] = []
+        """The op's own code's clock readings, in ns (see kernos.determinism), for its audit."""
         self.effects: list[dict[str, Any]] = []
         """External effects this op queued, or recorded (see kernos.effects), for its audit."""
         self.key: str | None = None

@@ -70,11 +70,12 @@ def session(harness: Harness, ledger: Path, ops: int, *, seed: int = 7) -> None:
         kind = chooser.choice(["human", "human", "alice", "alice", "bob", "tool", "fail",
                                "deny", "effect", "conflict", "checkout", "llm", "llm"])
         if kind == "human":
-            # random and uuid4 inside ops are seeded per op (kernos.determinism).
-            harness.op(f"import random, uuid\naccounts[{who!r}].balance += {amount} + "
+            # random and uuid4 are seeded per op, time.time() recorded (kernos.determinism).
+            harness.op(f"import random, time, uuid\naccounts[{who!r}].balance += {amount} + "
                        "random.randint(0, 3)\n"
                        f"accounts[{who!r}].tags.add('t{number % 5}')\n"
-                       f"accounts[{who!r}].last = str(uuid.uuid4())")
+                       f"accounts[{who!r}].last = str(uuid.uuid4())\n"
+                       f"accounts[{who!r}].seen_at = (time.time(), time.time_ns())")
         elif kind == "alice":
             harness.send(v=1, action="op", principal="alice", code=(
                 f"f = call('fee', amount={amount})['fee']\n"

@@ -315,10 +315,12 @@ class _Replayer:
             return status, None
         self.runtime.llm_client().replay_cached = [
             bool(call.get("cached")) for call in record.get("llm") or []]
+        self.image.clock_replay = list(record.get("clock") or [])
         request = self._request(kind, principal, code, record)
         if record.get("key") is not None and request["action"] == "op":
             request["key"] = record["key"]
         handled = self.service.handle(request)
+        self.image.clock_replay = None  # a request refused before its op began used none
         reply = handled.reply
         if reply.get("status") != "ok":
             error = reply.get("error") or {}
