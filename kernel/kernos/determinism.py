@@ -17,12 +17,18 @@ in the op's audit record (``clock``, nanoseconds); a replay hands the op the
 same readings (:func:`seed_op` with ``clock``).  Kernos and libraries keep
 reading the real clock.
 
+**Environment reads are fingerprinted.**  Each environment variable the
+op's own code reads (``os.environ[...]``, ``os.environ.get``,
+``os.getenv``) is recorded in its audit record (``environ``) as the name
+and a SHA-256 of its value (never the value: environments hold secrets).  A
+replay runs with its own environment and checks the fingerprints: a variable
+that differs is a divergence naming it.
+
 What this does not cover, and a replay therefore reports as a divergence at
 the op that used it: the OS's randomness (``os.urandom``,
 ``random.SystemRandom``, ``secrets``), generators created with fresh OS
 entropy (``numpy.random.default_rng()`` without a seed), ``datetime.now()``
-and other clocks read in C, clocks read inside libraries, and environment
-variables stored into the image.  Code that imported ``time.time`` or
+and other clocks read in C, and clocks read inside libraries.  Code that imported ``time.time`` or
 ``uuid.uuid4`` by name before Kernos started keeps the unrecorded originals.
 """
 
@@ -44,10 +50,14 @@ __all__ = ["end_op", "install", "op_seed", "seed_op"]
 _original_uuid4: Callable[[], uuid.UUID] = uuid.uuid4
 _original_time_ns: Callable[[], int] = time.time_ns
 _active = False
+_environ: list[list[str | None]] | None = None
+"""Where the running op's environment reads are fingerprinted (its ``environ`` list)."""
 _readings: list[int] | None = None
 """Where the running op's clock readings are recorded (its ``clock`` list)."""
 _replayed: list[int] = []
 """Readings to hand out instead of the clock's (a replay), oldest first."""
+_STDLIB = tuple(sorted({path + os.sep for key in ("stdlib", "platstdlib")
+                       if (path := sysconfig.get_paths().get(key))}))
 _NOT_OPS_CODE = tuple(sorted({os.path.dirname(os.path.abspath(__file__)) + os.sep} | {
     path + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
     if (path := sysconfig.get_paths().get(key))}))
@@ -59,14 +69,17 @@ def op_seed(identity: str, op: int) -> bytes:
 
 
 def seed_op(identity: str, op: int, *, readings: list[int] | None = None,
-            clock: list[int] | None = None) -> None:
+            clock: list[int] | None = None,
+            environ: list[list[str | None]] | None = None) -> None:
     """Seed the generators for one op, and start recording its clock (as it begins).
 
-    ``readings`` receives the op's clock readings; ``clock`` (a replay) are
-    the readings to hand out instead of the real clock's.
+    ``readings`` receives the op's clock readings, ``environ`` its environment
+    reads; ``clock`` (a replay) are the readings to hand out instead of the
+    real clock's.
     """
-    global _active, _readings, _replayed
+    global _active, _readings, _replayed, _environ
     _readings = readings
+    _environ = environ
     _replayed = list(clock or ())
     seed = op_seed(identity, op)
     random.seed(seed)
@@ -78,10 +91,39 @@ def seed_op(identity: str, op: int, *, readings: list[int] | None = None,
 
 
 def end_op() -> None:
-    global _active, _readings, _replayed
+    global _active, _readings, _replayed, _environ
     _active = False
     _readings = None
+    _environ = None
     _replayed = []
+
+
+def _ops_code(frame: FrameType | None) -> bool:
+    """Whether the first frame outside the standard library is the op's own code."""
+    while frame is not None and frame.f_code.co_filename.startswith(_STDLIB):
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(_NOT_OPS_CODE)
+
+
+class _FingerprintedEnviron(os._Environ):  # type: ignore[type-arg]
+    """``os.environ``, noting which variables the op's own code reads (not their values)."""
+
+    def __getitem__(self, key: str) -> str:
+        try:
+            value: str = super().__getitem__(key)
+        except KeyError:
+            _note(key, None)
+            raise
+        _note(key, value)
+        return value
+
+
+def _note(key: str, value: str | None) -> None:
+    if _environ is not None and type(key) is str and _ops_code(sys._getframe(2)):
+        shown = None if value is None else hashlib.sha256(
+            value.encode("utf-8", "surrogateescape")).hexdigest()
+        if [key, shown] not in _environ:
+            _environ.append([key, shown])
 
 
 def _reading(caller: FrameType | None) -> int:
@@ -113,3 +155,5 @@ def install() -> None:
     uuid.uuid4 = _uuid4
     time.time = _time
     time.time_ns = _time_ns
+    if type(os.environ) is os._Environ:
+        os.environ.__class__ = _FingerprintedEnviron

@@ -327,7 +327,7 @@ class Image:
             self.current = Op(self, op=self.last_op, principal=principal, source=source,
                               kind=kind, reach=reach)
             determinism.seed_op(self.identity, self.last_op, readings=self.current.clock,
-                                clock=self.clock_replay)
+                                clock=self.clock_replay, environ=self.current.environ)
             self.clock_replay = None
             return self.current
         except BaseException:

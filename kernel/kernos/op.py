@@ -135,6 +135,8 @@ class Op:
         """Grant id -> capability, for every grant the op's principals used."""
         self.denied: list[dict[str, Any]] = []
         """Capabilities that were refused (bounded by the runtime)."""
+        self.environ: list[list[str | None]] = []
+        """Environment variables its own code read: [name, SHA-256 of the value or None]."""
         self.clock: list[int] = []
         """The op's own code's clock readings, in ns (see kernos.determinism), for its audit."""
         self.effects: list[dict[str, Any]] = []

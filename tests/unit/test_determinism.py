@@ -53,3 +53,21 @@ def test_a_replay_hands_the_op_its_original_readings_then_the_real_clock() -> No
     assert time.time() > 1_700_000_000  # more readings than the original: the real clock
     determinism.end_op()
     assert readings[:2] == [1_000_000_000, 2_500_000_000]
+
+
+def test_environment_reads_are_fingerprinted_never_recorded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import os
+
+    monkeypatch.setenv("KERNOS_TEST_SECRET", "s3cret-value")
+    monkeypatch.delenv("KERNOS_TEST_UNSET", raising=False)
+    reads: list[list[str | None]] = []
+    determinism.seed_op("ws", 1, environ=reads)
+    assert os.getenv("KERNOS_TEST_SECRET") == "s3cret-value"
+    assert os.environ.get("KERNOS_TEST_UNSET") is None
+    determinism.end_op()
+    os.getenv("KERNOS_TEST_SECRET")  # outside an op: not noted
+    assert reads == [["KERNOS_TEST_SECRET", hashlib.sha256(b"s3cret-value").hexdigest()],
+                     ["KERNOS_TEST_UNSET", None]]
+    assert "s3cret-value" not in repr(reads)

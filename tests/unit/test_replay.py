@@ -228,3 +228,22 @@ def test_until_stops_just_before_an_op_for_a_person_to_run_it(tmp_path: Path) ->
         Image(workspace, namespace).restore()
     assert namespace["total"] == 11
     assert not ledger.exists()
+
+
+def test_an_environment_variable_that_differs_at_replay_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNOS_TEST_REGION", "eu-west")
+    harness = Harness(tmp_path / "ws")
+    harness.op("import os\nregion = os.environ['KERNOS_TEST_REGION']")
+    read = harness.op("import os\nzone = os.getenv('KERNOS_TEST_REGION') + '-1'")
+    harness.env.close()
+    assert replay(tmp_path / "ws", into=tmp_path / "same").ok
+    monkeypatch.setenv("KERNOS_TEST_REGION", "us-east")
+    report = replay(tmp_path / "ws", into=tmp_path / "other")
+    assert report.divergence is not None and report.divergence.op == read["op"] - 1
+    assert report.divergence.names == {"$KERNOS_TEST_REGION": "another value"}
+    with Workspace.open(tmp_path / "ws", writable=False) as opened:
+        from kernos.audit import open_audit
+
+        records = open_audit(opened).records(type="op")
+    assert "eu-west" not in json.dumps(records)  # a fingerprint, never the value

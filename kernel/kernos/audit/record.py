@@ -114,6 +114,8 @@ class AuditParticipant:
             body["sizes"] = {"image": report.image_bytes, "history": report.history_bytes}
         if op.clock:  # absent otherwise, like ``key``
             body["clock"] = list(op.clock)
+        if op.environ:
+            body["environ"] = [list(read) for read in op.environ]
         if op.key is not None:  # absent otherwise: older records hash as they always did
             body["key"] = op.key
         if op.llm_calls:  # absent otherwise, like ``key``

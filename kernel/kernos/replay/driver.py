@@ -281,6 +281,12 @@ class _Replayer:
         except KernosError as error:
             step.replayed = "not replayable"
             return step, Divergence(op=op, reason=str(error))
+        changed = self._environment_changed(record)
+        if changed:
+            return step, Divergence(
+                op=op, reason="it read environment variables whose values differ from the "
+                              "original's: set them as they were, then replay again",
+                names={f"${name}": what for name, what in changed.items()})
         if step.replayed != status:
             return step, Divergence(
                 op=op, reason=f"it ended {step.replayed!r} in the replay, {status!r} "
@@ -291,6 +297,23 @@ class _Replayer:
         self.commits[str(record.get("commit"))] = commit
         return step, self._compare(step, bytes.fromhex(str(record["commit"])),
                                    bytes.fromhex(commit))
+
+    def _environment_changed(self, record: dict[str, Any]) -> dict[str, str]:
+        """Variables the original op read that the replayed one saw otherwise (by SHA-256)."""
+        original = {str(name): value for name, value in record.get("environ") or []}
+        if not original:
+            return {}
+        audit = self.image.audit
+        ours: dict[str, Any] = {}
+        for entry in reversed(audit.entries):
+            if entry.type == "op" and entry.op == record.get("op"):
+                ours = {str(name): value for name, value in audit.read(entry.index).get(
+                    "environ") or []}
+                break
+        return {name: ("unset now" if ours.get(name, value) is None else
+                       "unset originally" if value is None else "another value")
+                for name, value in original.items()
+                if name in ours and ours[name] != value}
 
     def _deliver(self, record: dict[str, Any]) -> tuple[str, str | None]:
         """Run the op again; (how it ended, the new commit id)."""
