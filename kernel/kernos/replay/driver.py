@@ -472,8 +472,8 @@ def _fetch(workspace: Workspace, original: Workspace) -> None:
     if original.head() is None:
         return
     completed = subprocess.run(
-        # Loose objects, as Kernos writes them (a pack would be read through one git
-        # process, which the restore's reader threads must not share).
+        # Loose objects, as Kernos writes them: packed ones are read through one git
+        # process, one at a time, far more slowly.
         ["git", "--git-dir", str(workspace.git_dir), "-c", "fetch.unpackLimit=2147483647",
          "fetch", "--quiet", "--no-tags",
          str(original.git_dir), "+refs/heads/main:refs/kernos/source"],

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -151,6 +152,9 @@ class LooseObjects:
         self.scratch = scratch
         self.durable = durable
         self._journal_fd: int | None = None
+        self._packed_lock = threading.Lock()
+        """Packed objects are read through one ``git cat-file`` process: one reader at a
+        time (a restore reads chunks on several threads)."""
         self._touched_dirs: set[Path] = set()
         self._fallback: GitCmdObjectDB | None = None
 
@@ -302,17 +306,19 @@ class LooseObjects:
         return self._fallback
 
     def _read_packed(self, sha: bytes) -> tuple[bytes, bytes]:
-        try:
-            stream = self._packed().stream(sha)
-            data = stream.read()
-        except Exception as error:
-            self._reset_packed()  # its `git cat-file` process may have died with the error
-            raise FileNotFoundError(f"object {sha.hex()} is missing or unreadable") from error
-        if len(data) != stream.size:
-            self._reset_packed()
-            raise ValueError(f"object {sha.hex()} is damaged in its pack ({len(data)} of "
-                             f"{stream.size} bytes readable)")
-        return stream.type, data
+        with self._packed_lock:
+            try:
+                stream = self._packed().stream(sha)
+                data = stream.read()
+            except Exception as error:
+                self._reset_packed()  # its `git cat-file` process may have died with the error
+                raise FileNotFoundError(f"object {sha.hex()} is missing or unreadable") \
+                    from error
+            if len(data) != stream.size:
+                self._reset_packed()
+                raise ValueError(f"object {sha.hex()} is damaged in its pack ({len(data)} of "
+                                 f"{stream.size} bytes readable)")
+            return stream.type, data
 
     def _reset_packed(self) -> None:
         fallback, self._fallback = self._fallback, None
@@ -324,10 +330,11 @@ class LooseObjects:
         hexsha = sha.hex()
         if os.path.exists(self._loose_path(hexsha)):
             return True
-        try:
-            self._packed().info(sha)
-        except Exception:
-            return False
+        with self._packed_lock:
+            try:
+                self._packed().info(sha)
+            except Exception:
+                return False
         return True
 
 
