@@ -157,6 +157,9 @@ class Image:
         self._busy = threading.Lock()
         self.restored = threading.Event()
         self._history_bytes: int | None = None
+        self.unreset: set[str] = set()
+        """Names a rollback could not reset (they hold live resources): the next commit
+        writes them as they are."""
         self.identity_override: str | None = None
         """Set by a replay: the identity of the workspace whose ops it re-runs."""
         self.clock_replay: list[int] | None = None
@@ -194,6 +197,9 @@ class Image:
                     report = RestoreReport(commit=None, op=0, names=0, bytes=0, seconds=0.0)
                 else:
                     report = self._restore(read_snapshot(self.workspace, head), progress)
+                # The generators continue from the snapshot's state (numpy's once imported).
+                determinism.apply_state(self.committed.get(determinism.STATE_NAME),
+                                        self.identity)
                 notes = self.audit.recover(None if head is None else head.hex(), self._exists)
                 notes += finish_erasures(self)
                 self.last_op = max(self.last_op, self.audit.last_op)
@@ -319,6 +325,8 @@ class Image:
         try:
             if reach is None:
                 reach = reach_of_source(source) if source is not None else Reach.all("no code")
+            if self.unreset:
+                reach = reach.union(Reach(frozenset(self.unreset)))
             self.last_op += 1
             forget_created()
             self.audit.note_inflight(self.last_op, principal, kind, None if source is None else
@@ -326,6 +334,7 @@ class Image:
                                      .hexdigest())
             self.current = Op(self, op=self.last_op, principal=principal, source=source,
                               kind=kind, reach=reach)
+            determinism.ensure_state(self.committed.get(determinism.STATE_NAME), self.identity)
             determinism.seed_op(self.identity, self.last_op, readings=self.current.clock,
                                 clock=self.clock_replay, environ=self.current.environ)
             self.clock_replay = None

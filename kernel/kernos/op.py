@@ -25,12 +25,15 @@ op's reach whose pickled form no longer matches what is stored.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import time
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernos import _faults
+from kernos import _faults, determinism
 from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
@@ -39,6 +42,7 @@ from kernos.personal import created_subjects
 from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
+from kernos.serialize.unpersisted import Unpersisted
 from kernos.store.snapshots import (
     SnapshotWriter,
     StoredGroup,
@@ -91,12 +95,47 @@ class CommitReport:
 
 @dataclass(kw_only=True)
 class AbortReport:
-    """What a rollback had to undo."""
+    """What a rollback had to undo, so that the user can be told where it happened."""
 
     op: int
     removed: list[str]
+    """Names the op added: gone again."""
     rebound: list[str]
+    """Names the op bound to other objects: the committed objects are back."""
     reloaded: list[str]
+    """Names the op changed in place: their committed values are back."""
+    deleted: list[str] = field(default_factory=list)
+    """Names the op deleted: back."""
+    not_reset: list[str] = field(default_factory=list)
+    """Names changed in place whose values hold live resources (a connection, a thread):
+    a copy would still talk to the live parts, so they were kept as the op left them."""
+    random_reset: bool = False
+    """The op had moved the global random generators; they are back where they were."""
+
+    def undone(self) -> dict[str, Any]:
+        """The rollback as JSON, for a reply's metadata."""
+        return {"added": self.removed, "rebound": self.rebound, "deleted": self.deleted,
+                "reloaded": self.reloaded, "not_reset": self.not_reset,
+                "random": self.random_reset}
+
+    def summary(self) -> str:
+        """One line: ``rolled back — not kept: tup (rebound); obj1, obj2 (added)``."""
+        kept = [f"{_names(names)} ({why})" for names, why in (
+            (self.rebound, "rebound"), (self.removed, "added"), (self.deleted, "deleted"),
+            (self.reloaded, "changed in place")) if names]
+        if self.random_reset:
+            kept.append("the random generators' state (drawn from or seeded)")
+        line = "rolled back — " + ("not kept: " + "; ".join(kept) if kept
+                                   else "nothing had changed")
+        if self.not_reset:
+            line += (f"; could not be reset: {_names(self.not_reset)} (they hold live "
+                     "resources, so they stay as the cell left them)")
+        return line
+
+
+def _names(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 @dataclass(kw_only=True)
@@ -154,7 +193,9 @@ class Op:
         self._adopted_meta: dict[str, NameMeta] = {}
         self._participant = _ImageParticipant(self)
         self._audit = AuditParticipant(self, image.audit)
+        self._generators = determinism.GeneratorParticipant(self)
         self.transaction = Transaction(op=op, principal=principal)
+        self.transaction.join(self._generators)
         self.transaction.join(self._participant)
         self.transaction.join(self._audit)
 
@@ -263,6 +304,8 @@ class Op:
                 image.unbind(name)
         for name, value in values.items():
             image.bind(name, value)
+        # The cells after a checkout draw from the generators as the snapshot left them.
+        determinism.apply_state(values.get(determinism.STATE_NAME), image.identity)
         self._adopted = {key: (stored, tuple(values[name] for name in stored.names))
                          for key, stored in groups.items()}
         self._adopted_meta = {name: NameMeta.from_json(data)
@@ -335,6 +378,7 @@ class _ImageParticipant:
                           for name in state.stored.names}
         image.meta = self._state["meta"]
         image.committed = self._state["current"]
+        image.unreset.clear()
         report = self._state["report"]
         report.timings_ms["publish"] = (time.perf_counter() - started) * 1000
         report.timings_ms["total"] = (time.perf_counter() - self.op.started) * 1000
@@ -528,26 +572,118 @@ class _ImageParticipant:
         removed = [name for name in image.persisted_names() if name not in committed]
         for name in removed:
             image.unbind(name)
-        rebound = []
+        rebound: list[str] = []
+        deleted: list[str] = []
         for name, value in committed.items():
-            if image.lookup(name, _MISSING) is not value:
+            now = image.lookup(name, _MISSING)
+            if now is not value:
+                (deleted if now is _MISSING else rebound).append(name)
                 image.bind(name, value)
-                rebound.append(name)
         reach = image.expand(self.op.reach, committed)
         names = set(committed) if reach.everything else reach.names & committed.keys()
         keys = {image.group_of[name] for name in names if name in image.group_of}
         stale = {key: image.groups[key].stored for key in sorted(keys)
                  if image.groups[key].load_error is None and not self._matches(image.groups[key])}
+        reloaded, not_reset = self._reload(stale)
+        system = {name for name in removed + rebound + deleted if name.startswith("kernos:")}
+        return AbortReport(
+            op=self.op.id, removed=sorted(set(removed) - system),
+            rebound=sorted(set(rebound) - system), deleted=sorted(set(deleted) - system),
+            reloaded=sorted(reloaded), not_reset=sorted(not_reset),
+            random_reset=self.op._generators.reset)
+
+    def _reload(self, stale: dict[str, StoredGroup]) -> tuple[list[str], list[str]]:
+        """Put back the committed values of groups the op changed in place.
+
+        A group whose values hold live resources is not replaced by a copy: the
+        copy would still talk to the live parts (a client's sockets and threads).
+        If each of its names is a live resource itself, a container (a plain
+        dict or list, or an instance of a class defined in a cell) or unchanged,
+        the containers are reset in place from the copy (the copy holds the
+        very same live objects; what it holds directly of the group's values is
+        swapped for the live ones), unless something deeper inside the copy
+        refers to one of the group's copied values.  Any other such group (a
+        library's client holding sockets and threads, say) stays as the op left
+        it, is reported, and is written by the next commit.
+        """
+        image = self.op.image
+        committed = image.committed
+        live = {key: image.groups[key].live_transients for key in stale}
+        in_place: dict[str, list[str]] = {}
+        loadable: dict[str, StoredGroup] = {}
+        not_reset: list[str] = []
+        for key, stored in stale.items():
+            resources = [obj for obj in live[key] if not isinstance(obj, Unpersisted)]
+            if not resources:
+                loadable[key] = stored
+                continue
+            containers = [name for name in stored.names
+                          if self._contents(committed[name]) is not None]
+            others = [name for name in stored.names if name not in containers
+                      and not any(committed[name] is obj for obj in resources)]
+            changed = self._changed_names(stored, others) if others else []
+            if not changed:
+                loadable[key] = stored
+                in_place[key] = containers
+            else:
+                not_reset += self._changed_names(stored)
+        values, _failed = image.load_groups(loadable, live=live) if loadable else ({}, set())
         reloaded: list[str] = []
-        if stale:
-            live = {key: image.groups[key].live_transients for key in stale}
-            values, _failed = image.load_groups(stale, live=live)
-            for name, value in values.items():
-                image.bind(name, value)
-                committed[name] = value
-                reloaded.append(name)
-        return AbortReport(op=self.op.id, removed=sorted(removed), rebound=sorted(rebound),
-                           reloaded=sorted(reloaded))
+        for key in loadable:
+            names = loadable[key].names
+            if key not in in_place:
+                for name in names:
+                    image.bind(name, values[name])
+                    committed[name] = values[name]
+                reloaded += names
+                continue
+            containers = in_place[key]
+            roots = {id(values[name]): committed[name] for name in names}
+            copies = {name: self._contents(values[name]) for name in containers}
+            if any(roots.get(id(type(values[name])), type(values[name]))
+                   is not type(committed[name]) or copies[name] is None
+                   or _reaches(copies[name], roots) for name in containers):
+                not_reset += containers
+                continue
+            for name in containers:
+                _transplant(self._contents(committed[name]), copies[name], roots)
+            reloaded += containers
+        image.unreset.update(not_reset)
+        return reloaded, not_reset
+
+    def _contents(self, value: object) -> dict[Any, Any] | list[Any] | None:
+        """What a rollback may reset in place: a plain dict or list, or the attributes of
+        an instance of a class defined in a cell (the user's own object, not a library's)."""
+        if type(value) in (dict, list):
+            return value  # type: ignore[return-value]
+        attributes = getattr(value, "__dict__", None)
+        kind = type(value)
+        if (type(attributes) is dict and not isinstance(value, type)
+                and "__slots__" not in kind.__dict__ and kind.__module__ is not None
+                and self.op.image.serializer.is_by_value(kind)):
+            return attributes
+        return None
+
+    def _changed_names(self, stored: StoredGroup,
+                       names: list[str] | None = None) -> list[str]:
+        """The names of a group (or those of ``names``) whose values no longer pickle as
+        their committed content."""
+        image = self.op.image
+        changed = []
+        for name in stored.names if names is None else names:
+            try:
+                pickled = image.serializer.dump([(name, image.committed[name])], op=self.op.id)
+            except Exception:
+                changed.append(name)
+                continue
+            digest = hashlib.blake2b(pickled.stream, digest_size=16)
+            for view in pickled.buffers:
+                for sha in chunk_ids(view, image.cache):
+                    digest.update(sha)
+            meta = image.meta.get(name)
+            if meta is None or meta.hash != digest.hexdigest():
+                changed.append(name)
+        return changed
 
     def _matches(self, state: GroupState) -> bool:
         """Whether the group's live values still pickle to exactly what is stored."""
@@ -566,6 +702,52 @@ class _ImageParticipant:
             if len(data) != part.size or chunk_ids(data, image.cache) != part.chunks:
                 return False
         return True
+
+
+def _transplant(live: Any, copy: Any, roots: dict[int, object]) -> None:
+    """Give a live dict or list the contents of its reloaded copy, keeping its identity.
+
+    ``roots`` maps the copies of the group's containers to the live ones, so a
+    container held directly by another is the live one, not its copy.
+    """
+    if type(live) is dict:
+        live.clear()
+        live.update({key: roots.get(id(value), value) for key, value in copy.items()})
+    else:
+        live[:] = [roots.get(id(value), value) for value in copy]
+
+
+def _reaches(copy: Any, roots: dict[int, object], budget: int = 100_000) -> bool:
+    """Whether anything below the direct contents of ``copy`` refers to a copied container
+    (bounded: unsure means yes).  Those references could not be pointed at the live ones."""
+    children = list(copy.values()) + list(copy) if type(copy) is dict else list(copy)
+    seen = set(roots)
+    frontier = [child for child in children if id(child) not in roots]
+    while frontier:
+        for child in _referents(frontier.pop()):
+            if id(child) in roots:
+                return True
+            if id(child) in seen or type(child) in _ATOMIC or isinstance(child, type):
+                continue
+            seen.add(id(child))
+            frontier.append(child)
+            budget -= 1
+            if budget <= 0:
+                return True
+    return False
+
+
+def _referents(obj: object) -> list[object]:
+    """What ``obj`` holds; a function's globals (the namespace, a module) are not its own."""
+    if isinstance(obj, types.FunctionType):
+        held: list[object] = list(obj.__defaults__ or ())
+        for cell in obj.__closure__ or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                held.append(cell.cell_contents)
+        return held
+    if isinstance(obj, types.ModuleType):
+        return []
+    return gc.get_referents(obj)
 
 
 def _content_hash(pickled: Pickled, stored: StoredGroup, writer: SnapshotWriter) -> str:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kernos.determinism import generators_untouched
 from kernos.errors import LLMProviderError, LLMResponseInvalid, UsageError
 from kernos.llm._request import Request
 
@@ -35,7 +36,8 @@ def litellm() -> Any:
     if _module is None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
-            import litellm as module
+            with generators_untouched():  # some of what it imports draws from `random`
+                import litellm as module
         except ImportError:
             raise UsageError("LLM calls need litellm: pip install 'kernos[llm]'") from None
         module.suppress_debug_info = True  # it prints provider lists to stdout otherwise
@@ -47,8 +49,9 @@ def warm() -> None:
     """Import litellm and load what its first call loads (a tokenizer), with no network."""
     module = litellm()
     messages = [{"role": "user", "content": "warm"}]
-    module.token_counter(model="gpt-4o-mini", messages=messages)
-    module.completion(model="gpt-4o-mini", messages=messages, mock_response="warm")
+    with generators_untouched():
+        module.token_counter(model="gpt-4o-mini", messages=messages)
+        module.completion(model="gpt-4o-mini", messages=messages, mock_response="warm")
 
 
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
@@ -75,13 +78,14 @@ def call(request: Request, *, timeout: float | None,
     if timeout is not None:
         arguments["timeout"] = timeout
     try:
-        answer = completion(**arguments)
-        if request.stream:
-            chunks = list(answer)
-            answer = module.stream_chunk_builder(chunks, messages=request.messages)
-            if answer is None:
-                raise LLMResponseInvalid("the stream ended without a chunk",
-                                         request=request.hash, model=request.model)
+        with generators_untouched():  # a provider's retries may jitter with `random`
+            answer = completion(**arguments)
+            if request.stream:
+                chunks = list(answer)
+                answer = module.stream_chunk_builder(chunks, messages=request.messages)
+        if request.stream and answer is None:
+            raise LLMResponseInvalid("the stream ended without a chunk",
+                                     request=request.hash, model=request.model)
     except LLMResponseInvalid:
         raise
     except Exception as error:
