@@ -167,10 +167,8 @@ class Image:
         determinism.install()
 
     def history_bytes(self) -> int:
-        """The history's size: its objects on disk when first asked, plus what ops wrote since.
-
-        What ops write is counted as written (uncompressed); git may store it smaller.
-        """
+        """The history's size on disk: its objects when first asked, plus what ops wrote since
+        (as stored: compressed)."""
         if self._history_bytes is None:
             total = 0
             for folder, _dirs, files in os.walk(self.workspace.path / "history.git" / "objects"):
@@ -274,13 +272,12 @@ class Image:
                 loaded = self._load_group(group, advance, (live or {}).get(key, []))
             except Exception as error:
                 failed.update(group.names)
+                reason = _load_failure(group, error)
                 for name in group.names:
                     values[name] = Unpersisted(
                         name=name, path=name,
                         type_name=self.meta[name].type if name in self.meta else "?",
-                        reason=(f"it could not be restored ({type(error).__name__}: {error}); "
-                                "it is still in the history: fix the cause (for example, "
-                                "install a missing module) and run `%kernos checkout HEAD`"),
+                        reason=reason,
                     )
                 continue
             values.update(zip(group.names, loaded, strict=True))
@@ -421,6 +418,21 @@ class Image:
                         and not isinstance(state.live_transients[index], Unpersisted))
                 found.append({**info, "live": live})
         return found
+
+
+def _load_failure(group: StoredGroup, error: Exception) -> str:
+    """Why a stored group could not be loaded, and advice that can work."""
+    what = f"{type(error).__name__}: {str(error)[:300]}"
+    if isinstance(error, ImportError):
+        return (f"it could not be restored ({what}); it is still in the history: install "
+                "the missing module, then run `%kernos checkout HEAD` to load it")
+    if group.unpersisted:
+        parts = ", ".join(sorted({str(info.get("path")) for info in group.unpersisted})[:3])
+        return (f"it could not be rebuilt without the parts that could not be persisted "
+                f"({parts}): {what}. Create it again (for example, open the file again)")
+    return (f"it could not be restored ({what}). It is still in the history (`kernos show`); "
+            "if a library it needs was upgraded, reinstall the version that wrote it and run "
+            "`%kernos checkout HEAD`")
 
 
 def _audited(workspace: Workspace, head: bytes) -> bool:

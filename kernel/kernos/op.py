@@ -37,7 +37,7 @@ from kernos import _faults, determinism
 from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
-from kernos.errors import CommitFailed, KernosError, OpVetoed, RestoreError
+from kernos.errors import CommitFailed, KernosError, OpVetoed, RestoreError, UsageError
 from kernos.personal import created_subjects
 from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
@@ -86,6 +86,8 @@ class CommitReport:
     reach: str = ""
     audit: dict[str, Any] = field(default_factory=dict)
     """The op's audit record: its ``index`` and ``hash``."""
+    failed: dict[str, str] | None = None
+    """The error its code raised, for an op kept despite it (``on_error = keep``)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The committed events, as external subscribers receive them."""
 
@@ -107,10 +109,16 @@ class AbortReport:
     deleted: list[str] = field(default_factory=list)
     """Names the op deleted: back."""
     not_reset: list[str] = field(default_factory=list)
-    """Names changed in place whose values hold live resources (a connection, a thread):
-    a copy would still talk to the live parts, so they were kept as the op left them."""
+    """Names the op used whose values are or hold live resources (a file, a connection, a
+    client with threads): they are not (wholly) in the image, so whatever the op did to
+    them stays done; a copy would still talk to the live parts."""
     random_reset: bool = False
     """The op had moved the global random generators; they are back where they were."""
+
+    @property
+    def nothing_undone(self) -> bool:
+        return not (self.removed or self.rebound or self.deleted or self.reloaded
+                    or self.not_reset or self.random_reset)
 
     def undone(self) -> dict[str, Any]:
         """The rollback as JSON, for a reply's metadata."""
@@ -186,6 +194,9 @@ class Op:
         """The op's LLM calls (kernos.llm), failed ones too, for its audit record."""
         self.outcome: tuple[str, dict[str, str] | None] = ("rolled back", None)
         """(status, error) of an op that did not commit, for its audit record."""
+        self.failure: dict[str, str] | None = None
+        """The error of an op whose code raised but which commits what it reached
+        (see :meth:`keep_failed`), for its snapshot and audit record."""
         self.report_draft: CommitReport | None = None
         self.report: CommitReport | None = None
         self.abort_report: AbortReport | None = None
@@ -219,6 +230,17 @@ class Op:
         self.vetoes.append(reason)
         if self.veto_status != "denied":
             self.veto_status = status
+
+    def keep_failed(self, kind: str, message: str) -> None:
+        """Commit this op although its code raised ``kind: message`` (``on_error = keep``).
+
+        Its snapshot and audit record say it failed.  Only the human's ops can be
+        kept: an agent's op always rolls back.
+        """
+        if self.principal != "human":
+            raise UsageError(f"an op of {self.principal!r} cannot be kept after an error: "
+                             "agents' ops always roll back")
+        self.failure = {"kind": kind[:120], "message": message[:500]}
 
     def act_as(self, principal: str, kind: str) -> None:
         """Attribute this op to another principal (a cell that runs as an agent)."""
@@ -462,10 +484,9 @@ class _ImageParticipant:
             op=op.id, commit="", principal=op.principal, kind=op.kind,
             added=sorted(added), changed=sorted(changed - set(added)), deleted=sorted(deleted),
             committed_at=utc_now(),
-            unpersisted=[info for name in sorted(changed)
-                         for info in final[meta[name].group].stored.unpersisted
-                         if info["name"] == name],
+            unpersisted=self._new_transients(sorted(changed), new_parts),
             reach="everything: " + reach.why if reach.everything else f"{len(touched)} names",
+            failed=op.failure,
         )
         manifest = {
             "format": 1,
@@ -480,6 +501,8 @@ class _ImageParticipant:
         }
         if op.facts:
             manifest["facts"] = op.facts
+        if op.failure is not None:
+            manifest["failed"] = op.failure
         sealed = op.sealed
         if sealed:
             manifest["sealed_for"] = sorted(sealed)
@@ -497,6 +520,23 @@ class _ImageParticipant:
         report.history_bytes = image.history_grew(writer.bytes_written)
         report.timings_ms = timings
         self._state = {"groups": final, "meta": meta, "current": current, "report": report}
+
+    def _new_transients(self, names: list[str],
+                        new_parts: dict[str, tuple[Pickled, StoredGroup]]) -> list[dict[str, Any]]:
+        """What of ``names`` cannot be persisted and was not there before this op.
+
+        A live object that a commit already reported (it is still the same
+        object) and a placeholder a restore put there are not news.
+        """
+        found = [transient for name in names if name in new_parts
+                 for transient in new_parts[name][0].transients
+                 if not isinstance(transient.obj, Unpersisted)]
+        if not found:
+            return []
+        known = {id(obj) for state in self.op.image.groups.values()
+                 for obj in state.live_transients}
+        return [dict(transient.info(), op=self.op.id) for transient in found
+                if id(transient.obj) not in known]
 
     def _pickle(self, names: list[str], current: dict[str, object]
                 ) -> tuple[dict[str, Pickled], list[list[str]]]:
@@ -585,6 +625,9 @@ class _ImageParticipant:
         stale = {key: image.groups[key].stored for key in sorted(keys)
                  if image.groups[key].load_error is None and not self._matches(image.groups[key])}
         reloaded, not_reset = self._reload(stale)
+        # A value that is itself a live resource (an open file, a client holding threads)
+        # is not in the image: whatever the op did to it stays done.
+        not_reset += [name for name in sorted(names - set(not_reset)) if self._is_resource(name)]
         system = {name for name in removed + rebound + deleted if name.startswith("kernos:")}
         return AbortReport(
             op=self.op.id, removed=sorted(set(removed) - system),
@@ -650,6 +693,15 @@ class _ImageParticipant:
             reloaded += containers
         image.unreset.update(not_reset)
         return reloaded, not_reset
+
+    def _is_resource(self, name: str) -> bool:
+        """Whether ``name`` holds, as a whole, a live object that could not be persisted."""
+        image = self.op.image
+        key = image.group_of.get(name)
+        value = image.committed.get(name, _MISSING)
+        return key is not None and any(
+            value is obj for obj in image.groups[key].live_transients
+            if not isinstance(obj, Unpersisted))
 
     def _contents(self, value: object) -> dict[Any, Any] | list[Any] | None:
         """What a rollback may reset in place: a plain dict or list, or the attributes of
@@ -805,4 +857,6 @@ def _message(op: Op) -> str:
             headline = headline[:57] + "..."
         if len(lines) > 1:
             headline += f" (+{len(lines) - 1} lines)"
+    if op.failure is not None:
+        headline += f" [failed: {op.failure['kind']}, kept]"
     return commit_message(op=op.id, principal=op.principal, kind=op.kind, headline=headline)

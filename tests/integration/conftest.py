@@ -50,13 +50,14 @@ class Result:
 
 
 class Kernel:
-    def __init__(self, workspace: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, workspace: Path, env: dict[str, str] | None = None,
+                 kernel_name: str = "kernos") -> None:
         self.workspace = workspace
         environment = dict(os.environ, KERNOS_WORKSPACE=str(workspace), **(env or {}))
         environment.pop("JPY_SESSION_NAME", None)
         # ipc sockets go in a directory of their own, not the current directory.
         self._sockets = tempfile.mkdtemp(prefix="kernos-ipc-")
-        self.manager = KernelManager(kernel_name="kernos", transport="ipc",
+        self.manager = KernelManager(kernel_name=kernel_name, transport="ipc",
                                      ip=os.path.join(self._sockets, "kernel"))
         self.manager.start_kernel(env=environment)
         self.client = self.manager.client()
@@ -125,8 +126,9 @@ class Kernel:
 def kernel_factory(tmp_path: Path) -> Iterator[Callable[..., Kernel]]:
     started: list[Kernel] = []
 
-    def start(workspace: Path | None = None, env: dict[str, str] | None = None) -> Kernel:
-        kernel = Kernel(workspace or tmp_path / "workspace", env)
+    def start(workspace: Path | None = None, env: dict[str, str] | None = None,
+              kernel_name: str = "kernos") -> Kernel:
+        kernel = Kernel(workspace or tmp_path / "workspace", env, kernel_name)
         started.append(kernel)
         return kernel
 

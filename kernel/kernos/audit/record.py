@@ -132,7 +132,9 @@ class AuditParticipant:
 
     def tpc_vote(self, txn: Transaction) -> None:
         commit = self.op.commit_id()
-        record = self.log.append(self._body(status="committed", commit=commit, error=None))
+        # An op kept although its code raised (on_error = keep) says so in ``error``.
+        record = self.log.append(self._body(status="committed", commit=commit,
+                                            error=self.op.failure))
         self.index = record["index"]
         self.record = record
 

@@ -92,6 +92,9 @@ class OpResult:
     """Its audit record: ``index`` and ``hash``."""
     checkout: dict[str, Any] | None = None
     """For a checkout: what was checked out."""
+    undone: dict[str, Any] | None = None
+    """For an op that rolled back: what it undid (added, rebound, deleted and reloaded
+    names, names it could not reset, whether the random generators were put back)."""
 
     @property
     def committed(self) -> bool:

@@ -519,9 +519,11 @@ class HarnessService:
                        error: ErrorInfo, versions: dict[str, int | None] | None = None
                        ) -> OpResult:
         index, digest = self.image.audit.head()
+        aborted = op.abort_report
         return OpResult(status=op.outcome[0], principal=principal, op=op.id,
                         output=output.text(), error=error, versions=versions or {},
-                        audit={"index": index, "hash": digest})
+                        audit={"index": index, "hash": digest},
+                        undone=None if aborted is None else aborted.undone())
 
     def _human_op(self, request: Request, note: str, body: Callable[[Op], Any]) -> Handled:
         source = json.dumps({"action": request.action, **request.fields}, sort_keys=True)

@@ -50,7 +50,7 @@ from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
-from kernos.op import CommitReport, Op
+from kernos.op import AbortReport, CommitReport, Op
 from kernos.personal import personal
 from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
@@ -378,7 +378,9 @@ class KernosKernel(IPythonKernel):
             why: BaseException | tuple[str, str] | None = failure
             if why is None and reply is not None and not ok:
                 why = (str(reply.get("ename", "")), str(reply.get("evalue", "")))
-            outcome = self._finish(op, ok, why)
+            keep = (not ok and failure is None and isinstance(why, tuple)
+                    and self._keeps_failed_cells(op))
+            outcome = self._finish(op, ok, why, keep=keep, silent=silent)
             self.current_op = None
             if isinstance(outcome, CommitReport) and outcome.events:
                 _faults.point("notify")
@@ -400,45 +402,79 @@ class KernosKernel(IPythonKernel):
             transformed = code
         return cell_reach(transformed, self.ipython.transform_cell)
 
-    def _finish(self, op: Op, ok: bool, error: BaseException | tuple[str, str] | None = None
+    def _keeps_failed_cells(self, op: Op) -> bool:
+        """Whether a cell that raised commits what it reached (``%kernos on-error keep``)."""
+        if op.principal != "human" or op.vetoes:
+            return False  # agents' ops and vetoed ops always roll back
+        try:
+            return op.image.workspace.setting("on_error") == "keep"
+        except KernosError as error:  # an unreadable settings file: the safe default
+            self.log.error("Kernos: %s", error)
+            return False
+
+    def _finish(self, op: Op, ok: bool, error: BaseException | tuple[str, str] | None = None,
+                *, keep: bool = False, silent: bool = False
                 ) -> CommitReport | BaseException | None:
-        """Commit or roll back, never cut short by an interrupt."""
+        """Commit or roll back, never cut short by an interrupt.
+
+        ``keep``: the cell raised, but it is committed as an op marked failed.
+        What was rolled back, kept, or could not persist is said in one line
+        each at the end of the cell's output (unless ``silent``).
+        """
         while True:
             try:
                 with deferred_sigint():
                     if op.status is not Status.ACTIVE:
                         return op.report
-                    if not ok:
+                    if keep and isinstance(error, tuple):
+                        op.keep_failed(*error)
+                    if not ok and not keep:
                         aborted = op.abort(error=error)
-                        self._last_report = {"status": "rolled back", "op": op.id,
-                                             "reloaded": aborted.reloaded,
-                                             "audit": self._audit_head(op)}
+                        self._last_report = self._rolled_back(op, aborted, silent=silent)
                         return None
                     try:
                         report = op.commit()
                     except KernosError as problem:
-                        self._last_report = {"status": "rolled back", "op": op.id,
-                                             "error": str(problem),
-                                             "audit": self._audit_head(op)}
+                        self._last_report = {**self._rolled_back(op, op.abort_report,
+                                                                 silent=silent),
+                                             "error": str(problem)}
                         return problem
                     self._last_report = {"status": "committed", **report.to_json()}
-                    self._warn_unpersisted(report)
+                    if not silent:
+                        self._announce(report)
                     return report
             except KeyboardInterrupt:
                 continue
+
+    def _rolled_back(self, op: Op, aborted: AbortReport | None, *,
+                     silent: bool) -> dict[str, Any]:
+        """The reply metadata of a rolled-back op; its summary ends the cell's output."""
+        summary: dict[str, Any] = {"status": "rolled back", "op": op.id,
+                                   "audit": self._audit_head(op)}
+        if aborted is not None:
+            summary.update(reloaded=aborted.reloaded, undone=aborted.undone(),
+                           message=aborted.summary())
+            if not silent and not aborted.nothing_undone:
+                _say(f"kernos: {aborted.summary()}")
+        return summary
 
     @staticmethod
     def _audit_head(op: Op) -> dict[str, Any]:
         index, digest = op.image.audit.head()
         return {"index": index, "hash": digest}
 
-    def _warn_unpersisted(self, report: CommitReport) -> None:
+    def _announce(self, report: CommitReport) -> None:
+        """One line per value that cannot persist and is new, and one for a kept failure."""
+        by_name: dict[str, list[dict[str, Any]]] = {}
         for info in report.unpersisted:
-            sys.stderr.write(
-                f"kernos: {info['path']} ({info['type_name']}) cannot be persisted: "
-                f"{info['reason']}. It stays usable now; after a restore it will be a "
-                "placeholder.\n")
-        sys.stderr.flush()
+            if not info.get("lossless"):
+                by_name.setdefault(str(info["name"]), []).append(info)
+        for infos in by_name.values():
+            _say("kernos: " + unpersisted_line(infos))
+        if report.failed is not None:
+            _say(f"kernos: kept as op {report.op}, marked failed ({report.failed['kind']}): "
+                 "what the cell did before the error is committed (`%kernos on-error "
+                 "rollback` rolls failed cells back instead)")
 
     def _error_reply(self, error: BaseException,
                      reply: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -509,6 +545,24 @@ class KernosKernel(IPythonKernel):
             self.control.withdraw(Path(self.image.workspace.path))
             self.image.workspace.close()
         return super().do_shutdown(restart)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def unpersisted_line(infos: list[dict[str, Any]]) -> str:
+    """One line for the values of one variable that cannot persist."""
+    first = infos[0]
+    if len(infos) == 1:
+        return (f"{first['path']} ({first['type_name']}) cannot be persisted: "
+                f"{first['reason']}. It stays usable now; after a restart it is a placeholder.")
+    parts = ", ".join(f"{info['path']} ({info['type_name']})" for info in infos[:3])
+    more = f" and {len(infos) - 3} more" if len(infos) > 3 else ""
+    return (f"{first['name']}: {len(infos)} parts cannot be persisted: {parts}{more} "
+            f"({first['reason']}). They stay usable now; after a restart they are "
+            "placeholders (`%kernos status` lists them).")
 
 
 def _malformed_execute_request(parent: Any) -> str | None:

@@ -28,6 +28,10 @@ HELP = """\
 %kernos diff A [B]       names that differ between snapshots A and B (default: HEAD)
 %kernos checkout REF     make the image equal to snapshot REF, as a new op
 %kernos status           workspace, head, image size, values that cannot persist
+%kernos on-error [rollback|keep]
+                         what a cell that raises does: roll back (the default), or keep
+                         what it did before the error as an op marked failed, as IPython
+                         does (a setting of this workspace; agents' ops always roll back)
 %kernos scan             make this cell's op check every value, not only those it names
 %kernos inspect          a widget: objects, events, grants, history and plots of the image
 
@@ -64,7 +68,7 @@ class KernosMagics(Magics):
         except ValueError as error:
             raise UsageError(f"cannot parse {line!r}: {error}") from None
         command, args = (words[0], words[1:]) if words else ("help", [])
-        handler = getattr(self, f"_{command}", None)
+        handler = getattr(self, f"_{command.replace('-', '_')}", None)
         if handler is None:
             raise UsageError(f"unknown command {command!r}.\n{HELP}")
         try:
@@ -263,6 +267,18 @@ class KernosMagics(Magics):
         op.scan_everything()
         print("This op will check every value when it commits.")
 
+    def _on_error(self, value: str | None = None) -> None:
+        workspace = self._workspace
+        if value is None:
+            print(f"on-error: {workspace.setting('on_error')}")
+            return
+        workspace.set_setting("on_error", value)
+        print({"keep": "A cell that raises now keeps what it did before the error, as an op "
+                       "marked failed (as IPython does). `%kernos on-error rollback` undoes "
+                       "this setting.",
+               "rollback": "A cell that raises now rolls back: it leaves the image as it "
+                           "was."}[value])
+
     def _status(self) -> None:
         kernel = self.kernel
         image = kernel.image
@@ -285,15 +301,20 @@ class KernosMagics(Magics):
         if report is not None:
             lines.append(f"restore    {report.names} names in {report.seconds:.2f} s at start"
                          + (f" ({report.recovery})" if report.recovery else ""))
+        lines.append(f"on-error   {workspace.setting('on_error')} (`%kernos on-error`)")
         transients = image.transients()
-        live = [t for t in transients if t["live"]]
-        placeholders = [t for t in transients if not t["live"]]
+        quiet = [t for t in transients if t.get("lossless")]
+        live = [t for t in transients if t["live"] and not t.get("lossless")]
+        placeholders = [t for t in transients if not t["live"] and not t.get("lossless")]
         if live:
             lines.append("transient  (live in this session; a restore will put placeholders here)")
             lines += [f"    {t['path']}: {t['type_name']}: {t['reason']}" for t in live]
         if placeholders:
             lines.append("placeholders (these values were lost at the last restore)")
             lines += [f"    {t['path']}: {t['type_name']}: {t['reason']}" for t in placeholders]
+        if quiet:
+            lines.append("kept as placeholders, nothing lost (closed files, exhausted iterators)")
+            lines += [f"    {t['path']}: {t['type_name']}: {t['reason']}" for t in quiet]
         failed = [name for state in image.groups.values() if state.load_error
                   for name in state.stored.names]
         if failed:

@@ -166,13 +166,16 @@ class LooseObjects:
         self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._touched_dirs.clear()
 
-    def write(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> bool:
-        """Store the object ``sha`` unless it is already loose; say whether it was written."""
+    def write(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
+        """Store the object ``sha`` unless it is already loose.
+
+        Returns the bytes it takes on disk (compressed), 0 if it was there already.
+        """
         hexsha = sha.hex()
         directory = self.objects / hexsha[:2]
         path = directory / hexsha[2:]
         if path.exists():
-            return False
+            return 0
         if self._journal_fd is None:
             raise RuntimeError("LooseObjects.write called outside begin()/finish()")
         os.write(self._journal_fd, hexsha.encode() + b"\n")
@@ -200,7 +203,7 @@ class LooseObjects:
             temporary.unlink(missing_ok=True)  # a full disk must not keep half an object
             raise
         self._touched_dirs.add(directory)
-        return True
+        return len(payload)
 
     def seal(self, commit: bytes) -> None:
         """Make the batch's objects durable and name the commit they belong to."""

@@ -142,6 +142,7 @@ class SnapshotWriter:
         self.cache = cache
         self._new_cache_entries: dict[bytes, bytes] = {}
         self.bytes_written = 0
+        """What the new objects take on disk (compressed, as git stores them)."""
 
     def __enter__(self) -> SnapshotWriter:
         """Start the batch; leaving with an error deletes what it wrote.
@@ -168,8 +169,7 @@ class SnapshotWriter:
 
     def _write(self, kind: bytes, data: bytes | memoryview) -> bytes:
         sha = object_id(kind, data)
-        if self.workspace.objects.write(kind, data, sha):
-            self.bytes_written += len(data)
+        self.bytes_written += self.workspace.objects.write(kind, data, sha)
         return sha
 
     def part(self, data: bytes | memoryview, *, readonly: bool = False) -> StoredPart:

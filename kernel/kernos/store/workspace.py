@@ -4,6 +4,7 @@ Layout::
 
     <workspace>/
         workspace.json    format version and creation facts
+        settings.json     the user's settings for this workspace (``on_error``)
         lock              held by the one process that may write (see lock.py)
         history.git/      a bare git repository: one commit per committed op
         pending           exists only while a commit is being written
@@ -39,6 +40,7 @@ from kernos._version import __version__
 from kernos.errors import (
     KernosError,
     UnknownRef,
+    UsageError,
     WorkspaceCorrupt,
     WorkspaceFormatError,
 )
@@ -54,10 +56,19 @@ from kernos.store.objects import (
 if TYPE_CHECKING:
     import git
 
-__all__ = ["FORMAT", "Workspace", "default_workspace"]
+__all__ = ["FORMAT", "SETTINGS", "Workspace", "default_workspace"]
 
 FORMAT = 1
 BRANCH = "refs/heads/main"
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "on_error": ("rollback", "keep"),
+}
+"""Each setting and its allowed values, the first being the default.
+
+``on_error``: what happens to a notebook cell that raises.  ``rollback`` (the
+default) rolls it back; ``keep`` commits the state it reached before it raised,
+as an op marked failed, as IPython keeps it.  Agent ops always roll back.
+"""
 
 
 def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
@@ -197,6 +208,37 @@ class Workspace:
     @property
     def writable(self) -> bool:
         return self.lock is not None and self.lock.held
+
+    # -- settings --------------------------------------------------------------
+
+    def setting(self, name: str) -> str:
+        """The value of setting ``name`` (its default unless it was set)."""
+        allowed = SETTINGS.get(name)
+        if allowed is None:
+            raise UsageError(f"there is no setting {name!r}; settings: {', '.join(SETTINGS)}")
+        try:
+            stored = json.loads((self.path / "settings.json").read_text()).get(name)
+        except FileNotFoundError:
+            return allowed[0]
+        except (OSError, ValueError, AttributeError) as error:
+            raise WorkspaceCorrupt(str(self.path), f"settings.json is unreadable ({error}); "
+                                   "fix or delete it") from None
+        return stored if stored in allowed else allowed[0]
+
+    def set_setting(self, name: str, value: str) -> None:
+        """Change a setting (durably, at once: settings are not part of the image)."""
+        allowed = SETTINGS.get(name)
+        if allowed is None:
+            raise UsageError(f"there is no setting {name!r}; settings: {', '.join(SETTINGS)}")
+        if value not in allowed:
+            raise UsageError(f"{name} takes one of {', '.join(allowed)}, not {value!r}")
+        if not self.writable:
+            raise UsageError("settings change only in a workspace opened writable")
+        settings = {key: self.setting(key) for key in SETTINGS}
+        settings[name] = value
+        path = self.path / "settings.json"
+        replace_file(path, (json.dumps(settings, indent=2) + "\n").encode(),
+                     durable=self.durable, temporary=path.with_name(path.name + ".tmp"))
 
     # -- the branch ------------------------------------------------------------
 

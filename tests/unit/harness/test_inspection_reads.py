@@ -72,7 +72,7 @@ def test_log_entries_carry_the_image_size_at_their_snapshot(harness: Harness) ->
 
 
 def test_stats_has_every_op_with_its_latency_and_sizes_after_commits(harness: Harness) -> None:
-    harness.op("a = 'x' * 100_000")
+    harness.op("import os\na = os.urandom(100_000)")  # incompressible: as big on disk
     assert harness.op("boom = 1\n1 / 0")["status"] == "failed"
     harness.op("b = list(range(1000))")
     stats = harness.ok(action="stats")
@@ -88,6 +88,17 @@ def test_stats_has_every_op_with_its_latency_and_sizes_after_commits(harness: Ha
     assert stats["history_bytes"] == last["history_bytes"]
     assert [entry["op"] for entry in harness.ok(action="stats", limit=2)["ops"]] == [
         failed["op"], last["op"]]
+
+
+def test_stats_history_size_is_what_the_history_takes_on_disk(harness: Harness) -> None:
+    """A megabyte of one letter compresses to a few kilobytes: the history grows by those."""
+    before = harness.ok(action="stats")["history_bytes"]
+    disk_before = harness.env.workspace.disk_usage()
+    harness.op("a = 'x' * 1_000_000")
+    grown = harness.ok(action="stats")["history_bytes"] - before
+    on_disk = harness.env.workspace.disk_usage() - disk_before
+    assert grown < 50_000
+    assert abs(grown - on_disk) <= 4096 + on_disk // 10  # the ref and the journal aside
 
 
 def test_stats_history_size_survives_a_restart_measured_on_disk(harness: Harness) -> None:
