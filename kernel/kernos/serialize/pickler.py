@@ -23,31 +23,28 @@ Three promises, and how they are kept:
 
 The first attempt runs fast: unknown objects go to the C pickler's default
 reduction.  Only if that raises does a careful pass reduce each object itself
-so that a failure can be pinned to one object and replaced.
+so that a failure can be pinned to one object and replaced; where the
+placeholder goes (the bad object itself, or the library object that holds it
+in its private state) is decided in ``kernos.serialize.unpersistable``.
+Which variables share objects is found in ``kernos.serialize.sharing``.
 """
 
 from __future__ import annotations
 
-import copyreg
 import enum
 import importlib
 import io
-import itertools
 import mmap
 import pickle
 import sys
 import types
-import warnings
 from collections.abc import MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import dill
 
 from kernos.personal import Personal
 from kernos.serialize import rebuild
 from kernos.serialize.kinds import (
-    IMMUTABLE,
     NAME_CONTAINERS,
     PICKLABLE_STREAMS,
     PROTOCOL,
@@ -58,7 +55,6 @@ from kernos.serialize.kinds import (
     canonical,
     canonical_names,
     code_names,
-    identity_free_kind,
     init_needs_more_than_args,
     lookup,
     qualified,
@@ -67,33 +63,22 @@ from kernos.serialize.kinds import (
     register_late_types,
     transient_types,
 )
-from kernos.serialize.paths import find_path
+from kernos.serialize.sharing import RecordingPickling, SharingRecord
+from kernos.serialize.unpersistable import (
+    CarefulPickling,
+    Replacement,
+    Transient,
+    describe_failure,
+    held_resource_reason,
+    holder_reason,
+    locate,
+)
 from kernos.serialize.unpersisted import Unpersisted
 
 __all__ = ["Pickled", "Serializer", "SharingRecord", "Transient", "code_names"]
 
 #: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN_BYTES = 64 * 1024
-
-
-@dataclass(kw_only=True)
-class Transient:
-    """A value inside a variable that could not be persisted."""
-
-    name: str
-    """The variable that holds it."""
-    path: str
-    """Where it sits inside the variable, e.g. ``data['conn']``."""
-    type_name: str
-    """Its type, qualified by module."""
-    reason: str
-    """Why it could not be persisted, and what to do."""
-    obj: object = field(repr=False, compare=False)
-    """The live object (kept so that a rollback can put it back)."""
-
-    def info(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "type_name": self.type_name,
-                "reason": self.reason}
 
 
 @dataclass(kw_only=True)
@@ -107,31 +92,6 @@ class Pickled:
     """Global names read by code that was stored by value (see ``kernos.analysis``)."""
     touched_owners: frozenset[str] = frozenset()
     """Other variables whose objects this pickle also reached (recording mode only)."""
-
-
-class SharingRecord:
-    """Which objects the dumps of one batch reached, by variable.
-
-    An op that affects several names pickles them one by one into one record;
-    two names whose pickles reached a common object must be stored together.
-    The objects are kept alive until the record goes, so their ids stay theirs.
-    """
-
-    def __init__(self) -> None:
-        self._owners: list[tuple[str, set[int], list[object]]] = []
-
-    def add(self, owner: str, objects: list[object]) -> set[str]:
-        """Record what ``owner`` reached; return the earlier owners it shares objects with."""
-        ids = set(map(id, objects))
-        met = {name for name, other, _ in self._owners if name != owner
-               and not ids.isdisjoint(other)}
-        self._owners.append((owner, ids, objects))
-        return met
-
-    def owner_of(self, obj: object) -> str | None:
-        """The first variable whose pickle reached ``obj``."""
-        key = id(obj)
-        return next((name for name, ids, _ in self._owners if key in ids), None)
 
 
 class Serializer:
@@ -179,24 +139,62 @@ class Serializer:
         values = tuple(self.namespace_ref(value) for _, value in roots)
         register_late_types()
         try:
-            return self._dump(values, roots, op=op, record=record, careful=False)
+            outcome = self._dump(values, roots, op=op, record=record, careful=False)
         except Exception:
-            pass
-        try:
-            return self._dump(values, roots, op=op, record=record, careful=True)
-        except Exception as error:
-            failure = error
-        # The careful pass could not pin the failure on one object: give up on
-        # whole variables, one at a time, and keep the rest.
+            outcome = None
+        if outcome is None:
+            try:
+                outcome = self._dump(values, roots, op=op, record=record, careful=True)
+            except Exception as error:
+                outcome = self._dump_whole_values(values, roots, op=op, record=record,
+                                                  failure=error)
+        pickler = self._replace_holders(outcome, roots, op=op, record=record)
+        if isinstance(pickler, RecordingPickling):
+            pickler.settle()  # the final dump only: objects of a replaced holder do not count
+        return Pickled(
+            stream=pickler.out.getvalue(),
+            buffers=pickler.buffers,
+            transients=pickler.transients,
+            code_refs=frozenset(pickler.code_refs),
+            touched_owners=frozenset(pickler.touched_owners),
+        )
+
+    def _dump_whole_values(self, values: tuple[object, ...],
+                           roots: Sequence[tuple[str, object]], *, op: int | None,
+                           record: SharingRecord | None, failure: Exception) -> _ImagePickler:
+        """The careful pass could not pin the failure on one object: give up on
+        whole variables, one at a time, and keep the rest."""
         replaced = []
         for index, (name, value) in enumerate(roots):
             try:
                 self._dump((values[index],), [(name, value)], op=op, record=None, careful=True)
                 replaced.append(values[index])
             except Exception as error:
-                reason = _describe_failure(error if len(roots) > 1 else failure)
+                reason = describe_failure(error if len(roots) > 1 else failure)
                 replaced.append(_WholeValue(name, value, reason))
         return self._dump(tuple(replaced), roots, op=op, record=record, careful=True)
+
+    def _replace_holders(self, outcome: _ImagePickler, roots: Sequence[tuple[str, object]],
+                         *, op: int | None,
+                         record: SharingRecord | None) -> _ImagePickler:
+        """Dump again, replacing whole the library objects that hold what cannot persist."""
+        replace: dict[int, Replacement] = {}
+        for _ in range(4):  # each round can only find holders the last one did not reach
+            if not outcome.holders.keys() - replace.keys():
+                break
+            for key, (holder, located) in outcome.holders.items():
+                if key in replace:
+                    continue
+                where = located[0][0]
+                replace[key] = Replacement(obj=holder, name=where.name,
+                                           path=where.holder_path,
+                                           reason=holder_reason(located))
+            try:
+                outcome = self._dump(outcome.values, roots, op=op, record=record,
+                                     careful=True, replace=replace)
+            except Exception:
+                break  # keep the placeholders where they were: still never silent
+        return outcome
 
     def namespace_ref(self, value: object) -> object:
         if value is self.namespace:
@@ -211,20 +209,15 @@ class Serializer:
         op: int | None,
         record: SharingRecord | None,
         careful: bool,
-    ) -> Pickled:
-        out = io.BytesIO()
-        klass = _RecordingPickler if record is not None else _ImagePickler
-        pickler = klass(out, self, roots=roots, op=op, careful=careful, record=record)
+        replace: dict[int, Replacement] | None = None,
+    ) -> _ImagePickler:
+        """One pickling pass; the pickler holds the stream and what it met."""
+        klass = _PICKLERS[careful, record is not None]
+        pickler = klass(io.BytesIO(), self, roots=roots, op=op, careful=careful, record=record)
+        pickler.replace = replace or {}
+        pickler.values = values
         pickler.dump(values)
-        if isinstance(pickler, _RecordingPickler):
-            pickler.settle()
-        return Pickled(
-            stream=out.getvalue(),
-            buffers=pickler.buffers,
-            transients=pickler.transients,
-            code_refs=frozenset(pickler.code_refs),
-            touched_owners=frozenset(pickler.touched_owners),
-        )
+        return pickler
 
     def load(
         self,
@@ -270,12 +263,6 @@ class _WholeValue:
         self.reason = reason
 
 
-def _describe_failure(error: BaseException) -> str:
-    if isinstance(error, RecursionError):
-        return "it is nested too deeply to pickle (recursion limit reached)"
-    return f"it cannot be pickled ({type(error).__name__}: {error})"
-
-
 class _ImagePickler(pickle.Pickler):
     def __init__(
         self,
@@ -288,6 +275,7 @@ class _ImagePickler(pickle.Pickler):
         record: SharingRecord | None,
     ) -> None:
         super().__init__(file, protocol=PROTOCOL, buffer_callback=self._take_buffer)
+        self.out = file
         self.serializer = serializer
         self.roots = roots
         self.op = op
@@ -303,6 +291,11 @@ class _ImagePickler(pickle.Pickler):
         self._class_skeletons: dict[int, dict[str, Any]] = {}
         self._memory_tokens: dict[int, Ref] = {}
         self._memory_owners: list[object] = []
+        self.values: tuple[object, ...] = ()
+        self.replace: dict[int, Replacement] = {}
+        """Library objects to replace whole (careful pass only)."""
+        self.holders: dict[int, tuple[object, list[tuple[Any, Transient]]]] = {}
+        """Library objects found holding what cannot persist (see unpersistable)."""
 
     def note_shared(self, obj: object) -> None:
         """Sharing is looked for only when recording (see _RecordingPickler)."""
@@ -350,7 +343,7 @@ class _ImagePickler(pickle.Pickler):
         if id(obj) in SINGLETONS:
             return (rebuild.singleton, SINGLETONS[id(obj)])
         if kind is _WholeValue:
-            return self._unpersisted(obj.value, obj.reason, name=obj.name)
+            return self._unpersisted(obj.value, obj.reason, name=obj.name, failure=True)
         if kind is Unpersisted:
             return self._placeholder(obj)
         if isinstance(obj, self.serializer.transient_classes) and not isinstance(
@@ -361,6 +354,8 @@ class _ImagePickler(pickle.Pickler):
             return self._reduce_carefully(obj)
         return NotImplemented
 
+    def _reduce_carefully(self, obj: Any) -> Any:
+        return NotImplemented  # see CarefulPickling
     # -- functions, classes, modules --------------------------------------
 
     def needs_value(self, obj: Any) -> bool:
@@ -487,28 +482,6 @@ class _ImagePickler(pickle.Pickler):
                     "cannot be re-imported by name; create it again after a restore"
         )
 
-    # -- the careful pass --------------------------------------------------
-
-    def _reduce_carefully(self, obj: Any) -> Any:
-        try:
-            reducer = copyreg.dispatch_table.get(type(obj))
-            reduced = reducer(obj) if reducer is not None else obj.__reduce_ex__(PROTOCOL)
-        except Exception as error:
-            return self._reduce_with_dill(obj, error)
-        if isinstance(reduced, str):
-            return NotImplemented  # "pickle me as a global by this name"
-        return reduced
-
-    def _reduce_with_dill(self, obj: Any, error: Exception) -> Any:
-        try:
-            with warnings.catch_warnings():
-                # dill warns about what it cannot do; the failure is reported below.
-                warnings.simplefilter("ignore")
-                blob = dill.dumps(obj, protocol=PROTOCOL)
-        except Exception:
-            return self._unpersisted(obj, _describe_failure(error))
-        return (rebuild.from_dill, (blob,))
-
     # -- what cannot persist --------------------------------------------------
 
     def _transient_reason(self, obj: object) -> str:
@@ -517,81 +490,58 @@ class _ImagePickler(pickle.Pickler):
                 return reason
         return "it is a live resource that cannot be persisted"
 
-    def _unpersisted(self, obj: object, reason: str, *, name: str | None = None) -> Any:
-        owner, path = self._locate(obj, name)
-        transient = Transient(
-            name=owner, path=path, type_name=qualified(type(obj)), reason=reason, obj=obj
-        )
-        index = len(self.transients)
-        self.transients.append(transient)
-        return (rebuild.unpersisted, (index, transient.info()))
+    def unpersisted(self, obj: object, reason: str, *, lossless: bool = False) -> Any:
+        """A placeholder record for ``obj`` (for the reducers in kinds and friends)."""
+        return self._unpersisted(obj, reason, lossless=lossless)
+
+    def _failed(self, obj: object, reason: str) -> Any:
+        return self._unpersisted(obj, reason, failure=True)
+
+    def _unpersisted(self, obj: object, reason: str, *, name: str | None = None,
+                     lossless: bool = False, failure: bool = False) -> Any:
+        where = locate(self.roots, obj, name, default_owner=self.owner,
+                       by_value=self.serializer.is_by_value, home=self.serializer.module_name,
+                       opaque=frozenset(self.replace))
+        if failure and where.holder is None and type(obj).__module__ != self.serializer.module_name:
+            reason = held_resource_reason(obj, where.path, reason)
+        transient = Transient(name=where.name, path=where.path, type_name=qualified(type(obj)),
+                              reason=reason + where.note, obj=obj, lossless=lossless)
+        if where.holder is not None:
+            key = id(where.holder)
+            self.holders.setdefault(key, (where.holder, []))[1].append((where, transient))
+        return self._record(transient)
+
+    def careful_transient(self, obj: object, replacement: Replacement) -> Any:
+        return self._record(Transient(name=replacement.name, path=replacement.path,
+                                      type_name=qualified(type(obj)), reason=replacement.reason,
+                                      obj=obj))
 
     def _placeholder(self, placeholder: Unpersisted) -> Any:
         """A placeholder from an earlier restore pickles exactly as the value it stands for."""
-        transient = Transient(name=placeholder.name, path=placeholder.path,
-                              type_name=placeholder.type_name, reason=placeholder.reason,
-                              obj=placeholder)
+        return self._record(Transient(name=placeholder.name, path=placeholder.path,
+                                      type_name=placeholder.type_name,
+                                      reason=placeholder.reason, obj=placeholder,
+                                      lossless=placeholder.lossless))
+
+    def _record(self, transient: Transient) -> Any:
         index = len(self.transients)
         self.transients.append(transient)
         return (rebuild.unpersisted, (index, transient.info()))
 
-    def _locate(self, obj: object, name: str | None) -> tuple[str, str]:
-        for root_name, root_value in self.roots:
-            if name is not None and root_name != name:
-                continue
-            path = find_path(root_value, obj, root_name)
-            if path is not None:
-                return root_name, path
-        owner = name or self.owner
-        return owner, f"{owner}.<somewhere inside>"
+
+class _CarefulPickler(CarefulPickling, _ImagePickler):
+    pass
 
 
-class _RecordingPickler(_ImagePickler):
-    """Also notes which objects each variable reaches, to find sharing between variables.
-
-    The C pickler calls ``persistent_id`` with every object it writes.  A Python
-    method there costs a call per object (it made pickling a dict of 100k small
-    dicts four times slower); a list's ``append`` costs almost nothing, and the
-    objects are sorted out after the dump with C-level iterators.
-    """
-
-    def __init__(self, file: io.BytesIO, serializer: Serializer, **kwargs: Any) -> None:
-        self.reached: list[object] = []
-        self.always: list[object] = []
-        # An instance attribute: the C pickler looks persistent_id up when it is made.
-        self.persistent_id = self.reached.append  # type: ignore[method-assign]
-        super().__init__(file, serializer, **kwargs)
-
-    def note_shared(self, obj: object) -> None:
-        self.always.append(obj)  # counted whatever its type (a class stored by value)
-
-    def settle(self) -> None:
-        """Add what this dump reached to the record; note whose objects it met."""
-        record = self.record
-        assert record is not None
-        reached = self.reached
-        flags = list(map(_shareable_kinds.get, map(type, reached)))
-        if None in flags:  # kinds not met before: sort them out once
-            for kind in set(map(type, reached)) - _shareable_kinds.keys():
-                _shareable_kinds[kind] = self._shareable_kind(kind)
-            if len(_shareable_kinds) > 50_000:  # redefined classes pile up in a long session
-                _shareable_kinds.clear()
-                return self.settle()
-            flags = list(map(_shareable_kinds.__getitem__, map(type, reached)))
-        kept = list(itertools.compress(reached, flags))
-        kept += self.always
-        self.touched_owners.update(record.add(self.owner, kept))
-        return None
-
-    def _shareable_kind(self, kind: type) -> bool:
-        if kind in IMMUTABLE or issubclass(kind, _NEVER_SHARED):
-            return False  # classes and functions stored by value are noted explicitly
-        return not identity_free_kind(kind, self.serializer.is_by_value)
+class _RecordingPickler(RecordingPickling, _ImagePickler):
+    pass
 
 
-# Objects of these kinds are written by reference (classes, functions and modules
-# that are imported by name), so a load brings back the very same object anyway.
-_NEVER_SHARED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
-                 types.MethodDescriptorType, types.WrapperDescriptorType,
-                 types.MethodWrapperType, types.ClassMethodDescriptorType)
-_shareable_kinds: dict[type, bool] = {}
+class _CarefulRecordingPickler(CarefulPickling, RecordingPickling, _ImagePickler):
+    pass
+
+
+_PICKLERS: dict[tuple[bool, bool], type[_ImagePickler]] = {
+    (False, False): _ImagePickler, (False, True): _RecordingPickler,
+    (True, False): _CarefulPickler, (True, True): _CarefulRecordingPickler,
+}

@@ -6,6 +6,10 @@ session, but a snapshot can only remember *that it was there* and why it could
 not be kept.  After a restore the name (or the slot inside a container) holds
 an :class:`Unpersisted` that says exactly that, and any use of it fails with the
 same explanation.
+
+Some values have nothing left to lose: a closed file of a kind that cannot be
+rebuilt, a finished thread.  Their placeholder is *lossless*: it says so, and
+the kernel does not warn about it.
 """
 
 from __future__ import annotations
@@ -22,19 +26,24 @@ class UnpersistedValueError(AttributeError):
 class Unpersisted:
     """Stands in, after a restore, for a value that could not be persisted."""
 
-    __slots__ = ("name", "op", "path", "reason", "type_name")
+    __slots__ = ("lossless", "name", "op", "path", "reason", "type_name")
 
     def __init__(
-        self, *, name: str, path: str, type_name: str, reason: str, op: int | None = None
+        self, *, name: str, path: str, type_name: str, reason: str, op: int | None = None,
+        lossless: bool = False,
     ) -> None:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "path", path)
         object.__setattr__(self, "type_name", type_name)
         object.__setattr__(self, "reason", reason)
         object.__setattr__(self, "op", op)
+        object.__setattr__(self, "lossless", lossless)
 
     def explain(self) -> str:
         made = f" (stored by op {self.op})" if self.op is not None else ""
+        if self.lossless:
+            return (f"{self.path} was a {self.type_name} with nothing left to keep{made}: "
+                    f"{self.reason}")
         return (
             f"{self.path} was a {self.type_name} that could not be persisted{made}: "
             f"{self.reason}"
@@ -79,8 +88,12 @@ class Unpersisted:
     __index__ = __fspath__ = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self.lossless:
+            return (_make, (self.name, self.path, self.type_name, self.reason, self.op, True))
         return (_make, (self.name, self.path, self.type_name, self.reason, self.op))
 
 
-def _make(name: str, path: str, type_name: str, reason: str, op: int | None) -> Unpersisted:
-    return Unpersisted(name=name, path=path, type_name=type_name, reason=reason, op=op)
+def _make(name: str, path: str, type_name: str, reason: str, op: int | None,
+          lossless: bool = False) -> Unpersisted:
+    return Unpersisted(name=name, path=path, type_name=type_name, reason=reason, op=op,
+                       lossless=lossless)

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from kernos.serialize import paths
-from kernos.serialize.paths import find_path
+from kernos.serialize.paths import find_chain, find_path
 
 
 class Target:
@@ -117,14 +117,57 @@ def test_class_attributes(target):
 
 
 def test_objects_without_dict_or_slots_are_searched_through_their_referents(target):
+    assert find_path(iter([1, target]), target, "i") == "i.<internal>[1]"
+
+
+def test_deque_items_are_elements(target):
     queue = collections.deque([1, target])
-    assert find_path(queue, target, "q") == "q.<internal>"
+    assert find_path(queue, target, "q") == "q[1]"
+    chain = find_chain(queue, target, "q")
+    assert chain is not None and [step.element for step in chain.steps] == [True]
 
 
-def test_c_objects_with_a_dict_are_only_searched_through_their_dict(target):
-    # A partial has a __dict__, so its arguments (held in C) are not searched: the
-    # pickler then reports the variable as "<name>.<somewhere inside>".
-    assert find_path(functools.partial(print, target), target, "p") is None
+def test_partial_arguments_are_named(target):
+    assert find_path(functools.partial(print, target), target, "p") == "p.args[0]"
+    assert find_path(functools.partial(print, end=target), target, "p") == "p.keywords['end']"
+
+
+def test_steps_into_attributes_are_not_elements(target):
+    value = {"client": types.SimpleNamespace(_sock=target)}
+    chain = find_chain(value, target, "v")
+    assert chain is not None and chain.path == "v['client']._sock"
+    assert [(step.label, step.element) for step in chain.steps] == [
+        ("['client']", True), ("._sock", False)]
+    assert chain.path_to(1) == "v['client']"
+
+
+def test_object_array_cells_are_elements(target):
+    np = pytest.importorskip("numpy")
+    grid = np.empty((2, 2), dtype=object)
+    grid[1, 0] = target
+    assert find_path(grid, target, "grid") == "grid[1, 0]"
+    assert find_path(np.arange(3), target, "numbers") is None
+
+
+def test_pandas_containers_are_searched_through_their_cells_only(target):
+    pd = pytest.importorskip("pandas")
+    series = pd.Series([1, target, 3], dtype=object)
+    frame = pd.DataFrame({"n": [1, 2], "held": [None, target]})
+    assert find_path(series, target, "s") == "s.iloc[1]"
+    assert find_path(frame, target, "frame") == "frame.iloc[1, 1]"
+    described = pd.DataFrame({"n": [1]})
+    described.attrs["source"] = {"handle": target}
+    assert find_path(described, target, "d") == "d.attrs['source']['handle']"
+    labelled = pd.Series([1], index=pd.Index([target], dtype=object))
+    assert find_path(labelled, target, "s") == "s.index[0]"
+    chain = find_chain(frame, target, "frame")
+    assert chain is not None and all(step.element for step in chain.steps)
+
+
+def test_objects_skipped_are_not_searched(target):
+    holder = types.SimpleNamespace(inner=types.SimpleNamespace(t=target))
+    assert find_chain(holder, target, "h", skip=lambda obj: obj is holder.inner) is None
+    assert find_chain(holder, target, "h", opaque=frozenset({id(holder.inner)})) is None
 
 
 def test_shortest_path_wins(target):

@@ -184,15 +184,34 @@ def test_resource_in_a_function_default_and_closure(notebook, closing):
     assert type(restored["send"](b"")) is Unpersisted
 
 
-def test_resource_whose_path_cannot_be_named_still_names_its_variable(notebook, closing):
+def test_resource_in_partial_arguments_is_named_and_the_partial_kept(notebook, closing):
     import functools
 
     notebook["callback"] = functools.partial(print, closing(socket.socket()))
     transient = only(notebook.dump("callback").transients)
-    assert (transient.name, transient.path) == ("callback", "callback.<somewhere inside>")
+    assert (transient.name, transient.path) == ("callback", "callback.args[0]")
     assert transient.type_name == "socket.socket"
     restored = notebook.restore("callback")
+    assert restored["callback"].func is print
     assert type(restored["callback"].args[0]) is Unpersisted
+
+
+def test_resource_whose_path_cannot_be_named_is_reported_plainly_by_its_variable(
+        notebook, closing):
+    notebook["SIDE"] = [closing(socket.socket())]
+    notebook.run("""
+        class Lazy:
+            def __reduce__(self):
+                return (Lazy, (), {"sock": SIDE[0]})  # not reachable from the object
+        lazy = Lazy()
+    """)
+    transient = only(notebook.dump("lazy").transients)
+    assert (transient.name, transient.path) == ("lazy", "lazy")
+    assert "somewhere" not in transient.path and "<" not in transient.path
+    assert transient.reason.endswith("(it is somewhere inside lazy, on no path that could be "
+                                     "named)")
+    restored = notebook.restore("lazy")
+    assert type(restored["lazy"].sock) is Unpersisted
 
 
 def test_object_whose_reduce_raises_becomes_a_placeholder_with_the_error(notebook):
