@@ -3,15 +3,39 @@
 An op that affects several names pickles them one by one into one
 :class:`SharingRecord`; two names whose pickles reached a common object are
 stored as one group, so that the object is one object again after a restore.
+
+Only sharing that the user's values really have may join two names.  Grouping
+too much is not wrong, but it is costly for ever after: a trivial edit of one
+name re-pickles its whole group.  (Two pandas Series made in one cell reached
+the same list ``Series._metadata`` and the same Cython reconstructors, so a
+31 MB group was re-saved after every cell that changed a two-element Series.)
+So these never join two names:
+
+* objects the pickler writes by name, which a load gives back as the very same
+  object anyway: classes, functions and builtins imported by name, Cython's
+  functions among them (checked once per type);
+* objects that a class imported by name holds as a class attribute (pandas
+  puts ``_metadata`` in every instance's state), and the globals of imported
+  modules other than the namespace's own.  A restore gives copies of these,
+  never the library's own object, so which copy is shared is not the user's
+  concern.  These are looked for only among the objects two names do share
+  (rare, and few), and re-checked when judged (``vars(cls)[key] is obj``), so a
+  reused id cannot mislead.
+
+A wrong "not shared" would lose identity, so everything else counts: two
+lists holding one dict, an object that is a global of the namespace itself,
+and any value a variable holds directly (even a class attribute: the user put
+it in two places).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import types
 from typing import Any
 
-from kernos.serialize.kinds import IMMUTABLE, identity_free_kind
+from kernos.serialize.kinds import IMMUTABLE, identity_free_kind, lookup
 
 __all__ = ["RecordingPickling", "SharingRecord"]
 
@@ -24,12 +48,31 @@ class SharingRecord:
 
     def __init__(self) -> None:
         self._owners: list[tuple[str, set[int], list[object]]] = []
+        self._roots: set[int] = set()
+        self._library: dict[int, bool] = {}
+        self._indexed_kinds: set[type] = set()
+        self._class_attributes: dict[int, tuple[type, str]] = {}
+        self._module_globals: dict[int, tuple[types.ModuleType, str]] = {}
 
-    def add(self, owner: str, objects: list[object]) -> set[str]:
-        """Record what ``owner`` reached; return the earlier owners it shares objects with."""
+    def add(self, owner: str, objects: list[object], *, roots: tuple[object, ...] = (),
+            home: str | None = None) -> set[str]:
+        """Record what ``owner`` reached; return the earlier owners it shares objects with.
+
+        ``roots`` are the values of the dumped variables themselves; ``home``
+        is the name of the namespace's module.  With ``home``, objects that
+        belong to libraries (see the module docstring) do not count.
+        """
         ids = set(map(id, objects))
-        met = {name for name, other, _ in self._owners if name != owner
-               and not ids.isdisjoint(other)}
+        self._roots.update(map(id, roots))
+        met = set()
+        for name, other, _ in self._owners:
+            if name == owner or ids.isdisjoint(other):
+                continue
+            common = ids & other
+            if home is not None:
+                common = self._users(common, objects, home)
+            if common:
+                met.add(name)
         self._owners.append((owner, ids, objects))
         return met
 
@@ -37,6 +80,59 @@ class SharingRecord:
         """The first variable whose pickle reached ``obj``."""
         key = id(obj)
         return next((name for name, ids, _ in self._owners if key in ids), None)
+
+    # -- library objects -------------------------------------------------------
+
+    def _users(self, common: set[int], objects: list[object], home: str) -> set[int]:
+        """The objects of ``common`` that are the user's (not a library's)."""
+        unjudged = common - self._library.keys()
+        if unjudged:
+            by_id = {id(obj): obj for obj in objects if id(obj) in unjudged}
+            self._index(home)
+            for key, obj in by_id.items():
+                self._library[key] = key not in self._roots and self._belongs_to_library(
+                    obj, home)
+        return {key for key in common if not self._library[key]}
+
+    def _index(self, home: str) -> None:
+        """Index the class attributes and module globals around the kinds reached so far."""
+        kinds = set(itertools.chain.from_iterable(
+            map(type, objects) for _, _, objects in self._owners)) - self._indexed_kinds
+        for kind in kinds:
+            self._indexed_kinds.add(kind)
+            for klass in kind.__mro__:
+                module_name = getattr(klass, "__module__", None)
+                if not isinstance(module_name, str) or module_name in (home, "builtins"):
+                    continue
+                for key, value in vars(klass).items():
+                    self._class_attributes.setdefault(id(value), (klass, key))
+                module = sys.modules.get(module_name)
+                if module is not None and module.__name__ != home:
+                    for key, value in vars(module).items():
+                        self._module_globals.setdefault(id(value), (module, key))
+
+    def _belongs_to_library(self, obj: object, home: str) -> bool:
+        key = id(obj)
+        attribute = self._class_attributes.get(key)
+        if attribute is not None and vars(attribute[0]).get(attribute[1]) is obj:
+            return True
+        global_ = self._module_globals.get(key)
+        if global_ is not None and vars(global_[0]).get(global_[1]) is obj:
+            return True
+        return _named_global(obj, home)
+
+
+def _named_global(obj: object, home: str) -> bool:
+    """Whether ``obj`` is what its own ``__module__`` and ``__qualname__`` name."""
+    try:
+        module_name = getattr(obj, "__module__", None)
+        qualname = getattr(obj, "__qualname__", None)
+    except Exception:  # an object whose __getattr__ raises something else
+        return False
+    if type(module_name) is not str or type(qualname) is not str or module_name == home:
+        return False
+    module = sys.modules.get(module_name)
+    return module is not None and lookup(module, qualname) is obj
 
 
 class RecordingPickling:
@@ -79,12 +175,16 @@ class RecordingPickling:
             flags = list(map(_shareable_kinds.__getitem__, map(type, reached)))
         kept = list(itertools.compress(reached, flags))
         kept += self.always
-        self.touched_owners.update(record.add(self.owner, kept))
+        self.touched_owners.update(record.add(
+            self.owner, kept, roots=tuple(value for _, value in self.roots),
+            home=self.serializer.module_name))
         return None
 
     def _shareable_kind(self, kind: type) -> bool:
         if kind in IMMUTABLE or issubclass(kind, _NEVER_SHARED):
             return False  # classes and functions stored by value are noted explicitly
+        if kind.__name__ in _CYTHON_FUNCTIONS and kind.__module__.startswith("_cython"):
+            return False  # pickled by name, or not at all
         return not identity_free_kind(kind, self.serializer.is_by_value)
 
 
@@ -93,4 +193,5 @@ class RecordingPickling:
 _NEVER_SHARED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
                  types.MethodDescriptorType, types.WrapperDescriptorType,
                  types.MethodWrapperType, types.ClassMethodDescriptorType)
+_CYTHON_FUNCTIONS = frozenset({"cython_function_or_method", "fused_cython_function"})
 _shareable_kinds: dict[type, bool] = {}

@@ -220,3 +220,67 @@ def test_recording_with_an_unpersistable_value_still_reports_sharing(notebook, c
     notebook["client"] = {"config": notebook["config"], "connection": connection}
     touched = dump_recording(notebook, ["config", "client"])
     assert touched["client"] == {"config"}
+
+
+def test_cython_functions_do_not_count_as_sharing(notebook):
+    pyarrow = pytest.importorskip("pyarrow")
+    assert type(pyarrow.py_buffer).__name__ == "cython_function_or_method"
+    notebook["left"] = [pyarrow.py_buffer]
+    notebook["right"] = {"same": pyarrow.py_buffer}
+    assert dump_recording(notebook, ["left", "right"])["right"] == frozenset()
+
+
+def test_pandas_objects_made_together_share_nothing_of_the_users(notebook):
+    pytest.importorskip("pandas")
+    notebook.run("""
+        import pandas as pd
+        big = pd.Series(["x"] * 1000)
+        small = pd.Series(["a", "b"])
+        frame = pd.DataFrame({"n": [1, 2], "s": ["p", "q"]})
+        flags = frame["n"] > 1
+    """)
+    touched = dump_recording(notebook, ["big", "small", "frame", "flags"])
+    assert touched == {"big": frozenset(), "small": frozenset(), "frame": frozenset(),
+                       "flags": frozenset()}
+
+
+def test_pandas_objects_the_user_shares_still_share(notebook):
+    pytest.importorskip("pandas")
+    notebook.run("""
+        import pandas as pd
+        series = pd.Series([1.0, 2.0])
+        one = [series]
+        two = {"s": series}
+    """)
+    touched = dump_recording(notebook, ["one", "two"])
+    assert touched["two"] == {"one"}
+    restored = notebook.restore("one", "two")
+    assert restored["one"][0] is restored["two"]["s"]
+
+
+def test_user_objects_next_to_library_internals_still_share(notebook):
+    # Library objects in the same dumps make the record look for class attributes
+    # and module globals; the user's own objects must still count.
+    pytest.importorskip("pandas")
+    notebook.run("""
+        import pandas as pd
+        config = {"lr": 0.1}            # a global of the namespace itself
+        class Registry:
+            entries = []                # a class attribute of a class defined in a cell
+        left = [config, Registry.entries, pd.Series([1])]
+        right = [config, pd.Series([2])]
+        third = [Registry.entries, pd.Series([3])]
+    """)
+    touched = dump_recording(notebook, ["left", "right", "third"])
+    assert touched["right"] == {"left"}
+    assert touched["third"] == {"left"}
+
+
+def test_a_library_class_attribute_held_by_the_user_still_shares(notebook):
+    notebook.run("""
+        import logging
+        handlers = logging.Logger.manager.loggerDict   # a library object, held directly
+        again = [handlers]
+    """)
+    assert dump_recording(notebook, ["handlers", "again"])["again"] == {"handlers"}
+
