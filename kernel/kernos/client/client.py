@@ -404,7 +404,8 @@ class AsyncKernosClient:
                  key: str | None = None,
                  expect_versions: Mapping[str, int | None] | None = None,
                  predicate: str | None = None, timeout: float | None = None,
-                 progress: ProgressCallback | None = None) -> OpResult:
+                 progress: ProgressCallback | None = None,
+                 on_error: str | None = None) -> OpResult:
         """Run ``code`` (or call ``tool`` with ``arguments``) as ``principal``, as one op.
 
         ``key`` makes it idempotent: a committed op with the same key answers
@@ -413,7 +414,8 @@ class AsyncKernosClient:
         sent as version 0) and ``predicate`` are preconditions: if one does
         not hold, nothing runs and the result's status is ``conflict``.
         A rolled-back op is a result, not an exception.  ``progress``: see
-        :meth:`request`.
+        :meth:`request`.  ``on_error="keep"``: human code that raises commits
+        what it did before the error, as an op marked failed (``result.failed``).
         """
         expect: dict[str, Any] | None = None
         if expect_versions is not None or predicate is not None:
@@ -425,7 +427,7 @@ class AsyncKernosClient:
                                     principal=principal, code=code,
                                     tool=tool,
                                     arguments=None if arguments is None else dict(arguments),
-                                    key=key, expect=expect)
+                                    key=key, expect=expect, on_error=on_error)
         return _decode(OpResult.from_json, result, "op")
 
     async def call(self, tool: str, arguments: Mapping[str, Any] | None = None, *,

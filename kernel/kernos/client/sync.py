@@ -149,11 +149,11 @@ class KernosClient:
            arguments: Mapping[str, Any] | None = None, key: str | None = None,
            expect_versions: Mapping[str, int | None] | None = None,
            predicate: str | None = None, timeout: float | None = None,
-           progress: ProgressCallback | None = None) -> OpResult:
+           progress: ProgressCallback | None = None, on_error: str | None = None) -> OpResult:
         return self._loop.run(self._client.op(
             code, principal=principal, tool=tool, arguments=arguments, key=key,
             expect_versions=expect_versions, predicate=predicate, timeout=timeout,
-            progress=progress))
+            progress=progress, on_error=on_error))
 
     def call(self, tool: str, arguments: Mapping[str, Any] | None = None, *,
              principal: str = "human", key: str | None = None,

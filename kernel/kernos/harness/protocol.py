@@ -68,7 +68,7 @@ Actions and their fields (``?`` marks an optional field):
 ``hello``
     -> ``{"protocol", "kernos", "workspace", "head": {"op", "commit"},
     "principals": [str], "actions": [str], "limits": {"max_request_bytes"}}``.
-``op``  principal, code | tool + arguments?, key?, expect?
+``op``  principal, code | tool + arguments?, key?, expect?, on_error?
     Run ``code`` as ``principal`` (``human`` runs ordinary Python in the
     user namespace; an agent runs the restricted dialect in its own
     namespace), or call registry tool ``tool`` with ``arguments`` (an object)
@@ -88,7 +88,11 @@ Actions and their fields (``?`` marks an optional field):
     holds the current ones, and the rejection is recorded.  A precondition
     of version >= 1 on a name that does not exist is a ``precondition``
     error (nothing runs; recorded too).  The
-    predicate runs as ``principal`` (restricted for agents).
+    predicate runs as ``principal`` (restricted for agents).  ``on_error``
+    is ``rollback`` (the default) or ``keep``: with ``keep``, human code that
+    raises commits what it did before the error as an op marked failed (its
+    result is ``committed`` with ``failed``: the error); agents' ops always
+    roll back.
 ``versions``  names, principal?
     -> ``{"versions": {name: int | null}, "op": int}``: current versions
     (null: no such name); the cheap read before an op with preconditions.
@@ -208,7 +212,8 @@ def _f(types: tuple[type, ...], required: bool = False) -> _Field:
 ACTIONS: dict[str, dict[str, _Field]] = {
     "hello": {},
     "op": {"principal": _f(_STR, True), "code": _f(_STR), "tool": _f(_STR),
-           "arguments": _f(_OBJ), "key": _f(_STR), "expect": _f(_OBJ)},
+           "arguments": _f(_OBJ), "key": _f(_STR), "expect": _f(_OBJ),
+           "on_error": _f(_STR)},
     "versions": {"names": _f(_LIST, True), "principal": _f(_STR)},
     "objects": {"principal": _f(_STR), "prefix": _f(_STR), "query": _f(_STR),
                 "sort": _f(_STR), "limit": _f(_INT), "offset": _f(_INT)},
@@ -337,6 +342,9 @@ def _check_action(action: str, fields: dict[str, Any]) -> None:
                                 "characters")
         if "expect" in fields:
             fields["expect"] = _parse_expect(fields["expect"])
+        if fields.get("on_error") not in (None, "rollback", "keep"):
+            raise ProtocolError("malformed", "op: 'on_error' is 'rollback' or 'keep', not "
+                                f"{_shown(fields['on_error'])}")
     if action == "objects":
         sort = fields.get("sort")
         if sort is not None and sort.removeprefix("-") not in SORT_KEYS:

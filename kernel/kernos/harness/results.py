@@ -92,6 +92,8 @@ class OpResult:
     """Its audit record: ``index`` and ``hash``."""
     checkout: dict[str, Any] | None = None
     """For a checkout: what was checked out."""
+    failed: dict[str, str] | None = None
+    """For an op kept although its code raised (``on_error: keep``): the error."""
     undone: dict[str, Any] | None = None
     """For an op that rolled back: what it undid (added, rebound, deleted and reloaded
     names, names it could not reset, whether the random generators were put back)."""

@@ -426,7 +426,12 @@ class HarnessService:
         except ProtocolError as problem:  # a precondition that cannot be evaluated
             op.abort(status="rejected", error=(f"RequestRejected:{problem.kind}", str(problem)))
             raise
-        except BaseException as error:  # any failure rolls the op back
+        except BaseException as error:  # any failure rolls the op back, unless kept
+            if (request.get("on_error") == "keep" and principal == HUMAN and tool is None
+                    and isinstance(error, Exception) and not op.vetoes):
+                op.keep_failed(type(error).__name__, str(error))
+                return self._ok(request, *self._commit(op, principal, output, None, expect,
+                                                       started))
             op.abort(error=error)
             status = op.outcome[0]
             return self._ok(request, self._not_committed(
@@ -508,6 +513,7 @@ class HarnessService:
         result = OpResult(
             status="committed", principal=principal, op=report.op, commit=report.commit,
             value=value, output=output.text(), added=report.added, changed=report.changed,
+            failed=report.failed,
             deleted=report.deleted, events=report.events,
             versions={name: self._version(name) for name in names},
             timings_ms={**report.timings_ms,

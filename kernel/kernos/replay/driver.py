@@ -342,6 +342,8 @@ class _Replayer:
         request = self._request(kind, principal, code, record)
         if record.get("key") is not None and request["action"] == "op":
             request["key"] = record["key"]
+        if status == "committed" and record.get("error") and request["action"] == "op":
+            request["on_error"] = "keep"  # kept although it raised (on_error = keep)
         handled = self.service.handle(request)
         self.image.clock_replay = None  # a request refused before its op began used none
         reply = handled.reply
