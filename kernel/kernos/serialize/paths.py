@@ -95,13 +95,13 @@ def find_first(root: object, wanted: Callable[[object], bool], root_label: str, 
         obj = entries[index][0]
         visits += 1
         for child, label, element in _children(obj):
-            if id(child) in seen or _is_leaf(child):
+            if id(child) in seen or type(child) in _ATOMIC:
                 continue
             seen.add(id(child))
             entries.append((child, index, label, element))
             if wanted(child):
                 return child, _chain(entries, len(entries) - 1, root_label)
-            if skip is None or not skip(child):
+            if not isinstance(child, types.ModuleType) and (skip is None or not skip(child)):
                 queue.append(len(entries) - 1)
     return None
 
@@ -115,10 +115,7 @@ def _chain(entries: list[tuple[object, int, str, bool]], index: int, root_label:
     return Chain(root_label, tuple(reversed(steps)))
 
 
-def _is_leaf(obj: object) -> bool:
-    return type(obj) in (str, bytes, int, float, complex, bool, type(None)) or isinstance(
-        obj, types.ModuleType
-    )
+_ATOMIC = frozenset({str, bytes, int, float, complex, bool, type(None)})
 
 
 def _short(key: object) -> str:

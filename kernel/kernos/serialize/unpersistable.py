@@ -245,9 +245,10 @@ def holder_reason(located: list[tuple[Located, Transient]]) -> str:
             if phrase is not None:
                 return (f"it holds {phrase} ({qualified(type(obj))} at {path}), which cannot "
                         "be persisted; create it again after a restore")
-    _, first = located[0]
+    where, first = located[0]
+    at = f" at {first.path}" if where.chain is not None else ""
     more = f" and {len(located) - 1} more" if len(located) > 1 else ""
-    return (f"part of it cannot be pickled ({first.type_name} at {first.path}{more}); "
+    return (f"part of it cannot be pickled ({first.type_name}{at}{more}); "
             "create it again after a restore")
 
 
