@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import dill
 
 from kernos.serialize import rebuild
+from kernos.serialize.iterators import ITERATOR_REDUCERS
 
 PROTOCOL = 5
 
@@ -392,3 +393,4 @@ SPECIAL: dict[type, Callable[[ReducingPickler, Any], Any]] = {
     _thread.LockType: _reduce_lock,
     _thread.RLock: _reduce_lock,
 }
+SPECIAL.update(ITERATOR_REDUCERS)

@@ -268,3 +268,98 @@ def array_window(memory: Any, offset: int, shape: tuple[int, ...], strides: tupl
     if not writeable and array.flags.writeable:
         array.flags.writeable = False
     return array
+
+
+# -- iterators and views (see kernos.serialize.iterators) ---------------------------
+
+def container_iterator(kind: str, remaining: list[Any]) -> Any:
+    """An iterator of a dict, set or OrderedDict over a fresh container of what is left."""
+    import collections
+
+    if kind == "keys":
+        return iter(dict.fromkeys(remaining))
+    if kind == "values":
+        return iter(dict(enumerate(remaining)).values())
+    if kind == "items":
+        return iter(dict(remaining).items())
+    if kind == "reversed keys":
+        return reversed(dict.fromkeys(reversed(remaining)))
+    if kind == "reversed values":
+        return reversed(dict(enumerate(reversed(remaining))).values())
+    if kind == "reversed items":
+        return reversed(dict(reversed(remaining)).items())
+    if kind == "set":
+        return iter(set(remaining))
+    if kind == "ordered":
+        return iter(collections.OrderedDict(enumerate(remaining)).values())
+    raise ValueError(f"unknown kind of container iterator: {kind!r}")
+
+
+class _NoItems:
+    """A sequence with nothing in it, for the sequence iterators below."""
+
+    def __getitem__(self, index: int) -> Any:
+        raise IndexError(index)
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _stale_group() -> Any:
+    import itertools
+
+    groups = itertools.groupby((0, 1))
+    _, group = next(groups)
+    next(groups)  # moving on makes the first group stale: it yields nothing more
+    return group
+
+
+def _exhausted_sources() -> dict[str, Callable[[], Any]]:
+    import array
+    import itertools
+
+    return {
+        "str_iterator": lambda: iter("\u00e9"),  # not ASCII: that is another type
+        "bytes_iterator": lambda: iter(b""),
+        "bytearray_iterator": lambda: iter(bytearray()),
+        "list_reverseiterator": lambda: reversed([]),
+        "arrayiterator": lambda: iter(array.array("b")),
+        "callable_iterator": lambda: iter(int, 0),  # int() is 0: stops at once
+        "iterator": lambda: iter(_NoItems()),
+        type(next(itertools.groupby((0,)))[1]).__name__: _stale_group,
+    }
+
+
+EXHAUSTED = _exhausted_sources()
+
+
+def exhausted_iterator(kind: str) -> Any:
+    """An exhausted iterator of a builtin type, by name (nothing of its source is left)."""
+    iterator = EXHAUSTED[kind]()
+    for _ in iterator:
+        pass
+    return iterator
+
+
+def pairwise(has_iterator: bool, has_last: bool, iterator: Any = None, last: Any = None) -> Any:
+    """``itertools.pairwise`` again: over its iterator, after the last item it saw."""
+    import itertools
+
+    if not has_iterator:  # exhausted
+        return itertools.pairwise(())
+    if not has_last:  # not started
+        return itertools.pairwise(iterator)
+    return itertools.pairwise(itertools.chain((last,), iterator))
+
+
+def dict_view(kind: str, mapping: Any) -> Any:
+    """A view of a restored dict (or OrderedDict): the same live link as before."""
+    import collections
+
+    ordered = collections.OrderedDict
+    views: dict[str, Callable[[Any], Any]] = {
+        "keys": dict.keys, "values": dict.values, "items": dict.items,
+        "ordered keys": ordered.keys, "ordered values": ordered.values,
+        "ordered items": ordered.items,
+    }
+    return views[kind](mapping)

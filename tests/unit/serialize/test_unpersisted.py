@@ -275,18 +275,17 @@ def test_object_only_dill_can_pickle_goes_through_dill(notebook):
     notebook.run("""
         class Snapshot:
             def __init__(self, table):
-                self.columns = table.keys()
+                self.descriptor = type.__dict__["__dict__"]
                 self.size = len(table)
         snapshot = Snapshot({"a": 1, "b": 2})
     """)
-    with pytest.raises(TypeError, match="dict_keys"):
-        pickle.dumps(notebook["snapshot"].columns)
+    with pytest.raises(TypeError, match="getset_descriptor"):
+        pickle.dumps(notebook["snapshot"].descriptor)
     pickled = notebook.dump("snapshot")
     assert pickled.transients == []
     assert b"\x8c\tfrom_dill" in pickled.stream  # the name of rebuild.from_dill
     snapshot = notebook.restore_from(pickled, ["snapshot"])["snapshot"]
-    assert type(snapshot.columns) is type({}.keys())
-    assert list(snapshot.columns) == ["a", "b"]
+    assert snapshot.descriptor is type.__dict__["__dict__"]
     assert snapshot.size == 2
 
 
