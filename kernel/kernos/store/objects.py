@@ -16,19 +16,26 @@ already names the journal's commit the commit finished and the journal is
 dropped; otherwise every object the journal lists is deleted (none of them
 existed before, so nothing reachable is lost) and the half-written commit is
 gone.  ``git fsck`` then sees neither dangling objects nor temporary files.
+
+Durability: a batch's objects and their directory entries are made durable
+together in :meth:`LooseObjects.seal`, before the ref moves: one ``syncfs`` of
+the workspace's filesystem on Linux (one journal commit), otherwise an fsync
+per object file and per directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
+import sys
 import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from git.db import GitCmdObjectDB
@@ -191,8 +198,8 @@ class LooseObjects:
                 while view:
                     written = os.write(fd, view)
                     view = view[written:]
-                if self.durable:
-                    os.fsync(fd)
+                if self.durable and _SYNCFS is None:
+                    os.fsync(fd)  # else seal() syncs the whole batch at once
             finally:
                 os.close(fd)
             if not directory.exists():
@@ -210,8 +217,11 @@ class LooseObjects:
         if self._journal_fd is None:
             raise RuntimeError("LooseObjects.seal called outside begin()/finish()")
         if self.durable:
-            for directory in self._touched_dirs:
-                fsync_dir(directory)
+            if _SYNCFS is not None:
+                sync_filesystem(self.objects)
+            else:
+                for directory in self._touched_dirs:
+                    fsync_dir(directory)
         os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
 
     def finish(self) -> None:
@@ -365,6 +375,37 @@ def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = 0o644,
     os.replace(temporary, path)
     if durable:
         fsync_dir(path.parent)
+
+
+def _find_syncfs() -> Any:
+    """Linux's syncfs(2): one sync of a filesystem instead of one fsync per file and directory.
+
+    A commit writes several small objects in several directories; syncing them
+    one by one cost 16 fsyncs (each a journal commit), syncfs costs one.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    return getattr(libc, "syncfs", None)
+
+
+_SYNCFS = _find_syncfs()
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make everything written to ``path``'s filesystem durable (data and names)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _SYNCFS is None:
+            os.fsync(fd)
+        elif _SYNCFS(fd) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"syncfs failed: {os.strerror(error)}", str(path))
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:

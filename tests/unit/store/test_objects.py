@@ -50,8 +50,10 @@ def test_written_blob_is_readable_by_git_and_by_us(objects: LooseObjects, repo: 
     data = os.urandom(300_000)  # incompressible: stored with zlib level 0
     sha = object_id(b"blob", data)
     objects.begin()
-    assert objects.write(b"blob", data, sha) is True
-    assert objects.write(b"blob", data, sha) is False  # already there: not written twice
+    written = objects.write(b"blob", data, sha)
+    path = objects.objects / sha.hex()[:2] / sha.hex()[2:]
+    assert written == path.stat().st_size > 0  # what it takes on disk, compressed
+    assert objects.write(b"blob", data, sha) == 0  # already there: not written twice
     objects.finish()
     assert git(repo, "cat-file", "-p", sha.hex()) == data
     assert objects.read(sha) == (b"blob", data)
