@@ -21,12 +21,15 @@ of the vendored corpus (``corpus/pydata-book``, see its README) on the stock
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -49,6 +52,7 @@ __all__ = [
     "code_cells",
     "run_notebook",
     "scratch_copy",
+    "warm_caches",
 ]
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "pydata-book"
@@ -156,6 +160,23 @@ def code_cells(notebook: str) -> list[tuple[int, str]]:
     ]
 
 
+@functools.cache
+def warm_caches() -> None:
+    """Build matplotlib's font cache before any kernel imports matplotlib.
+
+    On a machine where it was never built, the first kernel to import
+    matplotlib prints "Matplotlib is building the font cache" and the other
+    does not: build it once, in a child process with the kernels' environment.
+    """
+    subprocess.run(
+        [sys.executable, "-c", "import matplotlib.font_manager"],
+        env=dict(os.environ, **SAME_ENVIRONMENT),
+        capture_output=True,
+        check=False,
+        timeout=START_TIMEOUT,
+    )
+
+
 def scratch_copy(directory: Path) -> Path:
     """A private copy of the corpus in ``directory`` (created), to run notebooks in."""
     copy = directory / "corpus"
@@ -174,6 +195,7 @@ class NotebookKernel:
     def __init__(
         self, kernel_name: str, *, cwd: Path, scratch: Path, workspace: Path | None = None
     ) -> None:
+        warm_caches()
         scratch.mkdir(parents=True, exist_ok=True)
         environment = dict(os.environ, **SAME_ENVIRONMENT, IPYTHONDIR=str(scratch / "ipython"))
         environment.pop("JPY_SESSION_NAME", None)

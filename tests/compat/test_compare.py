@@ -2,7 +2,8 @@
 
 Each allowed difference must be able to fail: a listed cell that no longer
 differs, a difference with no cause, a name re-assigned since its rollback,
-a mismatch after a restore that Kernos never reported.
+a mismatch after a restore that Kernos never reported.  And the corpus stays
+what the issue asks for: at least 8 notebooks and 600 code cells, small.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ from compat.compare import (
     normalise,
     signature,
 )
-from compat.corpus import Cell, NotebookRun, RestoreCheck, announced_names, status_placeholders
+from compat.corpus import (
+    CORPUS,
+    NOTEBOOKS,
+    Cell,
+    NotebookRun,
+    RestoreCheck,
+    announced_names,
+    code_cells,
+    status_placeholders,
+)
 
 ROLLED_BACK = {"status": "rolled back", "op": 1}
 COMMITTED = {"status": "committed"}
@@ -220,3 +230,11 @@ def test_a_restore_mismatch_must_have_been_reported(name: str, failing: bool) ->
     )
     assert check.mismatches() == {name: "restored to a different value"}
     assert bool(check.silent()) is failing
+
+
+def test_the_corpus_has_enough_notebooks_and_cells_and_stays_small() -> None:
+    assert len(NOTEBOOKS) >= 8
+    assert sum(len(code_cells(notebook)) for notebook in NOTEBOOKS) >= 600
+    size = sum(path.stat().st_size for path in CORPUS.rglob("*") if path.is_file())
+    assert size < 10_000_000
+    assert (CORPUS / "COPYING").read_text().startswith("Code examples from")
