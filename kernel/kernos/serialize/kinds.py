@@ -31,6 +31,7 @@ import dill
 
 from kernos.serialize import rebuild
 from kernos.serialize.iterators import ITERATOR_REDUCERS
+from kernos.serialize.resources import RESOURCE_REDUCERS, register_late_resources
 
 PROTOCOL = 5
 
@@ -47,6 +48,12 @@ class ReducingPickler(Protocol):
 
     def memory_token(self, owner: object, memory: Any) -> object:
         """One object per memory owner and pickle, which reduces to that owner's bytes."""
+
+    def unpersisted(self, obj: object, reason: str, *, lossless: bool = False) -> Any:
+        """A placeholder for ``obj``, reported with ``reason`` (see Transient)."""
+
+    def transient_reason(self, obj: object) -> str:
+        """Why a live resource like ``obj`` cannot persist."""
 
 
 # Objects of these types carry no identity worth preserving across variables:
@@ -377,6 +384,7 @@ def register_late_types() -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None and numpy.ndarray not in SPECIAL:
         SPECIAL[numpy.ndarray] = _reduce_array
+    register_late_resources(SPECIAL)
 
 
 SPECIAL: dict[type, Callable[[ReducingPickler, Any], Any]] = {
@@ -394,3 +402,4 @@ SPECIAL: dict[type, Callable[[ReducingPickler, Any], Any]] = {
     _thread.RLock: _reduce_lock,
 }
 SPECIAL.update(ITERATOR_REDUCERS)
+SPECIAL.update(RESOURCE_REDUCERS)

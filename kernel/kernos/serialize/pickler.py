@@ -63,6 +63,7 @@ from kernos.serialize.kinds import (
     register_late_types,
     transient_types,
 )
+from kernos.serialize.resources import transient_verdict
 from kernos.serialize.sharing import RecordingPickling, SharingRecord
 from kernos.serialize.unpersistable import (
     CarefulPickling,
@@ -349,7 +350,8 @@ class _ImagePickler(pickle.Pickler):
         if isinstance(obj, self.serializer.transient_classes) and not isinstance(
             obj, PICKLABLE_STREAMS
         ):
-            return self._unpersisted(obj, self._transient_reason(obj))
+            reason, lossless = transient_verdict(obj, self.transient_reason(obj))
+            return self._unpersisted(obj, reason, lossless=lossless)
         if self.careful:
             return self._reduce_carefully(obj)
         return NotImplemented
@@ -484,7 +486,7 @@ class _ImagePickler(pickle.Pickler):
 
     # -- what cannot persist --------------------------------------------------
 
-    def _transient_reason(self, obj: object) -> str:
+    def transient_reason(self, obj: object) -> str:
         for klass, reason in self.serializer.transient_reasons.items():
             if isinstance(obj, klass):
                 return reason

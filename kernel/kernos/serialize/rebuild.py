@@ -363,3 +363,70 @@ def dict_view(kind: str, mapping: Any) -> Any:
         "ordered items": ordered.items,
     }
     return views[kind](mapping)
+
+
+# -- values with nothing left to lose (see kernos.serialize.resources) ----------------
+
+def closed_file(raw: tuple[Any, str, dict[str, Any]], buffered: tuple[type, dict[str, Any]] | None,
+                wrapper: tuple[Any, ...] | None) -> Any:
+    """A closed builtin file object, as it was: same types, name, mode and encoding.
+
+    Made over ``os.devnull`` and closed at once: opening the user's file could
+    create or truncate it.
+    """
+    import io
+    import os
+
+    name, mode, raw_extra = raw
+    stream: Any = io.FileIO(os.open(os.devnull, os.O_RDWR), mode, closefd=True)
+    stream.name = name
+    layers = [(stream, raw_extra)]
+    if buffered is not None:
+        kind, extra = buffered
+        stream = kind(stream)
+        layers.append((stream, extra))
+    if wrapper is not None:
+        encoding, errors, line_buffering, write_through, text_mode, extra = wrapper
+        stream = io.TextIOWrapper(stream, encoding=encoding, errors=errors,
+                                  line_buffering=line_buffering, write_through=write_through)
+        if text_mode is not None:
+            stream.mode = text_mode
+        layers.append((stream, extra))
+    stream.close()
+    for layer, extra in layers:
+        layer.__dict__.update(extra)
+    return stream
+
+
+def closed_memory_stream(kind: type) -> Any:
+    stream = kind()
+    stream.close()
+    return stream
+
+
+def finished_generator(code: types.CodeType, name: str, qualname: str) -> Any:
+    """A generator (or coroutine) of ``code`` that has run to its end.
+
+    It is made by calling a function of that code with placeholder arguments
+    and closed before it ever runs, so none of the code executes.
+    """
+    closure = tuple(types.CellType() for _ in code.co_freevars) or None
+    function = types.FunctionType(code, {}, name, None, closure)
+    positional = [None] * code.co_argcount
+    keywords = dict.fromkeys(
+        code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+    generator = function(*positional, **keywords)
+    generator.close()
+    generator.__name__ = name
+    generator.__qualname__ = qualname
+    return generator
+
+
+def closed_sqlite(row_factory: Any, text_factory: Any) -> Any:
+    import sqlite3
+
+    connection = sqlite3.connect(":memory:")
+    connection.row_factory = row_factory
+    connection.text_factory = text_factory
+    connection.close()
+    return connection
