@@ -46,8 +46,11 @@ class ReducingPickler(Protocol):
     def note_shared(self, obj: object) -> None:
         """Count ``obj`` as reached, for the sharing between variables (recording mode)."""
 
-    def memory_token(self, owner: object, memory: Any) -> object:
-        """One object per memory owner and pickle, which reduces to that owner's bytes."""
+    def memory_token(self, owner: object, reduce: Callable[[], Any]) -> object:
+        """One object per memory owner and pickle, which reduces as ``reduce()`` says."""
+
+    def where(self, obj: object) -> tuple[str, str]:
+        """The variable and path of ``obj`` (searched within bounds), for a placeholder."""
 
     def unpersisted(self, obj: object, reason: str, *, lossless: bool = False) -> Any:
         """A placeholder for ``obj``, reported with ``reason`` (see Transient)."""
@@ -330,60 +333,13 @@ def reduce_exception(error: BaseException) -> Any:
             error.__dict__ or None)
 
 
-def _reduce_array(pickler: ReducingPickler, array: Any) -> Any:
-    """An array as a window (offset, shape, strides) on the memory that owns its data.
-
-    numpy pickles every array as an independent copy, so a view and its base,
-    or an array made with ``np.frombuffer`` over a ``bytearray``, would come
-    back sharing nothing.  Here every array names its memory owner (memoized,
-    so all arrays on one owner share one buffer after a load, and the pickler
-    sees them as sharing an object) plus where in it the array lives.  A
-    restored array is such a window too, so it pickles as the original did.
-    """
-    numpy = sys.modules["numpy"]
-    if array.dtype.hasobject:
-        return NotImplemented  # its memory holds pointers: only numpy can pickle it
-    owner = memory_owner(array, numpy)
-    memory = numpy.frombuffer(owner, dtype=numpy.uint8) if not isinstance(
-        owner, numpy.ndarray) else owner
-    if not (memory.flags.c_contiguous or memory.flags.f_contiguous):
-        return NotImplemented
-    offset = (array.__array_interface__["data"][0]
-              - memory.__array_interface__["data"][0])
-    if not 0 <= offset <= memory.nbytes:
-        return NotImplemented
-    pickler.note_shared(owner)
-    token = pickler.memory_token(owner, memory)
-    return (rebuild.array_window,
-            (token, offset, array.shape, array.strides, array.dtype,
-             bool(array.flags.writeable)))
-
-
-def memory_owner(array: Any, numpy: Any) -> object:
-    """The object whose memory ``array`` lives in: an owning ndarray, or a buffer."""
-    owner = array
-    while isinstance(owner.base, numpy.ndarray):
-        owner = owner.base
-    base = owner.base
-    while isinstance(base, memoryview):
-        base = base.obj
-    return owner if base is None else base
-
-
-def reduce_memory(memory: Any) -> Any:
-    """The bytes of a memory owner, out of band if large; writable unless they were not."""
-    import pickle
-
-    # As bytes: the buffer protocol refuses some dtypes (datetime64, for one).
-    flat = memory.reshape(-1, order="A").view(sys.modules["numpy"].uint8)
-    return (rebuild.memory, (pickle.PickleBuffer(flat),))
-
-
 def register_late_types() -> None:
     """Add reducers for types of modules that may be imported after this one."""
     numpy = sys.modules.get("numpy")
     if numpy is not None and numpy.ndarray not in SPECIAL:
-        SPECIAL[numpy.ndarray] = _reduce_array
+        from kernos.serialize.arrays import reducers
+
+        SPECIAL.update(reducers(numpy))
     register_late_resources(SPECIAL)
 
 

@@ -38,7 +38,7 @@ import mmap
 import pickle
 import sys
 import types
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,6 @@ from kernos.serialize.kinds import (
     lookup,
     qualified,
     reduce_exception,
-    reduce_memory,
     register_late_types,
     transient_types,
 )
@@ -301,14 +300,20 @@ class _ImagePickler(pickle.Pickler):
     def note_shared(self, obj: object) -> None:
         """Sharing is looked for only when recording (see _RecordingPickler)."""
 
-    def memory_token(self, owner: object, memory: Any) -> object:
+    def memory_token(self, owner: object, reduce: Callable[[], Any]) -> object:
         if type(owner) in (bytearray, bytes):
             return owner  # a value in its own right: pickled (and memoized) as itself
         token = self._memory_tokens.get(id(owner))
         if token is None:
-            token = self._memory_tokens[id(owner)] = Ref(*reduce_memory(memory))
+            token = self._memory_tokens[id(owner)] = Ref(*reduce())
             self._memory_owners.append(owner)  # keeps its id from being reused
         return token
+
+    def where(self, obj: object) -> tuple[str, str]:
+        found = locate(self.roots, obj, None, default_owner=self.owner,
+                       by_value=self.serializer.is_by_value, home=self.serializer.module_name,
+                       max_visits=10_000)
+        return found.name, found.path
 
     def _take_buffer(self, buffer: pickle.PickleBuffer) -> bool:
         try:

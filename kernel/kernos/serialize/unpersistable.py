@@ -163,7 +163,7 @@ def _by_reference(by_value: Callable[[Any], bool]) -> Callable[[object], bool]:
 
 def locate(roots: Sequence[tuple[str, object]], obj: object, name: str | None, *,
            default_owner: str, by_value: Callable[[Any], bool], home: str,
-           opaque: frozenset[int] = frozenset()) -> Located:
+           opaque: frozenset[int] = frozenset(), max_visits: int | None = None) -> Located:
     """The variable and path of ``obj``, and the library object that must go with it.
 
     ``home`` is the name of the namespace's module: what is defined there is the user's.
@@ -172,7 +172,8 @@ def locate(roots: Sequence[tuple[str, object]], obj: object, name: str | None, *
     candidates = [(root_name, value) for root_name, value in roots
                   if name is None or root_name == name]
     for root_name, root_value in candidates:
-        chain = find_chain(root_value, obj, root_name, opaque=opaque, skip=skip)
+        chain = find_chain(root_value, obj, root_name, opaque=opaque, skip=skip,
+                           max_visits=max_visits)
         if chain is None:
             continue
         for index, step in enumerate(chain.steps):
