@@ -430,3 +430,57 @@ def closed_sqlite(row_factory: Any, text_factory: Any) -> Any:
     connection.text_factory = text_factory
     connection.close()
     return connection
+
+
+# -- memory-mapped files (see kernos.serialize.arrays) --------------------------------
+
+class MissingFile:
+    """What a restore finds instead of a mapped file that is gone or changed size."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def mapped_file(path: str, start: int, length: int, size: int, mode: str) -> Any:
+    """The file an array was mapped on, mapped again; a MissingFile if that cannot be."""
+    import mmap
+    import os
+
+    try:
+        now = os.stat(path).st_size
+        if now != size:
+            return MissingFile(f"its file {path} changed size ({size} bytes when stored, "
+                               f"{now} now)")
+        with open(path, "r+b" if mode == "r+" else "rb") as file:
+            access = mmap.ACCESS_WRITE if mode == "r+" else mmap.ACCESS_READ
+            return mmap.mmap(file.fileno(), length, access=access, offset=start)
+    except FileNotFoundError:
+        return MissingFile(f"its file {path} is gone")
+    except (OSError, ValueError) as error:
+        return MissingFile(f"its file {path} could not be mapped again ({error})")
+
+
+def mapped_window(memory: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                  dtype: Any, writeable: bool, fields: tuple[Any, Any, Any] | None,
+                  where: tuple[str, str] | None) -> Any:
+    """An array on a mapped file (or a np.memmap kept by value), or a placeholder."""
+    import numpy
+
+    if type(memory) is MissingFile:
+        name, path = where or ("?", "?")
+        return Unpersisted(
+            name=name, path=path, type_name="numpy.memmap" if fields else "numpy.ndarray",
+            reason=f"it was mapped on a file, and {memory.reason}; map the file again "
+                   "with np.memmap")
+    kind = numpy.ndarray if fields is None else numpy.memmap
+    array: Any = numpy.ndarray.__new__(kind, shape=shape, dtype=dtype, buffer=memory,
+                                       offset=offset, strides=strides)
+    if fields is not None:  # as np.memmap.__new__ sets them
+        filename, file_offset, mode = fields
+        array._mmap = memory if filename is not None else None
+        array.filename, array.offset, array.mode = filename, file_offset, mode
+    if not writeable and array.flags.writeable:
+        array.flags.writeable = False
+    return array
