@@ -40,6 +40,8 @@ class ReducingPickler(Protocol):
     """What the reducers here need from the pickler that calls them."""
 
     cells_filled_by_function: set[int]
+    home_module: str
+    """The name of the namespace's module: what is defined there is the user's."""
 
     def needs_value(self, obj: Any) -> bool: ...
 
@@ -333,6 +335,48 @@ def reduce_exception(error: BaseException) -> Any:
             error.__dict__ or None)
 
 
+def _reduce_bound_method(pickler: ReducingPickler, method: Any) -> Any:
+    """A method bound to a library's module-level object, as a lookup of that object.
+
+    ``from random import normalvariate`` and ``from numpy.random import randn`` are
+    bound to the global generators (``random._inst``, ``numpy.random.mtrand._rand``).
+    Pickled as usual, they would come back bound to a copy, so that seeding the
+    global generator no longer governed them.  Only objects that are globals of
+    their own type's module are looked up by name: anything else (a user's object,
+    a generator the user made) is pickled with its method as before.
+    """
+    owner = method.__self__
+    if owner is None or isinstance(owner, (types.ModuleType, type)):
+        return NotImplemented  # a function, or a class's method: pickled by name already
+    home = _module_global(owner, pickler.home_module)
+    if home is None:
+        return NotImplemented
+    return (getattr, (Ref(rebuild.singleton, home), canonical(method.__name__)))
+
+
+_module_indexes: dict[str, tuple[int, dict[int, str]]] = {}
+
+
+def _module_global(owner: object, home_module: str) -> tuple[str, str] | None:
+    """(module, name) if ``owner`` is a global of the module that defines its type."""
+    module_name = getattr(type(owner), "__module__", None)
+    if not isinstance(module_name, str) or module_name in (home_module, "builtins"):
+        return None
+    module = sys.modules.get(module_name)
+    if module is None:
+        return None
+    namespace = vars(module)
+    known = _module_indexes.get(module_name)
+    if known is None or known[0] != len(namespace):  # globals added or removed: index again
+        known = _module_indexes[module_name] = (
+            len(namespace), {id(value): key for key, value in namespace.items()})
+    name = known[1].get(id(owner))
+    # Checked at use: the index may be stale (a global rebound since), never trusted.
+    if name is None or namespace.get(name) is not owner:
+        return None
+    return module_name, name
+
+
 def register_late_types() -> None:
     """Add reducers for types of modules that may be imported after this one."""
     numpy = sys.modules.get("numpy")
@@ -356,6 +400,8 @@ SPECIAL: dict[type, Callable[[ReducingPickler, Any], Any]] = {
     typing.TypeVar: _reduce_type_var,
     _thread.LockType: _reduce_lock,
     _thread.RLock: _reduce_lock,
+    types.MethodType: _reduce_bound_method,
+    types.BuiltinMethodType: _reduce_bound_method,
 }
 SPECIAL.update(ITERATOR_REDUCERS)
 SPECIAL.update(RESOURCE_REDUCERS)

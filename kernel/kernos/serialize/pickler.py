@@ -277,6 +277,7 @@ class _ImagePickler(pickle.Pickler):
         super().__init__(file, protocol=PROTOCOL, buffer_callback=self._take_buffer)
         self.out = file
         self.serializer = serializer
+        self.home_module = serializer.module_name
         self.roots = roots
         self.op = op
         self.careful = careful
