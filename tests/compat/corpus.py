@@ -210,7 +210,7 @@ class NotebookKernel:
             ip=os.path.join(self._sockets, "kernel"),
             connection_file=os.path.join(self._sockets, "kernel.json"),
         )
-        started = time.perf_counter()
+        launched = time.perf_counter()
         self.manager.start_kernel(env=environment, cwd=str(cwd))
         self.client = self.manager.client()
         self.client.start_channels()
@@ -219,7 +219,7 @@ class NotebookKernel:
         except BaseException:
             self.stop()
             raise
-        self.start_seconds = time.perf_counter() - started
+        self.start_seconds = time.perf_counter() - launched
 
     @property
     def pid(self) -> int:
@@ -228,11 +228,11 @@ class NotebookKernel:
     def execute(self, source: str, timeout: float = CELL_TIMEOUT) -> Cell:
         """Run ``source`` as a cell: its reply, outputs and wall time (``index`` is -1)."""
         client = self.client
-        started = time.perf_counter()
+        sent = time.perf_counter()
         msg_id = client.execute(source, store_history=True, allow_stdin=False)
-        deadline = started + timeout
+        deadline = sent + timeout
         reply = self._reply(msg_id, deadline)
-        seconds = time.perf_counter() - started
+        seconds = time.perf_counter() - sent
         if reply is None:
             status = "timeout" if self.manager.is_alive() else "died"
             return Cell(index=-1, source=source, status=status, kernos={}, seconds=seconds)
