@@ -384,7 +384,18 @@ def register_late_types() -> None:
         from kernos.serialize.arrays import reducers
 
         SPECIAL.update(reducers(numpy))
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and "pandas" not in _registered:
+        from kernos.serialize.arrays import pandas_reducers
+
+        found = pandas_reducers(pandas)  # none while pandas is still being imported
+        if found:
+            SPECIAL.update(found)
+            _registered.add("pandas")
     register_late_resources(SPECIAL)
+
+
+_registered: set[str] = set()
 
 
 SPECIAL: dict[type, Callable[[ReducingPickler, Any], Any]] = {
