@@ -244,8 +244,8 @@ def holder_reason(located: list[tuple[Located, Transient]]) -> str:
         for obj, path in inside:
             phrase = resource_phrase(obj)
             if phrase is not None:
-                return (f"it holds {phrase} ({qualified(type(obj))} at {path}), which cannot "
-                        "be persisted; create it again after a restore")
+                return (f"it holds {phrase} ({qualified(type(obj))} at {path}); create it "
+                        "again after a restore")
     where, first = located[0]
     at = f" at {first.path}" if where.chain is not None else ""
     more = f" and {len(located) - 1} more" if len(located) > 1 else ""
@@ -261,7 +261,7 @@ def held_resource_reason(obj: object, path: str, failure: str) -> str:
         return failure
     resource, chain = found
     return (f"it holds {resource_phrase(resource)} ({qualified(type(resource))} at "
-            f"{chain.path}), which cannot be persisted; create it again after a restore")
+            f"{chain.path}); create it again after a restore")
 
 
 # -- the careful pass -------------------------------------------------------------
