@@ -94,14 +94,14 @@ def find_first(root: object, wanted: Callable[[object], bool], root_label: str, 
         index = queue.popleft()
         obj = entries[index][0]
         visits += 1
-        for child, label, element in _children(obj):
+        for child, label, element in _safe_children(obj):
             if id(child) in seen or type(child) in _ATOMIC:
                 continue
             seen.add(id(child))
             entries.append((child, index, label, element))
             if wanted(child):
                 return child, _chain(entries, len(entries) - 1, root_label)
-            if not isinstance(child, types.ModuleType) and (skip is None or not skip(child)):
+            if type(child) is not types.ModuleType and (skip is None or not _safely(skip, child)):
                 queue.append(len(entries) - 1)
     return None
 
@@ -124,6 +124,21 @@ def _short(key: object) -> str:
     except Exception:  # a key with a broken __repr__ must not lose the whole value
         text = f"<{type(key).__name__}>"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _safely(test: Callable[[object], bool], obj: object) -> bool:
+    try:
+        return test(obj)
+    except Exception:  # even isinstance can raise (a proxy's __class__)
+        return True
+
+
+def _safe_children(obj: object) -> Iterator[tuple[object, str, bool]]:
+    """The children of ``obj``; an object whose attributes raise is searched no further."""
+    try:
+        yield from _children(obj)
+    except Exception:  # a property, a proxy or a broken container: nothing more to see
+        return
 
 
 def _children(obj: object) -> Iterator[tuple[object, str, bool]]:

@@ -141,6 +141,13 @@ def _data_container(obj: object) -> bool:
 
 def _enters_library(holder: object, element: bool, home: str) -> bool:
     """Whether a step out of ``holder`` enters a library's private state."""
+    try:
+        return _enters(holder, element, home)
+    except Exception:  # an object that breaks isinstance: surely not the user's structure
+        return True
+
+
+def _enters(holder: object, element: bool, home: str) -> bool:
     if element and _data_container(holder):
         return False
     if isinstance(holder, _OPEN_STRUCTURE):

@@ -203,3 +203,12 @@ def test_search_is_bounded(target, monkeypatch):
     deep: list[object] = [[i] for i in range(1000)]
     deep.append([target])
     assert find_path(deep, target, "w") is None  # one level further: past the bound
+
+
+def test_an_object_whose_attributes_raise_is_searched_no_further(target):
+    class Proxy:
+        def __getattribute__(self, name: str) -> object:
+            raise RuntimeError("no attributes here")
+
+    value = {"proxy": Proxy(), "list": [target]}
+    assert find_path(value, target, "v") == "v['list'][0]"
