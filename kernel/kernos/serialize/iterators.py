@@ -34,7 +34,7 @@ from __future__ import annotations
 import collections
 import gc
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kernos.serialize import rebuild
@@ -66,6 +66,8 @@ def _reduce_pairwise(pickler: Any, pairs: Any) -> Any:
     # What it holds, in the order its traverse visits them: the iterator, then the
     # last item seen (once started); neither once exhausted.
     held = gc.get_referents(pairs)[:2]
+    if held and not isinstance(held[0], Iterator):
+        held = []  # 3.12+ also keeps a result tuple, which may outlive the iterator
     return (rebuild.pairwise, (len(held) > 0, len(held) > 1, *held))
 
 
