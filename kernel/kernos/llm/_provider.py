@@ -83,6 +83,10 @@ def call(request: Request, *, timeout: float | None,
             if request.stream:
                 chunks = list(answer)
                 answer = module.stream_chunk_builder(chunks, messages=request.messages)
+                if answer is not None and not any(_reports_usage(chunk) for chunk in chunks):
+                    # The builder counts tokens itself when no chunk reported usage
+                    # (litellm >= 1.110): an estimate, so the caller must see it as one.
+                    answer = _without_usage(answer)
         if request.stream and answer is None:
             raise LLMResponseInvalid("the stream ended without a chunk",
                                      request=request.hash, model=request.model)
@@ -98,6 +102,19 @@ def call(request: Request, *, timeout: float | None,
         raise LLMResponseInvalid(f"the answer is a {type(raw).__name__}, not a completion",
                                  request=request.hash, model=request.model)
     return raw
+
+
+def _reports_usage(chunk: object) -> bool:
+    usage = getattr(chunk, "usage", None)
+    if usage is None and type(chunk) is dict:
+        usage = chunk.get("usage")
+    return usage is not None
+
+
+def _without_usage(answer: Any) -> Any:
+    dump = getattr(answer, "model_dump", None)
+    raw = dump() if callable(dump) else answer
+    return {**raw, "usage": None} if type(raw) is dict else raw
 
 
 def normalize(raw: dict[str, Any], request: Request) -> dict[str, Any]:
