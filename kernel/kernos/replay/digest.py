@@ -46,7 +46,9 @@ What the stream holds, and what it leaves out on purpose:
   ``_abc_impl``, an empty ``__annotations__``, ``__firstlineno__``.
 * **Other objects**: their type, then the parts of ``__reduce_ex__(4)``
   (reconstructor, arguments, state, list items, dict items), state dicts
-  flattened into ``.attribute`` items.  A reducer that raises falls back to
+  flattened into ``.attribute`` items (``iter(seq)`` without an index counts
+  as index 0: an exhausted iterator reduces without one, and the iterator its
+  reduce rebuilds with one).  A reducer that raises falls back to
   ``__dict__`` and ``__slots__``; an object with none of these is written as
   its type name only: ``repr()`` is never called, for digests or messages.
 * **Live resources** Kernos does not persist (files, sockets, threads, locks,
@@ -341,6 +343,30 @@ def _transient(obj: object) -> _Node:
                                    ("marker", b"not persisted")))
 
 
+def _canonical_state(obj: object, state: object) -> object:
+    """A reduce state without what a library's pickle keeps but does not mean.
+
+    * matplotlib's transforms keep their parents as weak references in a dict
+      keyed by ``id(parent)`` (ids of the pickling process; the edges are the
+      inverse of the parents' references to their children, which the walk
+      follows anyway), and ``_invalid``, whether a cached matrix must be
+      recomputed on its next use: both left out.
+    * A numpy masked array whose fill value was never asked for pickles None,
+      and comes back holding the default it stands for: None is written as
+      that default.
+    """
+    transforms = sys.modules.get("matplotlib.transforms")
+    if (transforms is not None and isinstance(obj, transforms.TransformNode)
+            and type(state) is dict):
+        return {key: value for key, value in state.items()
+                if key not in ("_parents", "_invalid")}
+    masked = sys.modules.get("numpy.ma.core")
+    if (masked is not None and isinstance(obj, masked.MaskedArray)
+            and type(state) is tuple and len(state) == 7 and state[6] is None):
+        return (*state[:6], masked._check_fill_value(None, obj.dtype))
+    return state
+
+
 _BY_TYPE: dict[type, Callable[[Any], _Node]] = {
     list: lambda value: _Node(tag=b"L", children=value, labels=_index_labels),
     tuple: lambda value: _Node(tag=b"t", children=value, labels=_index_labels, memo=False,
@@ -434,6 +460,27 @@ def _series(series: Any) -> _Node:
                  labels=_fixed(".__class__", ".name", ".index", ".values", ".attrs"))
 
 
+def _callback_registry(registry: Any) -> _Node:
+    """A matplotlib ``CallbackRegistry`` as its pickle keeps it, read without pickling.
+
+    Its ``__getstate__`` draws the next id from a counter (so asking twice
+    changes it) and keeps only the callbacks in ``_pickled_cids``: here its
+    other attributes, then those callbacks, signal by signal, in id order.
+    """
+    kept = registry._pickled_cids
+    attributes = sorted((name, value) for name, value in vars(registry).items()
+                        if name not in ("callbacks", "_func_cid_map", "_cid_gen"))
+    callbacks = [(signal, [(cid, proxy()) for cid, proxy in sorted(table.items())
+                           if cid in kept])
+                 for signal, table in registry.callbacks.items()]
+    callbacks = sorted((pair for pair in callbacks if pair[1]), key=lambda pair: repr(pair[0]))
+    return _Node(tag=b"K", children=itertools.chain(
+        (type(registry),), _pairs(attributes), (_SEP,), _pairs(callbacks)),
+        labels=lambda: itertools.chain(
+            (".__class__",), _key_labels((name for name, _ in attributes), attribute=True),
+            ("",), (f".callbacks[{_show(signal)}]" for signal, _ in callbacks)))
+
+
 def _frame_columns(frame: Any) -> Iterator[object]:
     for position in range(frame.shape[1]):
         column = frame.iloc[:, position]
@@ -467,6 +514,11 @@ def _reduced(obj: object, memo: bool) -> _Node:
         return _attributes(obj, memo)
     function, arguments, state, list_items, dict_items = (*reduced, None, None, None)[:5]
     arguments = arguments if isinstance(arguments, tuple) else (arguments,)
+    if function is iter and state is None and len(arguments) == 1:
+        # An exhausted sequence iterator reduces to iter(empty) with no index; the
+        # iterator that reduce rebuilds says index 0.  One state, written one way.
+        state = 0
+    state = _canonical_state(obj, state)
     items = list(list_items or ())
     pairs = list(dict_items or ())
     shape, state_children, state_labels = _state(state)
@@ -545,6 +597,9 @@ def _node(obj: object) -> _Node:
             return _series(obj)
         if isinstance(obj, pandas.Index):
             return _index(obj)
+    cbook = sys.modules.get("matplotlib.cbook")
+    if cbook is not None and isinstance(obj, cbook.CallbackRegistry):
+        return _callback_registry(obj)
     value_types = _VALUE_TYPES + ((numpy.generic, numpy.dtype) if numpy is not None else ())
     return _reduced(obj, memo=not (isinstance(obj, value_types) and _importable(kind)))
 

@@ -11,6 +11,7 @@ import fractions
 import hashlib
 import json
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -416,3 +417,43 @@ def test_a_restore_keeps_the_digest(monkeypatch: pytest.MonkeyPatch) -> None:
     restored = dict(zip(names, loaded, strict=True))
     assert describe_state_difference(original, restored) is None
     assert state_digest(original) == state_digest(restored)
+
+
+def test_an_exhausted_iterator_digests_as_the_one_its_pickle_rebuilds() -> None:
+    # Stopping on its first iterator, zip leaves that one exhausted: it reduces to
+    # iter([]) with no index, and the iterator pickle rebuilds says index 0.
+    zipped = zip(["foo", "bar"], ["one", "two", "three"], strict=False)
+    assert list(zipped) == [("foo", "one"), ("bar", "two")]
+    assert digest(pickle.loads(pickle.dumps(zipped))) == digest(zipped)
+    exhausted = iter((1, 2))
+    list(exhausted)
+    assert digest(pickle.loads(pickle.dumps(exhausted))) == digest(exhausted)
+    # ... and where an iterator stands is still state
+    started, fresh = iter([1, 2]), iter([1, 2])
+    next(started)
+    assert digest(started) != digest(fresh)
+    assert digest(exhausted) != digest(iter((1, 2)))
+
+
+def test_a_matplotlib_figure_digests_stably_and_as_its_pickle_rebuilds_it() -> None:
+    figure_module = pytest.importorskip("matplotlib.figure")
+    import numpy as np
+
+    figure = figure_module.Figure()
+    axes = figure.add_subplot(2, 2, 1)
+    axes.plot(np.arange(10))
+    axes.scatter(np.arange(5), np.arange(5) * 2.0)  # offsets: a masked array
+    first = digest(figure)
+    assert digest(figure) == first  # reading the callbacks' state must not change it
+    assert digest(pickle.loads(pickle.dumps(figure))) == first
+    axes.plot(np.arange(3))
+    assert digest(figure) != first  # a new line is state
+
+
+def test_a_masked_arrays_unasked_fill_value_is_its_default() -> None:
+    import numpy as np
+
+    masked = np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False])
+    assert digest(pickle.loads(pickle.dumps(masked))) == digest(masked)
+    other = np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False], fill_value=-1.0)
+    assert digest(other) != digest(masked)
