@@ -392,6 +392,14 @@ def register_late_types() -> None:
         if found:
             SPECIAL.update(found)
             _registered.add("pandas")
+    etree = sys.modules.get("lxml.etree")
+    objectify = sys.modules.get("lxml.objectify")
+    lxml_key = "lxml.objectify" if objectify is not None else "lxml.etree"
+    if etree is not None and lxml_key not in _registered:
+        from kernos.serialize.xmltrees import lxml_reducers
+
+        SPECIAL.update(lxml_reducers(etree, objectify))
+        _registered.update({"lxml.etree", lxml_key})
     register_late_resources(SPECIAL)
 
 

@@ -484,3 +484,35 @@ def mapped_window(memory: Any, offset: int, shape: tuple[int, ...], strides: tup
     if not writeable and array.flags.writeable:
         array.flags.writeable = False
     return array
+
+
+# -- lxml documents (see kernos.serialize.xmltrees) ---------------------------------
+
+def lxml_document(family: str, data: bytes) -> Any:
+    """An lxml ``_ElementTree`` parsed from ``data`` by a parser of ``family``."""
+    from lxml import etree
+
+    options = {"remove_blank_text": False, "resolve_entities": False, "no_network": True,
+               "huge_tree": True, "strip_cdata": False}
+    if family == "objectify":
+        from lxml import objectify
+
+        parser = objectify.makeparser(**options)
+    else:
+        parser = etree.XMLParser(**options)
+    return etree.ElementTree(etree.fromstring(data, parser))
+
+
+def lxml_node(tree: Any, path: tuple[int, ...]) -> Any:
+    """The node of ``tree`` at ``path`` (child indices from its root)."""
+    from lxml import etree
+
+    child = etree._Element.__getitem__  # objectify's own [] picks siblings by tag
+    node = tree.getroot()
+    for index in path:
+        node = child(node, index)
+    return node
+
+
+def lxml_tree(tree: Any) -> Any:
+    return tree
