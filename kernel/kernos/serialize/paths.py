@@ -82,8 +82,23 @@ def find_first(root: object, wanted: Callable[[object], bool], root_label: str, 
                skip: Callable[[object], bool] | None = None,
                max_visits: int | None = None) -> tuple[object, Chain] | None:
     """The object nearest to ``root`` for which ``wanted`` is true, and the path to it."""
+    found, _ = search(root, wanted, root_label, opaque=opaque, skip=skip,
+                      max_visits=max_visits)
+    return found
+
+
+def search(root: object, wanted: Callable[[object], bool], root_label: str, *,
+           opaque: frozenset[int] = frozenset(),
+           skip: Callable[[object], bool] | None = None,
+           follow: Callable[[object, bool], bool] | None = None,
+           max_visits: int | None = None) -> tuple[tuple[object, Chain] | None, bool]:
+    """:func:`find_first`, and whether the search was complete (not cut off by the bound).
+
+    With ``follow``, a step out of an object is taken only if ``follow(object,
+    element)`` is true.
+    """
     if wanted(root):
-        return root, Chain(root_label, ())
+        return (root, Chain(root_label, ())), True
     limit = _MAX_VISITS if max_visits is None else max_visits
     seen = {id(root)} | opaque
     # Each entry: the object, and the index of its parent entry with the step from it.
@@ -94,16 +109,19 @@ def find_first(root: object, wanted: Callable[[object], bool], root_label: str, 
         index = queue.popleft()
         obj = entries[index][0]
         visits += 1
+        allowed = (True, True) if follow is None else (follow(obj, False), follow(obj, True))
+        if allowed == (False, False):
+            continue
         for child, label, element in _safe_children(obj):
-            if id(child) in seen or type(child) in _ATOMIC:
+            if id(child) in seen or type(child) in _ATOMIC or not allowed[element]:
                 continue
             seen.add(id(child))
             entries.append((child, index, label, element))
             if wanted(child):
-                return child, _chain(entries, len(entries) - 1, root_label)
+                return (child, _chain(entries, len(entries) - 1, root_label)), True
             if type(child) is not types.ModuleType and (skip is None or not _safely(skip, child)):
                 queue.append(len(entries) - 1)
-    return None
+    return None, not queue
 
 
 def _chain(entries: list[tuple[object, int, str, bool]], index: int, root_label: str) -> Chain:

@@ -16,16 +16,20 @@ So these never join two names:
   functions among them (checked once per type);
 * objects that a class imported by name holds as a class attribute (pandas
   puts ``_metadata`` in every instance's state), and the globals of imported
-  modules other than the namespace's own.  A restore gives copies of these,
-  never the library's own object, so which copy is shared is not the user's
-  concern.  These are looked for only among the objects two names do share
-  (rare, and few), and re-checked when judged (``vars(cls)[key] is obj``), so a
-  reused id cannot mislead.
+  modules other than the namespace's own, when the names reach them only
+  through a library object's private state.  A restore gives copies of these,
+  never the library's own object, so which copy a library object's internals
+  hold is not the user's concern.  These are looked for only among the
+  objects two names do share (rare, and few), and re-checked when judged
+  (``vars(cls)[key] is obj``), so a reused id cannot mislead.
 
 A wrong "not shared" would lose identity, so everything else counts: two
 lists holding one dict, an object that is a global of the namespace itself,
-and any value a variable holds directly (even a class attribute: the user put
-it in two places).
+any value a variable holds directly, and a library's class attribute or
+global that a variable reaches through its own structure (the items of its
+containers, the attributes of its cell-defined objects: see
+``kernos.serialize.unpersistable`` for where a library's state begins).  If
+that search is cut off by its bound, the object counts.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import types
 from typing import Any
 
 from kernos.serialize.kinds import IMMUTABLE, identity_free_kind, lookup
+from kernos.serialize.paths import search
+from kernos.serialize.unpersistable import enters_library
 
 __all__ = ["RecordingPickling", "SharingRecord"]
 
@@ -49,6 +55,7 @@ class SharingRecord:
     def __init__(self) -> None:
         self._owners: list[tuple[str, set[int], list[object]]] = []
         self._roots: set[int] = set()
+        self._root_values: dict[str, tuple[object, ...]] = {}
         self._library: dict[int, bool] = {}
         self._indexed_kinds: set[type] = set()
         self._class_attributes: dict[int, tuple[type, str]] = {}
@@ -64,16 +71,19 @@ class SharingRecord:
         """
         ids = set(map(id, objects))
         self._roots.update(map(id, roots))
+        self._root_values[owner] = roots
+        earlier = [(name, other) for name, other, _ in self._owners if name != owner]
+        self._owners.append((owner, ids, objects))
         met = set()
-        for name, other, _ in self._owners:
-            if name == owner or ids.isdisjoint(other):
+        judged: set[int] = set()
+        for name, other in earlier:
+            if ids.isdisjoint(other):
                 continue
             common = ids & other
             if home is not None:
-                common = self._users(common, objects, home)
+                common = self._users(common, objects, home, owner, judged)
             if common:
                 met.add(name)
-        self._owners.append((owner, ids, objects))
         return met
 
     def owner_of(self, obj: object) -> str | None:
@@ -83,15 +93,26 @@ class SharingRecord:
 
     # -- library objects -------------------------------------------------------
 
-    def _users(self, common: set[int], objects: list[object], home: str) -> set[int]:
-        """The objects of ``common`` that are the user's (not a library's)."""
-        unjudged = common - self._library.keys()
-        if unjudged:
-            by_id = {id(obj): obj for obj in objects if id(obj) in unjudged}
+    def _users(self, common: set[int], objects: list[object], home: str, owner: str,
+               judged: set[int]) -> set[int]:
+        """The objects of ``common`` that are the user's (not a library's).
+
+        A verdict "the library's" holds only for the owners seen so far: each new
+        owner that reaches the object is searched again (``judged`` are the ones
+        done for this owner already).
+        """
+        fresh = common - judged
+        if fresh:
+            by_id = {id(obj): obj for obj in objects if id(obj) in fresh}
             self._index(home)
             for key, obj in by_id.items():
-                self._library[key] = key not in self._roots and self._belongs_to_library(
-                    obj, home)
+                verdict = self._library.get(key)
+                if verdict is None:
+                    verdict = key not in self._roots and self._belongs_to_library(obj, home)
+                elif verdict:
+                    verdict = not self._reached_by_user(obj, home, owners=(owner,))
+                self._library[key] = verdict
+            judged |= fresh
         return {key for key in common if not self._library[key]}
 
     def _index(self, home: str) -> None:
@@ -112,14 +133,32 @@ class SharingRecord:
                         self._module_globals.setdefault(id(value), (module, key))
 
     def _belongs_to_library(self, obj: object, home: str) -> bool:
+        if _named_global(obj, home):
+            return True  # written by name: a load gives back the very object, shared anyway
         key = id(obj)
         attribute = self._class_attributes.get(key)
-        if attribute is not None and vars(attribute[0]).get(attribute[1]) is obj:
-            return True
         global_ = self._module_globals.get(key)
-        if global_ is not None and vars(global_[0]).get(global_[1]) is obj:
-            return True
-        return _named_global(obj, home)
+        held = ((attribute is not None and vars(attribute[0]).get(attribute[1]) is obj)
+                or (global_ is not None and vars(global_[0]).get(global_[1]) is obj))
+        return held and not self._reached_by_user(obj, home)
+
+    def _reached_by_user(self, obj: object, home: str,
+                         owners: tuple[str, ...] | None = None) -> bool:
+        """Whether a variable that reached ``obj`` (of ``owners``) holds it in its own
+        structure."""
+        def follow(holder: object, element: bool) -> bool:
+            return not enters_library(holder, element, home)
+
+        key = id(obj)
+        for name, ids, _ in self._owners:
+            if key not in ids or (owners is not None and name not in owners):
+                continue
+            for root in self._root_values.get(name, ()):
+                found, complete = search(root, lambda child: child is obj, name, follow=follow,
+                                         max_visits=_SEARCH_VISITS)
+                if found is not None or not complete:
+                    return True
+        return False
 
 
 def _named_global(obj: object, home: str) -> bool:
@@ -193,5 +232,6 @@ class RecordingPickling:
 _NEVER_SHARED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
                  types.MethodDescriptorType, types.WrapperDescriptorType,
                  types.MethodWrapperType, types.ClassMethodDescriptorType)
+_SEARCH_VISITS = 50_000
 _CYTHON_FUNCTIONS = frozenset({"cython_function_or_method", "fused_cython_function"})
 _shareable_kinds: dict[type, bool] = {}

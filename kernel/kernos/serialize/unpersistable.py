@@ -60,7 +60,7 @@ from kernos.serialize.kinds import PROTOCOL, qualified
 from kernos.serialize.paths import Chain, find_chain, find_first
 
 __all__ = ["CarefulPickling", "Located", "Replacement", "Transient", "describe_failure",
-           "locate"]
+           "enters_library", "locate"]
 
 
 @dataclass(kw_only=True)
@@ -139,7 +139,7 @@ def _data_container(obj: object) -> bool:
                                                    pandas.Index))
 
 
-def _enters_library(holder: object, element: bool, home: str) -> bool:
+def enters_library(holder: object, element: bool, home: str) -> bool:
     """Whether a step out of ``holder`` enters a library's private state."""
     try:
         return _enters(holder, element, home)
@@ -184,14 +184,14 @@ def locate(roots: Sequence[tuple[str, object]], obj: object, name: str | None, *
         if chain is None:
             continue
         for index, step in enumerate(chain.steps):
-            if _enters_library(step.holder, step.element, home):
+            if enters_library(step.holder, step.element, home):
                 return Located(name=root_name, path=chain.path, holder=step.holder,
                                holder_path=chain.path_to(index), chain=chain,
                                holder_index=index)
         return Located(name=root_name, path=chain.path, chain=chain)
     owner = name or default_owner
     note = f" (it is somewhere inside {owner}, on no path that could be named)"
-    if len(candidates) == 1 and candidates[0][1] is not obj and _enters_library(
+    if len(candidates) == 1 and candidates[0][1] is not obj and enters_library(
             candidates[0][1], False, home):
         # The variable is itself a library object: it is on every path to obj.
         return Located(name=owner, path=owner, note=note, holder=candidates[0][1],

@@ -284,3 +284,18 @@ def test_a_library_class_attribute_held_by_the_user_still_shares(notebook):
     """)
     assert dump_recording(notebook, ["handlers", "again"])["again"] == {"handlers"}
 
+
+
+def test_a_library_global_both_names_hold_in_their_own_structure_still_shares(notebook):
+    notebook.run("""
+        import logging
+        first = {"manager": logging.Logger.manager, "n": 1}   # a library class attribute
+        second = [logging.Logger.manager]
+        third = {"root": logging.root}                         # a library module global
+        fourth = (logging.root,)
+    """)
+    touched = dump_recording(notebook, ["first", "second", "third", "fourth"])
+    assert "first" in touched["second"]
+    assert "third" in touched["fourth"]
+    restored = notebook.restore("first", "second")
+    assert restored["first"]["manager"] is restored["second"][0]
