@@ -15,9 +15,12 @@ So these never join two names:
   object anyway: classes, functions and builtins imported by name, Cython's
   functions among them (checked once per type);
 * objects that a class imported by name holds as a class attribute (pandas
-  puts ``_metadata`` in every instance's state), and the globals of imported
-  modules other than the namespace's own, when the names reach them only
-  through a library object's private state.  A restore gives copies of these,
+  puts ``_metadata`` in every instance's state), the globals of imported
+  modules other than the namespace's own (and of the packages above them),
+  the values of those globals that are dicts (every matplotlib artist holds
+  the list ``rcParams["path.effects"]``), and what any of these hold in
+  turn (the cached paths of matplotlib's marker styles), when the names reach
+  them only through a library object's private state.  A restore gives copies of these,
   never the library's own object, so which copy a library object's internals
   hold is not the user's concern.  These are looked for only among the
   objects two names do share (rare, and few), and re-checked when judged
@@ -34,6 +37,7 @@ that search is cut off by its bound, the object counts.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import sys
 import types
@@ -60,6 +64,8 @@ class SharingRecord:
         self._indexed_kinds: set[type] = set()
         self._class_attributes: dict[int, tuple[type, str]] = {}
         self._module_globals: dict[int, tuple[types.ModuleType, str]] = {}
+        self._global_items: dict[int, tuple[dict[Any, object], object]] = {}
+        self._indexed_modules: set[int] = set()
 
     def add(self, owner: str, objects: list[object], *, roots: tuple[object, ...] = (),
             home: str | None = None) -> set[str]:
@@ -112,8 +118,27 @@ class SharingRecord:
                 elif verdict:
                     verdict = not self._reached_by_user(obj, home, owners=(owner,))
                 self._library[key] = verdict
+            self._spread([obj for key, obj in by_id.items() if self._library[key]],
+                         {id(obj): obj for obj in objects if id(obj) in common}, home)
             judged |= fresh
         return {key for key in common if not self._library[key]}
+
+    def _spread(self, library: list[object], common: dict[int, object], home: str) -> None:
+        """Mark what the library's objects hold (their ``__dict__``, arrays, lists) as theirs.
+
+        Only objects both names reached are followed (what a shared object holds
+        is reached by both), and each is still the user's if a name holds it in
+        its own structure.
+        """
+        queue = list(library)
+        while queue:
+            for child in gc.get_referents(queue.pop()):
+                key = id(child)
+                if (key not in common or self._library.get(key) or key in self._roots
+                        or self._reached_by_user(child, home)):
+                    continue
+                self._library[key] = True
+                queue.append(child)
 
     def _index(self, home: str) -> None:
         """Index the class attributes and module globals around the kinds reached so far."""
@@ -127,10 +152,18 @@ class SharingRecord:
                     continue
                 for key, value in vars(klass).items():
                     self._class_attributes.setdefault(id(value), (klass, key))
-                module = sys.modules.get(module_name)
-                if module is not None and module.__name__ != home:
-                    for key, value in vars(module).items():
-                        self._module_globals.setdefault(id(value), (module, key))
+                for module in _module_and_packages(module_name, home):
+                    self._index_module(module)
+
+    def _index_module(self, module: types.ModuleType) -> None:
+        if id(module) in self._indexed_modules:
+            return
+        self._indexed_modules.add(id(module))
+        for key, value in vars(module).items():
+            self._module_globals.setdefault(id(value), (module, key))
+            if isinstance(value, dict):  # a registry, or settings such as rcParams
+                for item_key, item in dict.items(value):
+                    self._global_items.setdefault(id(item), (value, item_key))
 
     def _belongs_to_library(self, obj: object, home: str) -> bool:
         if _named_global(obj, home):
@@ -138,8 +171,10 @@ class SharingRecord:
         key = id(obj)
         attribute = self._class_attributes.get(key)
         global_ = self._module_globals.get(key)
+        item = self._global_items.get(key)
         held = ((attribute is not None and vars(attribute[0]).get(attribute[1]) is obj)
-                or (global_ is not None and vars(global_[0]).get(global_[1]) is obj))
+                or (global_ is not None and vars(global_[0]).get(global_[1]) is obj)
+                or (item is not None and dict.get(item[0], item[1]) is obj))
         return held and not self._reached_by_user(obj, home)
 
     def _reached_by_user(self, obj: object, home: str,
@@ -159,6 +194,14 @@ class SharingRecord:
                 if found is not None or not complete:
                     return True
         return False
+
+
+def _module_and_packages(module_name: str, home: str) -> list[types.ModuleType]:
+    """The module named ``module_name`` and the packages above it, as imported."""
+    parts = module_name.split(".")
+    names = (".".join(parts[:count]) for count in range(len(parts), 0, -1))
+    return [module for name in names if name != home
+            and (module := sys.modules.get(name)) is not None]
 
 
 def _named_global(obj: object, home: str) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import sys
+import textwrap
+import types
 
 import pytest
 
@@ -299,3 +301,69 @@ def test_a_library_global_both_names_hold_in_their_own_structure_still_shares(no
     assert "third" in touched["fourth"]
     restored = notebook.restore("first", "second")
     assert restored["first"]["manager"] is restored["second"][0]
+
+
+def test_matplotlib_figures_made_together_share_nothing_of_the_users(notebook):
+    # Every artist holds matplotlib's own objects: the list rcParams["path.effects"]
+    # (an item of a library settings dict) and the paths of the marker styles (held
+    # in the state of library objects).  Two figures are still two groups.
+    pytest.importorskip("matplotlib")
+    notebook.run("""
+        import matplotlib
+        matplotlib.use("agg")
+        import matplotlib.pyplot as plt
+        fig = plt.figure()
+        ax1 = fig.add_subplot(2, 2, 1)
+        ax1.plot([0, 1, 2], "o-")
+        fig2, ax = plt.subplots()
+        ax.plot([1, 2, 3], "k--")
+        ax.set_title("t")
+    """)
+    touched = dump_recording(notebook, ["fig", "fig2", "ax1", "ax"])
+    assert touched["fig2"] == frozenset()
+    assert touched["ax1"] == {"fig"}
+    assert touched["ax"] == {"fig2"}
+
+
+def test_an_item_of_a_library_settings_dict_the_user_holds_still_shares(notebook):
+    pytest.importorskip("matplotlib")
+    notebook.run("""
+        import matplotlib
+        effects = matplotlib.rcParams["path.effects"]
+        first = [effects, 1]
+        second = {"effects": effects}
+    """)
+    touched = dump_recording(notebook, ["first", "second"])
+    assert touched["second"] == {"first"}
+    restored = notebook.restore("first", "second")
+    assert restored["first"][0] is restored["second"]["effects"]
+
+
+def test_what_a_library_object_holds_is_still_shared_when_a_name_holds_it_too(
+        notebook, monkeypatch):
+    # A library class attribute that instances keep in their state (as pandas
+    # keeps _metadata) is the library's; a list inside it that a name holds in
+    # its own dict is the user's, so that name and an instance still share it.
+    library = types.ModuleType("kernos_test_settings_lib")
+    exec(textwrap.dedent("""
+        class Settings:
+            def __init__(self):
+                self.values = [1, 2]
+
+        class Widget:
+            defaults = Settings()
+
+            def __init__(self):
+                self.settings = Widget.defaults
+    """), vars(library))
+    monkeypatch.setitem(sys.modules, library.__name__, library)
+    notebook["lib"] = library
+    notebook.run("""
+        values = lib.Widget.defaults.values
+        mine = {"values": values, "widget": lib.Widget()}
+        other = lib.Widget()
+    """)
+    touched = dump_recording(notebook, ["mine", "other"])
+    assert touched["other"] == {"mine"}
+    restored = notebook.restore("mine", "other")
+    assert restored["mine"]["values"] is restored["other"].settings.values
