@@ -16,7 +16,8 @@ A difference is allowed for three reasons only, checked in this order:
 3. the cell reads a name that an earlier rolled-back cell undid, and no
    committed cell has re-assigned it since (from the rollback's
    ``metadata["kernos"]["undone"]``; a cell that reads such a name passes the
-   taint on to the names it assigns).
+   taint on to the names it assigns, also when it failed on Kernos alone and
+   so never assigned them there).
 
 ``keep=True`` (a kernel told ``%kernos on-error keep``) allows the first reason
 only: nothing is rolled back, so every other cell must match.
@@ -350,6 +351,12 @@ def compare(
         if cell.rolled_back:
             for name in undone_names(cell):
                 undone[name] = ours.index
+            if tainted and ours.status == "ok":
+                # It failed on Kernos for a name a rollback undid, so what python3 bound
+                # here is missing on Kernos too: the taint passes on to those names.
+                origin = min(undone[name] for name in tainted)
+                for name in binds(cell.source):
+                    undone.setdefault(name, origin)
         elif cell.status == "ok":
             origin = min((undone[name] for name in tainted), default=None)
             for name in binds(cell.source) | ({RANDOM} if seeds else set()):

@@ -160,6 +160,25 @@ def test_names_a_rollback_undid_excuse_the_cells_that_read_them_until_reassigned
     ) == [SAME, UNDONE, SAME, UNDONE, SAME, DIFFERENT]
 
 
+def test_a_cell_that_fails_for_an_undone_name_passes_the_taint_to_what_it_binds() -> None:
+    undone = {
+        **ROLLED_BACK,
+        "undone": {"added": ["split"], "rebound": [], "reloaded": [], "not_reset": []},
+    }
+    nothing = {**ROLLED_BACK, "undone": {"added": [], "rebound": [], "reloaded": []}}
+    error = _out(error=("NameError", "data"))
+    assert _causes(
+        [
+            ("from sklearn import split\nsplit(data)", error, error, undone),
+            # python3 binds train and test here; on Kernos the cell fails, changing nothing.
+            ("train, test = split([1, 2])", _out(), _out(error=("NameError", "split")), nothing),
+            ("len(test)", _out("1"), _out(error=("NameError", "test")), COMMITTED),
+            ("test = [5]", _out(), _out(), COMMITTED),
+            ("test", _out("[5]"), _out("[6]"), COMMITTED),  # re-assigned: must match again
+        ]
+    ) == [SAME, UNDONE, UNDONE, SAME, DIFFERENT]
+
+
 def test_without_undone_in_the_reply_the_names_the_cell_assigns_stand_in() -> None:
     error = _out(error=("KeyError", "1"))
     assert _causes(

@@ -287,6 +287,14 @@ def _reduce_lock(pickler: ReducingPickler, lock: Any) -> Any:
     return (_thread.allocate_lock, ()) if type(lock) is _thread.LockType else (_thread.RLock, ())
 
 
+def _reduce_keeping_instance_dict(pickler: ReducingPickler, mapping: Any) -> Any:
+    # A dict subclass whose class's __setstate__ throws the instance's own attributes
+    # away (scikit-learn's Bunch keeps _deprecated_key_to_warnings there and ignores it
+    # on load, for old pickles' sake): items and attributes are both set again here.
+    return (rebuild.blank_instance, (type(mapping),), dict(vars(mapping)), None,
+            iter(dict.items(mapping)), rebuild.update_instance_dict)
+
+
 def _reduce_mapping_proxy(pickler: ReducingPickler, proxy: types.MappingProxyType) -> Any:  # type: ignore[type-arg]
     return (rebuild.mapping_proxy, (dict(proxy),))
 
@@ -400,6 +408,11 @@ def register_late_types() -> None:
 
         SPECIAL.update(lxml_reducers(etree, objectify))
         _registered.update({"lxml.etree", lxml_key})
+    bunch = sys.modules.get("sklearn.utils._bunch")
+    if bunch is not None and "sklearn" not in _registered and isinstance(
+            getattr(bunch, "Bunch", None), type) and issubclass(bunch.Bunch, dict):
+        SPECIAL[bunch.Bunch] = _reduce_keeping_instance_dict
+        _registered.add("sklearn")
     register_late_resources(SPECIAL)
 
 

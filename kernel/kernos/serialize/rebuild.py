@@ -486,6 +486,19 @@ def mapped_window(memory: Any, offset: int, shape: tuple[int, ...], strides: tup
     return array
 
 
+# -- instances whose own __setstate__ would drop their attributes -------------------
+
+def blank_instance(kind: Any) -> Any:
+    """An instance of ``kind`` made without ``__init__`` (its items and attributes follow)."""
+    return kind.__new__(kind)
+
+
+def update_instance_dict(instance: Any, state: dict[str, Any]) -> Any:
+    """Set ``instance``'s attributes from ``state``, not through its class's ``__setstate__``."""
+    vars(instance).update(state)
+    return instance
+
+
 # -- lxml documents (see kernos.serialize.xmltrees) ---------------------------------
 
 def lxml_document(family: str, data: bytes) -> Any:
