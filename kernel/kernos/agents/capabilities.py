@@ -25,7 +25,9 @@ target and at most the parent's remaining limit.
 
 Amounts are validated exactly: an ``int`` or ``decimal.Decimal`` (never a
 subclass, a ``bool``, a ``float`` or a string), finite, non-negative, at most
-:data:`MAX_AMOUNT`.
+:data:`MAX_AMOUNT`, with at most :data:`kernos.amounts.PLACES` decimal places;
+they are added and subtracted only in :data:`kernos.amounts.EXACT`, so no
+amount is ever rounded away.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import decimal
 import re
 from dataclasses import dataclass, field
 
+from kernos import amounts
 from kernos.errors import InvalidGrant
 
 __all__ = ["KINDS", "MAX_AMOUNT", "Grant", "amount", "parse_capability"]
@@ -65,6 +68,10 @@ def amount(value: object, *, what: str = "amount") -> decimal.Decimal:
         raise InvalidGrant(f"the {what} {result} is negative; give zero or more")
     if result > MAX_AMOUNT:
         raise InvalidGrant(f"the {what} {result} is over the maximum of {MAX_AMOUNT}")
+    if amounts.places(result) > amounts.PLACES:
+        raise InvalidGrant(f"the {what} {str(result)[:60]} has more than {amounts.PLACES} "
+                           f"decimal places; amounts are exact to {amounts.QUANTUM} "
+                           "(round it to that yourself)")
     return result
 
 
@@ -133,7 +140,7 @@ class Grant:
 
     @property
     def remaining(self) -> decimal.Decimal | None:
-        return None if self.limit is None else self.limit - self.used
+        return None if self.limit is None else amounts.subtract(self.limit, self.used)
 
     def covers(self, kind: str, target: str) -> bool:
         if not self.active:

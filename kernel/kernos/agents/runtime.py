@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kernos import amounts
 from kernos._time import utc_now
 from kernos.agents import context
 from kernos.agents.boundary import ObjectView, to_agent, to_host
@@ -400,15 +401,15 @@ class AgentRuntime:
         for link in chain:
             remaining = link.remaining
             assert remaining is not None
-            remaining -= self._llm_cost_spent(link)
+            remaining = amounts.subtract(remaining, self._llm_cost_spent(link))
             if checked > remaining:
                 raise self.deny(ctx, f"spend:{unit}",
                                 detail=f"{checked} asked, {remaining} left of grant {link.id}")
         for link in chain:
-            link.used += checked
+            link.used = amounts.add(link.used, checked)
             ctx.op.grants_used[link.id] = link.capability
-        return min(link.remaining - self._llm_cost_spent(link) for link in chain
-                   if link.remaining is not None)
+        return min(amounts.subtract(link.remaining, self._llm_cost_spent(link))
+                   for link in chain if link.remaining is not None)
 
     def my_grants(self, ctx: RunContext) -> list[object]:
         return [to_agent(self._llm_described(grant))
@@ -700,7 +701,7 @@ class AgentRuntime:
             spent = self._llm_ledger_spent(_llm_key(grant))
             if spent is not None:
                 described["used"] = str(spent.tokens)
-                described["remaining"] = str(grant.limit - spent.tokens)
+                described["remaining"] = str(amounts.subtract(grant.limit, spent.tokens))
         return described
 
     def _llm_warm(self, principal: str) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernos import amounts
 from kernos.agents.registry import check_arguments
 from kernos.errors import LLMError, LLMProviderError, LLMReplayMiss, LLMToolCallInvalid
 from kernos.llm import _provider
@@ -221,7 +222,7 @@ class LlmClient:
 
 
 def _cost(text: object) -> decimal.Decimal | None:
-    return None if text is None else decimal.Decimal(str(text))
+    return None if text is None else amounts.round_up(decimal.Decimal(str(text)))
 
 
 def _tokens(total: int, prompt: int) -> dict[str, int]:

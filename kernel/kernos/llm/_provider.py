@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kernos import amounts
 from kernos.determinism import generators_untouched
 from kernos.errors import LLMProviderError, LLMResponseInvalid, UsageError
 from kernos.llm._request import Request
@@ -204,5 +205,7 @@ def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int) -> dec
             model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     except Exception:  # litellm knows no price for the model
         return None
-    # repr() of a float is its shortest exact-round-trip decimal: no binary noise.
-    return decimal.Decimal(repr(float(prompt))) + decimal.Decimal(repr(float(completion)))
+    # repr() of a float is its shortest exact-round-trip decimal: no binary noise; the
+    # sum is rounded up to the places budgets count in (kernos.amounts), never down.
+    return amounts.round_up(amounts.add(decimal.Decimal(repr(float(prompt))),
+                                        decimal.Decimal(repr(float(completion)))))

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernos import amounts
 from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
 from kernos.errors import LLMBudgetExceeded
@@ -80,7 +81,7 @@ class Spent:
 
     def add(self, tokens: int, cost: decimal.Decimal, sign: int = 1) -> None:
         self.tokens += sign * tokens
-        self.cost += sign * cost
+        self.cost = (amounts.add if sign > 0 else amounts.subtract)(self.cost, cost)
 
 
 @dataclass(kw_only=True)
@@ -174,11 +175,12 @@ class Ledger:
                         budget=budget.label, unit="tokens", limit=str(budget.tokens),
                         used=str(used.tokens + pending.tokens), asked=str(tokens),
                         phase="before", request=request, model=model)
+                committed = amounts.add(used.cost, pending.cost)
                 if budget.cost is not None and cost is not None and \
-                        used.cost + pending.cost + cost > budget.cost:
+                        amounts.add(committed, cost) > budget.cost:
                     raise LLMBudgetExceeded(
                         budget=budget.label, unit="USD", limit=str(budget.cost),
-                        used=str(used.cost + pending.cost), asked=str(cost),
+                        used=str(committed), asked=str(cost),
                         phase="before", request=request, model=model)
             number = self.next_call
             self._append({"type": "reserve", "call": number, "keys": list(charged),
