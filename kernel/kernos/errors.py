@@ -197,6 +197,7 @@ class UnknownTool(UsageError):
     def __init__(self, name: str, known: list[str], *, detail: str = "") -> None:
         self.name = name
         self.known = known
+        self.detail = detail
         listed = ", ".join(known) if known else "none yet"
         super().__init__(
             f"There is no tool {name!r}{detail} (tools: {listed}). Register it with "

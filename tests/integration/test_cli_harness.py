@@ -199,9 +199,10 @@ def test_events_follow_streams_committed_events_until_ctrl_c(
     kernel = kernel_factory()
     assert kernel.run("events.emit('orders.created', {'id': 1})").committed
     ws = ["-w", str(kernel.workspace)]
+    # PYTHONFAULTHANDLER: if it hangs, SIGABRT makes it print every thread's stack.
     follow = subprocess.Popen([*kernos_command(), "events", *ws, "--follow", "--json"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=environment())
+                              env={**environment(), "PYTHONFAULTHANDLER": "1"})
     try:
         assert follow.stdout is not None
         lines = Lines(follow.stdout)
@@ -213,7 +214,15 @@ def test_events_follow_streams_committed_events_until_ctrl_c(
         live = json.loads(lines.next())
         assert (live["seq"], live["topic"], live["payload"]) == (2, "ledger.debit", {"usd": 5})
         follow.send_signal(signal.SIGINT)
-        assert follow.wait(timeout=60) == 0
+        try:
+            follow.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            follow.send_signal(signal.SIGABRT)
+            follow.wait(timeout=30)
+            assert follow.stderr is not None
+            raise AssertionError("`kernos events --follow` did not end within 60 s of "
+                                 f"SIGINT; its threads:\n{follow.stderr.read()}") from None
+        assert follow.returncode == 0
         with pytest.raises(AssertionError):
             lines.next(seconds=0.5)
         assert follow.stderr is not None and follow.stderr.read() == ""

@@ -27,12 +27,22 @@ code never holds the runtime, a grant or the image: only these functions.
                                               returns content, tool_calls,
                                               usage, cost, model, cached
 ============================================  ===============================
+
+Every refusal vetoes the op: whatever Kernos error one of these calls raises
+(a denial, a malformed request, a bad spawn name, a tool definition or an LLM
+request it will not accept), the op rolls back even if the agent catches the
+error, exactly as for a capability denial.  Errors the agent's own code raises
+(``ValueError``, ``KeyError`` for a missing name...) are the agent's to handle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kernos.agents import context
 from kernos.agents.guards import AGENT_BUILTINS
+from kernos.errors import KernosError
 
 __all__ = ["install"]
 
@@ -106,7 +116,21 @@ def llm(model: object, messages: object, /, **params: object) -> object:
     return ctx.runtime.llm(ctx, model, messages, params)
 
 
-CALLS = {function.__name__: function for function in (
+def _refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, whose Kernos errors veto the running op before they reach the agent."""
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except KernosError as error:
+            ctx = context.current()
+            raise ctx.runtime.refused(ctx, error) from None
+
+    refusing.__name__ = refusing.__qualname__ = function.__name__
+    refusing.__doc__ = function.__doc__
+    return refusing
+
+
+CALLS = {function.__name__: _refusals_veto(function) for function in (
     read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami,
     emit, subscribe, unsubscribe, llm)}
 

@@ -22,6 +22,7 @@ import contextlib
 import decimal
 import reprlib
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from kernos.errors import (
     KernosError,
     OpVetoed,
     UnknownAgent,
+    UnknownTool,
     UsageError,
 )
 from kernos.events.bus import EventBus
@@ -294,6 +296,41 @@ class AgentRuntime:
                          seconds=time.perf_counter() - started, value=value,
                          has_value=final is not None)
 
+    def traceback_for_agent(self, error: BaseException, principal: str,
+                            source: str) -> list[str]:
+        """How an error from agent code is shown: only the frames of agent code.
+
+        The frames of the runtime, the kernel and any host code between them
+        are left out (their file names and source lines are not the agent's to
+        see); the agent's own frames (``source``, the code it ran as
+        ``principal``, and the tools agents wrote) keep their lines.
+        """
+        cell = f"{AGENT_FILENAME_PREFIX}{principal}>"
+        shown = ["Traceback (agent code only; host frames are not shown):"]
+        for frame, line in traceback.walk_tb(error.__traceback__):
+            filename = frame.f_code.co_filename
+            if not filename.startswith(AGENT_FILENAME_PREFIX):
+                continue
+            text = source if filename == cell else self._tool_source(filename)
+            shown.append(f'  File "{filename}", line {line}, in {frame.f_code.co_name}')
+            lines = text.splitlines()
+            if 0 < line <= len(lines) and lines[line - 1].strip():
+                shown.append(f"    {lines[line - 1].strip()[:200]}")
+        message = str(error)
+        shown.append(f"{type(error).__name__}: {message[:2000]}" if message
+                     else type(error).__name__)
+        return shown
+
+    def _tool_source(self, filename: str) -> str:
+        """The source of the agent-written tool version compiled as ``filename``."""
+        label = filename[len(AGENT_FILENAME_PREFIX):-1]  # AUTHOR:tool:NAME:vN
+        _, _, rest = label.partition(":tool:")
+        name, _, number = rest.rpartition(":v")
+        versions = self.registry.tools.get(name, [])
+        if number.isdigit() and 0 < int(number) <= len(versions):
+            return versions[int(number) - 1].source or ""
+        return ""
+
     @contextlib.contextmanager
     def _running(self, principal: str, op: Op) -> Iterator[RunContext]:
         """Enter agent context under supervision, unless already inside it."""
@@ -342,6 +379,42 @@ class AgentRuntime:
         if grant is None:
             raise self.deny(ctx, f"{kind}:{target}")
         ctx.op.grants_used[grant.id] = grant.capability
+
+    def refused(self, ctx: RunContext, error: KernosError) -> KernosError:
+        """A Kernos call from agent code raised ``error``: its op must not commit.
+
+        A denial (or a malformed request, :meth:`_invalid`) vetoed the op
+        already; any other refusal (a bad spawn name, a tool definition or an LLM
+        request that was not accepted) is recorded and vetoes it here.  Returns
+        the error as the agent may see it (:meth:`_as_seen_by`).
+        """
+        if not ctx.op.vetoes:
+            self.deny(ctx, "a request Kernos refused",
+                      detail=f"{type(error).__name__}: {str(error)[:200]}")
+        return self._as_seen_by(ctx.principal, error)
+
+    def _as_seen_by(self, principal: str, error: KernosError) -> KernosError:
+        """``error``, naming only the tools and agents ``principal`` may use.
+
+        An unknown tool or agent is reported with the names the principal's
+        grants let it use (tools it wrote or may call; itself and its
+        sub-agents), never the whole registry.
+        """
+        if principal == HUMAN:
+            return error
+        registry = self.registry
+        if isinstance(error, UnknownTool):
+            usable = []
+            for name, versions in registry.tools.items():
+                kind, target = parse_capability(versions[-1].capability)
+                if versions[-1].author == principal or registry.find(principal, kind, target):
+                    usable.append(name)
+            return UnknownTool(error.name, sorted(usable), detail=error.detail)
+        if isinstance(error, UnknownAgent):
+            return UnknownAgent(error.name, sorted(
+                name for name in registry.principals
+                if name == principal or registry.is_descendant(name, principal)))
+        return error
 
     def _invalid(self, ctx: RunContext, error: KernosError) -> KernosError:
         """A malformed request from agent code counts as a denial too."""

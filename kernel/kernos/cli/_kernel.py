@@ -345,7 +345,8 @@ def events(args: argparse.Namespace, path: Path) -> int:
                    Exit.NO_KERNEL)
     printed = 0
     last = args.since
-    with client:
+    code = Exit.OK  # how the process ends if closing the connection stalls
+    try:
         stream = call(client.subscribe, since=args.since, topic=args.topic)
         try:
             while args.n is None or printed < args.n:
@@ -361,9 +362,50 @@ def events(args: argparse.Namespace, path: Path) -> int:
         except KeyboardInterrupt:
             return Exit.OK  # Ctrl-C is how --follow ends
         except Fail as failure:
+            code = failure.code
             raise Fail(f"{failure} (the last event seen was seq {last}; resume with "
                        f"--since {last})", failure.code, kind=failure.kind) from None
         finally:
             with contextlib.suppress(Exception):
                 stream.close()
+    except KeyboardInterrupt:
+        code = Exit.INTERRUPTED
+        raise
+    except BaseException:
+        code = Exit.INTERNAL if code == Exit.OK else code
+        raise
+    finally:
+        _close_within(client, CLOSE_SECONDS, code)
     return Exit.OK
+
+
+CLOSE_SECONDS = 15.0
+
+
+def _close_within(client: Any, seconds: float, code: int) -> None:
+    """Close ``client``; if that takes over ``seconds``, say where it is stuck and exit.
+
+    Closing only tears down this process's sockets (the kernel is not touched),
+    so a teardown that stalls must not keep a finished ``--follow`` alive: the
+    stuck thread's stack goes to stderr (for a bug report) and the process
+    exits at once, its output flushed.
+    """
+    import os
+    import threading
+    import traceback
+
+    closer = threading.Thread(target=client.close, name="kernos-close", daemon=True)
+    closer.start()
+    closer.join(seconds)
+    if not closer.is_alive():
+        return
+    stacks = "".join(
+        f"thread {thread.name}:\n" + "".join(traceback.format_stack(frame))
+        for thread in threading.enumerate()
+        if (frame := sys._current_frames().get(thread.ident or -1)) is not None
+        and thread is not threading.current_thread())
+    print(f"kernos: closing the connection took over {seconds:g} s; exiting without "
+          f"waiting (this is a bug in Kernos: please report it with these stacks)\n{stacks}",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)

@@ -6,6 +6,7 @@ formatting is shared with the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
@@ -102,7 +103,15 @@ class KernosMagics(Magics):
         runtime = self.kernel.agent_runtime()
         runtime.registry.principal(name)  # unknown agent: a clear error, nothing runs
         op.act_as(name, "agent")
-        runtime.run(name, cell, echo=lambda text: print(text, end=""))
+        try:
+            runtime.run(name, cell, echo=lambda text: print(text, end=""))
+        except Exception as error:
+            # IPython shows what _render_traceback_ returns instead of every frame:
+            # an agent's cell shows its own frames only, never the host's.
+            shown = runtime.traceback_for_agent(error, name, cell)
+            with contextlib.suppress(AttributeError):  # a class with __slots__
+                error._render_traceback_ = lambda: shown  # type: ignore[attr-defined]
+            raise
 
     def _agent(self, action: str = "", name: str = "", *settings: str) -> None:
         if action != "add" or not name:

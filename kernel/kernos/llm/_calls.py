@@ -158,10 +158,12 @@ class LlmClient:
         entry["call"] = number
         latency = 0.0
         if stored is None:
-            self.store.put(request.canonical())
             started = time.perf_counter()
+            answered = False
             try:
+                self.store.put(request.canonical())
                 raw = _provider.call(request, timeout=timeout, completion=self.completion)
+                answered = True
                 answer = _provider.normalize(raw, request)
             except LLMError as error:
                 # A malformed answer was still produced (and billed); a refused call was not.
@@ -172,6 +174,15 @@ class LlmClient:
                 entry.update(error=type(error).__name__, tokens=_tokens(spent, 0))
                 if not isinstance(error, LLMProviderError):
                     entry["response"] = self.store.put({"raw": _jsonable(raw)})
+                raise
+            except Exception as error:
+                # Kernos failed on its own side.  Before the provider answered (no
+                # litellm, a store error) nothing was used: the reservation is released
+                # whole; after, the answer may have been billed: it is charged whole.
+                spent = worst if answered else 0
+                ledger.settle(number, tokens=spent, cost=worst_cost if spent else None,
+                              facts={"error": type(error).__name__})
+                entry.update(error=type(error).__name__, tokens=_tokens(spent, 0))
                 raise
             latency = round((time.perf_counter() - started) * 1000, 3)
             stored = self._stored(request, answer)

@@ -277,16 +277,14 @@ for kwargs in ({}, {'x': '21'}, {'x': True}, {'x': 1, 'y': 2}, {'x': 1.5}):
         print('ACCEPTED', kwargs)
     except TypeError:
         print('refused')
-try:
-    call('leak')
-except BoundaryError:
-    print('no host objects')
-try:
-    call('nope')
-except Exception:
-    print('unknown')
 """)
-    assert out.splitlines() == ["42", *["refused"] * 5, "no host objects", "unknown"]
+    assert out.splitlines() == ["42", *["refused"] * 5]
+    # What Kernos refuses (a host object as a result, a tool that is not there)
+    # vetoes the op like a denial, even when the agent catches it.
+    assert vetoed_run(env, "alice", "try:\n    call('leak')\nexcept BoundaryError:\n"
+                                    "    print('no host objects')") == "no host objects\n"
+    assert vetoed_run(env, "alice", "try:\n    call('nope')\nexcept Exception:\n"
+                                    "    print('unknown')") == "unknown\n"
 
 
 def test_a_new_tool_is_callable_from_the_next_op(env) -> None:  # type: ignore[no-untyped-def]
@@ -321,12 +319,13 @@ def shout(text):
 '''
 schema = {'type': 'object', 'properties': {'text': {'type': 'string'}}}
 print(define_tool('shout', source, schema, 'Shouts'))
-try:
-    call('shout', text='now')
-except Exception:
-    print('not yet')
 """)
-    assert out == "1\nnot yet\n"
+    assert out == "1\n"
+    # A tool is callable from the op after the one that defined it; before, the
+    # call is refused, and a refusal vetoes the op.
+    assert vetoed_run(env, "alice", "define_tool('hush', 'def hush(text):\\n    return 1', "
+                                    "{'type': 'object'}, 'v1')\ntry:\n    call('hush', text='x')"
+                                    "\nexcept Exception:\n    print('not yet')") == "not yet\n"
     tool = env.runtime.registry.tools["shout"][0]
     assert (tool.author, tool.effect, tool.capability) == ("alice", "pure", "call:shout")
     assert "def shout" in (tool.source or "")
@@ -355,11 +354,16 @@ define_tool('peek', 'def peek():\\n    return read(\\'data\\')[\\'k\\'].copy()',
 
 
 def test_a_tool_source_must_define_its_function(env) -> None:  # type: ignore[no-untyped-def]
-    with env.op(), pytest.raises(UsageError, match="must define a function shout"):
-        env.runtime.run("alice", "define_tool('shout', 'x = 1', {'type': 'object'}, 'd')")
-    with env.op(), pytest.raises(InvalidGrant, match="malformed"):
-        env.runtime.run("alice", "define_tool('shout', 'def shout():\\n    return 1', "
-                                 "{'type': 'array'}, 'd')")
+    for source, error, message in (
+            ("define_tool('shout', 'x = 1', {'type': 'object'}, 'd')", UsageError,
+             "must define a function shout"),
+            ("define_tool('shout', 'def shout():\\n    return 1', {'type': 'array'}, 'd')",
+             InvalidGrant, "malformed")):
+        op = env.image.begin(source="")
+        with pytest.raises(error, match=message):
+            env.runtime.run("alice", source)
+        with pytest.raises(OpVetoed):
+            op.commit()
     human = types.SimpleNamespace(principal=HUMAN)
     with pytest.raises(UsageError, match=r"agents\.register_tool"):
         env.runtime.define_tool(human, "t", "def t():\n    return 1", {"type": "object"}, "")
