@@ -29,6 +29,8 @@ BIG_CELL = ("import numpy as np\n"
             "big = np.random.default_rng(7).random(150_000_000 // 8)\n"
             "float(big[:3].sum())")
 Calls = list[tuple[str, int, int]]
+EVERY_STEP = {"KERNOS_PROGRESS_INTERVAL": "0"}
+"""A bar needs several messages; a checkout from the page cache can end within one interval."""
 
 
 # -- without a kernel --------------------------------------------------------------------
@@ -118,7 +120,7 @@ def _assert_a_rising_bar(calls: Calls, what: str) -> None:
 @pytest.mark.kernel
 def test_a_checkout_reports_rising_progress_ending_at_the_total(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with run_kernel(tmp_path / "ws") as (_, client):
+        async with run_kernel(tmp_path / "ws", env=EVERY_STEP) as (_, client):
             op = await _big_then_deleted(client)
             calls: Calls = []
             result = await client.checkout(f"@{op}", progress=lambda *call: calls.append(call))
@@ -133,7 +135,7 @@ def test_a_checkout_reports_rising_progress_ending_at_the_total(tmp_path: Path) 
 
 @pytest.mark.kernel
 def test_the_blocking_client_passes_progress_through(tmp_path: Path) -> None:
-    with KernosClient.start(tmp_path / "ws") as client:
+    with KernosClient.start(tmp_path / "ws", env=EVERY_STEP) as client:
         op = run_on(client, _big_then_deleted)
         calls: Calls = []
         assert client.checkout(f"@{op}", progress=lambda *call: calls.append(call)).committed
@@ -155,7 +157,7 @@ def run_on(client: KernosClient, work: Callable[[AsyncKernosClient], Any]) -> An
 @pytest.mark.kernel
 def test_cli_checkout_through_a_running_kernel_draws_a_percent_bar(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
-    with KernosClient.start(workspace) as client:
+    with KernosClient.start(workspace, env=EVERY_STEP) as client:
         op = run_on(client, _big_then_deleted)
         shown = cli("checkout", "-w", str(workspace), "--progress", f"@{op}")
         assert shown.returncode == 0, (shown.stdout, shown.stderr)

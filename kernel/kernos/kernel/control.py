@@ -41,7 +41,20 @@ __all__ = ["CONNECTION_FILE", "Control", "ThrottledProgress"]
 
 CONNECTION_FILE = "kernel.json"
 PROGRESS_INTERVAL = 0.1
-"""Seconds between two progress messages of one request (the final one is never held back)."""
+"""Seconds between two progress messages of one request (the final one is never held back);
+``KERNOS_PROGRESS_INTERVAL`` overrides it (0: a message for every step of progress)."""
+
+
+def progress_interval() -> float:
+    """:data:`PROGRESS_INTERVAL`, or ``KERNOS_PROGRESS_INTERVAL`` if set to a number >= 0."""
+    import os
+
+    text = os.environ.get("KERNOS_PROGRESS_INTERVAL")
+    try:
+        chosen = float(text) if text is not None else PROGRESS_INTERVAL
+    except ValueError:
+        return PROGRESS_INTERVAL
+    return chosen if chosen >= 0 else PROGRESS_INTERVAL
 
 
 class ThrottledProgress:
@@ -53,10 +66,10 @@ class ThrottledProgress:
     """
 
     def __init__(self, send: Callable[[dict[str, Any]], None], *,
-                 interval: float = PROGRESS_INTERVAL,
+                 interval: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._send = send
-        self._interval = interval
+        self._interval = progress_interval() if interval is None else interval
         self._clock = clock
         self._what: str | None = None
         self._last_sent = 0.0
