@@ -461,6 +461,7 @@ class _ImageParticipant:
 
         clock = time.perf_counter()
         individual, components = self._pickle(affected, current)
+        self._refuse_unstorable_system_state(individual)
         _faults.point("serialize")
         timings["serialize"] = (time.perf_counter() - clock) * 1000
 
@@ -520,6 +521,28 @@ class _ImageParticipant:
         report.history_bytes = image.history_grew(writer.bytes_written)
         report.timings_ms = timings
         self._state = {"groups": final, "meta": meta, "current": current, "report": report}
+
+    def _refuse_unstorable_system_state(self, individual: dict[str, Pickled]) -> None:
+        """Veto the op if a runtime name (``kernos:*``) would not be stored whole.
+
+        The principals, grants, tools, subscribers and agent namespaces must
+        come back after any restart: an op whose code left something in them
+        that cannot be stored (agent code can, through a tool's module state or
+        a handler's defaults) rolls back, naming what could not be stored.
+        Placeholders of a failed restore are not news and do not veto.
+        """
+        lost = [transient for name, pickled in individual.items() if name.startswith("kernos:")
+                for transient in pickled.transients
+                if not transient.lossless and not isinstance(transient.obj, Unpersisted)]
+        if not lost:
+            return
+        shown = "; ".join(f"{transient.path[:160]} ({transient.type_name}: "
+                          f"{transient.reason[:160]})" for transient in lost[:3])
+        reason = (f"what {self.op.principal!r} did left the runtime's own state unstorable: "
+                  f"{shown} could not be stored, and kernos:* names must always persist "
+                  "(a restart would lose the principals, grants, tools or subscribers)")
+        self.op.veto(reason)
+        raise OpVetoed(self.op.id, [reason])
 
     def _new_transients(self, names: list[str],
                         new_parts: dict[str, tuple[Pickled, StoredGroup]]) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from typing import Any
 from kernos.agents import context
 from kernos.errors import BoundaryError
 
-__all__ = ["ATOMIC", "ObjectView", "to_agent", "to_host"]
+__all__ = ["ATOMIC", "ObjectView", "check_bounded", "to_agent", "to_host"]
 
 ATOMIC = frozenset({type(None), bool, int, float, str, bytes, decimal.Decimal,
                     datetime.datetime, datetime.date, datetime.time, datetime.timedelta})
@@ -75,6 +75,70 @@ def to_host(value: object, *, views: bool = False) -> Any:
     """A copy of a value from agent code that host code may keep and compare safely."""
     return _copy(value, direction="from agent code to the host", budget=[MAX_ITEMS],
                  depth=0, views=views)
+
+
+def check_bounded(roots: dict[str, object], *, what: str) -> None:
+    """BoundaryError unless what agent code keeps in system state is bounded.
+
+    ``roots`` are the values agent code is about to leave inside the runtime's
+    own state (a tool's module names, a subscriber's defaults and closure).
+    They are walked without recursion and without running agent code (only
+    exact container types, plain ``__dict__``s, functions' defaults and
+    closures), and refused if nested deeper than :data:`MAX_DEPTH` or holding
+    over :data:`MAX_ITEMS` items: such state could not be stored reliably, and
+    with it the principals, grants, tools and subscribers beside it.
+    """
+    import types
+
+    seen: set[int] = set()
+    stack: list[tuple[str, object, int]] = [(name, value, 0) for name, value in roots.items()]
+    count = 0
+    while stack:
+        where, value, depth = stack.pop()
+        kind = type(value)
+        if kind in ATOMIC or id(value) in seen:
+            continue
+        seen.add(id(value))
+        count += 1
+        if depth > MAX_DEPTH:
+            raise BoundaryError(f"{what}: {where} is nested over {MAX_DEPTH} levels deep; "
+                                "state kept in the runtime must stay shallower")
+        if count > MAX_ITEMS:
+            raise BoundaryError(f"{what}: over {MAX_ITEMS:,} objects are kept; state kept in "
+                                "the runtime must stay smaller")
+        children: list[object] = []
+        if isinstance(value, dict):
+            for key, item in dict.items(value):
+                children += (key, item)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            children = list(value) if kind in _CONTAINERS else []
+        elif kind is types.FunctionType:
+            function: Any = value
+            children = [*(function.__defaults__ or ()),
+                        *(function.__kwdefaults__ or {}).values(),
+                        *(_cell_contents(cell) for cell in function.__closure__ or ())]
+        elif kind is types.MethodType:
+            children = [value.__self__, value.__func__]  # type: ignore[attr-defined]
+        elif isinstance(value, type):
+            children = list(type.__getattribute__(value, "__dict__").values())
+        if not isinstance(value, (dict, types.FunctionType, types.MethodType, type)):
+            try:
+                own = object.__getattribute__(value, "__dict__")
+            except AttributeError:
+                own = None
+            if type(own) is dict:
+                children.append(own)
+            if kind not in _CONTAINERS and isinstance(value, (list, tuple, set, frozenset)):
+                base: Any = next(base for base in _CONTAINERS if isinstance(value, base))
+                children += list(base.__iter__(value))  # the base's, not an override
+        stack.extend((where, child, depth + 1) for child in children)
+
+
+def _cell_contents(cell: Any) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def to_agent(value: object) -> Any:

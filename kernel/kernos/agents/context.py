@@ -3,9 +3,10 @@
 The guards and builtins that agent code calls are module-level functions
 shared by every agent; they find the caller through :func:`current`, a
 context variable the runtime sets for the length of each run (and each tool
-call).  So authority is always the *running* principal's: a tool written by
-one agent and called by another acts with the caller's grants, never the
-author's.
+call).  Authority is the *running* principal's, bounded by ``bounds``: while
+a tool an agent wrote runs, its author is in ``bounds``, and every check must
+pass for the caller and for each of them (the intersection of their grants),
+so a tool never acts with more authority than the agent that wrote it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ class RunContext:
     output: BoundedOutput
     depth: int = 0
     denials: int = 0
+    bounds: tuple[str, ...] = ()
+    """Authors of the agent-written tools running now: their grants bound every check."""
+
+    def authority(self) -> list[str]:
+        """Whose grants every check must pass: the principal and ``bounds``, not the human."""
+        from kernos.agents.registry import HUMAN
+
+        return [name for name in dict.fromkeys((self.principal, *self.bounds))
+                if name != HUMAN]
+
+    def foreign(self) -> str | None:
+        """The author of a tool running for someone else, if one is running."""
+        return next((name for name in self.bounds if name != self.principal), None)
 
 
 _CURRENT: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(

@@ -32,7 +32,10 @@ from kernos.agents.runtime import AgentRuntime, RunResult
 if TYPE_CHECKING:
     from kernos.llm import Completion
 
-__all__ = ["Agents"]
+__all__ = ["NOT_RESTORED", "Agents"]
+
+NOT_RESTORED = "(not restored)"
+"""The one key of ``agents.namespace(NAME)`` when that namespace could not be restored."""
 
 
 class Agents:
@@ -74,7 +77,18 @@ class Agents:
         return self.runtime.run(agent, source, echo=_echo)
 
     def namespace(self, agent: str) -> Mapping[str, Any]:
-        """A read-only view of an agent's names (for looking, not for changing)."""
+        """A read-only view of an agent's names (for looking, not for changing).
+
+        If the agent's namespace could not be restored, the view holds one
+        entry, :data:`NOT_RESTORED`: the placeholder saying what was lost and why.
+        """
+        from kernos.agents.runtime import namespace_key
+        from kernos.serialize.unpersisted import Unpersisted
+
+        self.runtime.registry.principal(agent)
+        found = self.runtime.image.system.get(namespace_key(agent))
+        if isinstance(found, Unpersisted):
+            return types.MappingProxyType({NOT_RESTORED: found})
         return types.MappingProxyType(self.runtime.namespace(agent).user_items())
 
     def call(self, tool: str, /, **arguments: object) -> object:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kernos import amounts
 from kernos._time import utc_now
 from kernos.agents import context
-from kernos.agents.boundary import ObjectView, to_agent, to_host
+from kernos.agents.boundary import ObjectView, check_bounded, to_agent, to_host
 from kernos.agents.capabilities import Grant, amount, parse_capability
 from kernos.agents.context import BoundedOutput, RunContext
 from kernos.agents.guards import AGENT_BUILTINS
@@ -120,6 +120,8 @@ class AgentRuntime:
         self.default_limits = default_limits or Limits()
         self.denials: list[dict[str, Any]] = []
         self._llm: LlmClient | None = None
+        self._tool_code: dict[tuple[str, int], Any] = {}
+        """Compiled sources of agent-written tools, for their foreign calls."""
         self.events = EventBus(image, runner=self._run_subscriber,
                                authorize=self._authorize_event, principal=self._principal)
         self.effects = EffectRunner(self)
@@ -372,13 +374,23 @@ class AgentRuntime:
         ctx.op.veto(f"{ctx.principal!r} was denied {capability!r}", status="denied")
         return error
 
-    def _require(self, ctx: RunContext, kind: str, target: str) -> None:
-        if ctx.principal == HUMAN:
-            return
-        grant = self.registry.find(ctx.principal, kind, target)
-        if grant is None:
-            raise self.deny(ctx, f"{kind}:{target}")
-        ctx.op.grants_used[grant.id] = grant.capability
+    def _require(self, ctx: RunContext, kind: str, target: str, *,
+                 exempt: str | None = None) -> None:
+        """Every principal of ``ctx.authority()`` (but ``exempt``) must hold ``kind:target``."""
+        for principal in ctx.authority():
+            if principal == exempt:
+                continue
+            grant = self.registry.find(principal, kind, target)
+            if grant is None:
+                raise self.deny(ctx, f"{kind}:{target}", detail=_bounded_by(ctx, principal))
+            ctx.op.grants_used[grant.id] = grant.capability
+
+    def _on_own_behalf(self, ctx: RunContext, action: str) -> None:
+        """Refuse ``action`` inside a tool another agent wrote: it would act for the caller."""
+        author = ctx.foreign()
+        if author is not None:
+            raise self._invalid(ctx, UsageError(
+                f"a tool {author!r} wrote cannot {action} on its caller's behalf"))
 
     def refused(self, ctx: RunContext, error: KernosError) -> KernosError:
         """A Kernos call from agent code raised ``error``: its op must not commit.
@@ -463,14 +475,18 @@ class AgentRuntime:
         except InvalidGrant as error:
             raise self._invalid(ctx, error) from None
         registry = self._mutable_registry(ctx.op)
-        grant = registry.find(ctx.principal, "spend", unit)
-        if grant is None:
-            raise self.deny(ctx, f"spend:{unit}")
         # A derived grant spends from every grant it was derived from, so
-        # delegating cannot multiply a budget.
-        chain = [grant]
-        while chain[-1].parent is not None:
-            chain.append(registry.grants[chain[-1].parent])
+        # delegating cannot multiply a budget; inside a tool an agent wrote, the
+        # author's budget is spent too, so a tool never spends more than its author.
+        chain: list[Grant] = []
+        for principal in ctx.authority():
+            grant = registry.find(principal, "spend", unit)
+            if grant is None:
+                raise self.deny(ctx, f"spend:{unit}", detail=_bounded_by(ctx, principal))
+            chain.append(grant)
+            while chain[-1].parent is not None:
+                chain.append(registry.grants[chain[-1].parent])
+        chain = list({id(link): link for link in chain}.values())
         for link in chain:
             remaining = link.remaining
             assert remaining is not None
@@ -490,6 +506,7 @@ class AgentRuntime:
 
     def delegate(self, ctx: RunContext, grant_id: object, to: object,
                  limit: object = None) -> object:
+        self._on_own_behalf(ctx, "delegate grants")
         registry = self._mutable_registry(ctx.op)
         try:
             grant = registry.attenuate(ctx.principal, grant_id, to, limit=limit, op=ctx.op.id)
@@ -500,6 +517,7 @@ class AgentRuntime:
         return to_agent(grant.describe())
 
     def revoke_delegated(self, ctx: RunContext, grant_id: object) -> list[object]:
+        self._on_own_behalf(ctx, "revoke grants")
         registry = self._mutable_registry(ctx.op)
         grant = registry.grants.get(grant_id) if type(grant_id) is str else None
         if grant is None or grant.granted_by != ctx.principal:
@@ -508,6 +526,7 @@ class AgentRuntime:
         return [g.id for g in registry.revoke(grant, op=ctx.op.id)]
 
     def spawn(self, ctx: RunContext, name: object) -> object:
+        self._on_own_behalf(ctx, "spawn agents")
         self._require(ctx, "agents", "spawn")
         if type(name) is not str:
             raise self._invalid(ctx, InvalidGrant("spawn() takes a name (a str)"))
@@ -517,6 +536,7 @@ class AgentRuntime:
                     description: object) -> object:
         if ctx.principal == HUMAN:
             raise UsageError("the human registers tools with agents.register_tool()")
+        self._on_own_behalf(ctx, "define tools")
         registry = self._mutable_registry(ctx.op)
         version_number = len(registry.tools.get(name, [])) + 1 if type(name) is str else 0
         label = f"{ctx.principal}:tool:{name}:v{version_number}"
@@ -526,6 +546,11 @@ class AgentRuntime:
         namespace = AgentNamespace(ctx.principal, label=label)
         exec(code, namespace)
         namespace.pop("_print", None)
+        try:
+            check_bounded(namespace.user_items(),
+                          what=f"the module state of tool {shown(name)!r} by {ctx.principal!r}")
+        except BoundaryError as error:
+            raise self._invalid(ctx, error) from None
         function = namespace.get(name) if type(name) is str else None
         if not callable(function):
             raise UsageError(f"the source of tool {name!r} must define a function {name}()")
@@ -543,22 +568,51 @@ class AgentRuntime:
         # A trusted tool may change human names in place: with the registry in
         # the op's reach, the commit widens it through the tool's code.
         ctx.op.touch(REGISTRY)
-        if ctx.principal != HUMAN and version.author != ctx.principal:
-            kind, target = parse_capability(version.capability)
-            self._require(ctx, kind, target)
+        kind, target = parse_capability(version.capability)
+        self._require(ctx, kind, target, exempt=version.author)
         arguments = to_host(arguments)
         _check_arguments(version, arguments)
         if version.effect == "external":  # runs after the op commits, exactly once
             ticket = queue(self, ctx.op, ctx.principal, version, arguments)
             return to_agent(ticket) if ctx.principal != HUMAN else ticket
+        outer = ctx.bounds
+        if version.author != HUMAN:  # agent code: bounded by its author's grants too
+            ctx.bounds = (*outer, version.author)
         ctx.depth += 1
         try:
-            result = version.function(**arguments)
+            function = version.function
+            if version.author != HUMAN and ctx.foreign() is not None:
+                function = self._fresh_instance(version)
+            result = function(**arguments)
         finally:
             ctx.depth -= 1
+            ctx.bounds = outer
         if ctx.principal != HUMAN:
             return to_agent(result)
         return result if version.author == HUMAN else to_host(result)
+
+    def _fresh_instance(self, version: ToolVersion) -> Callable[..., Any]:
+        """The tool's function in a new instance of its module, for one foreign call.
+
+        Its module-level code runs again (under the call's authority), so what
+        the tool keeps in module state neither comes from its author's calls nor
+        outlives this one: nothing passes between principals through it.
+        """
+        key = (version.name, version.version)
+        code = self._tool_code.get(key)
+        if code is None:
+            label = f"{version.author}:tool:{version.name}:v{version.version}"
+            code = compile_agent(version.source or "", principal=version.author,
+                                 filename=f"{AGENT_FILENAME_PREFIX}{label}>")
+            self._tool_code[key] = code
+        namespace = AgentNamespace(version.author, label=f"{version.author}:tool:"
+                                   f"{version.name}:v{version.version}")
+        exec(code, namespace)
+        namespace.pop("_print", None)
+        function = namespace.get(version.name)
+        if not callable(function):
+            raise UsageError(f"tool {version.name!r} no longer defines its function")
+        return function  # type: ignore[no-any-return]
 
     def call_as_human(self, name: object, arguments: dict[str, object]) -> object:
         return self.call_as(HUMAN, name, arguments)
@@ -627,17 +681,26 @@ class AgentRuntime:
     def emit(self, ctx: RunContext, topic: object, payload: object) -> None:
         try:
             plain = to_host(payload)
+            if ctx.foreign() is not None and type(topic) is str:
+                self._require(ctx, "emit", topic)  # the bus checks only the principal
             self.events.emit(topic, plain, principal=ctx.principal)
         except (EventError, BoundaryError) as error:
             raise self._invalid(ctx, error) from None
 
     def subscribe(self, ctx: RunContext, pattern: object, handler: object) -> object:
+        self._on_own_behalf(ctx, "subscribe")
+        try:
+            check_bounded({"the handler": handler},
+                          what=f"a subscriber of {ctx.principal!r}")
+        except BoundaryError as error:
+            raise self._invalid(ctx, error) from None
         try:
             return self.events.subscribe(pattern, handler, principal=ctx.principal)
         except EventError as error:
             raise self._invalid(ctx, error) from None
 
     def unsubscribe(self, ctx: RunContext, subscription_id: object) -> None:
+        self._on_own_behalf(ctx, "unsubscribe")
         try:
             self.events.unsubscribe(subscription_id, principal=ctx.principal)
         except UsageError as error:
@@ -675,15 +738,19 @@ class AgentRuntime:
         from kernos.errors import LLMRequestInvalid
         from kernos.llm import Budget, build_request
 
-        if ctx.principal == HUMAN:
+        authority = ctx.authority()
+        if not authority:  # the human's own code (no agent-written tool running)
             return self.llm_as_human(model, messages, params).to_plain()
         if type(model) is not str:
             raise self._invalid(ctx, LLMRequestInvalid("llm() takes a model name (a str)"))
         assert isinstance(model, str)
         registry = self.registry
-        grant = registry.find(ctx.principal, "llm", model)
-        if grant is None:
-            raise self.deny(ctx, f"llm:{model[:80]}")
+        grants: list[Grant] = []
+        for principal in authority:  # inside an agent-written tool, its author's too
+            found = registry.find(principal, "llm", model)
+            if found is None:
+                raise self.deny(ctx, f"llm:{model[:80]}", detail=_bounded_by(ctx, principal))
+            grants.append(found)
         try:
             plain = to_host(params)
             tools = _split_tools(plain, lambda name: self._llm_tool(ctx, name))
@@ -691,14 +758,16 @@ class AgentRuntime:
         except (LLMRequestInvalid, BoundaryError) as error:
             raise self._invalid(ctx, error) from None
         budgets: list[Budget] = []
-        for link in self._chain(grant):
+        for link in {id(link): link for grant in grants for link in self._chain(grant)}.values():
             ctx.op.grants_used[link.id] = link.capability
             assert link.limit is not None
             budgets.append(Budget(key=_llm_key(link), tokens=int(link.limit),
                                   label=f"grant {link.id} ({link.capability}) of "
                                         f"{link.principal}"))
-        money = registry.find(ctx.principal, "spend", "USD")
-        if money is not None:
+        for principal in authority:
+            money = registry.find(principal, "spend", "USD")
+            if money is None:
+                continue
             for link in self._chain(money):
                 ctx.op.grants_used[link.id] = link.capability
                 assert link.remaining is not None
@@ -744,9 +813,8 @@ class AgentRuntime:
     def _llm_tool(self, ctx: RunContext, name: str) -> dict[str, Any]:
         """A registered tool offered to a model: the caller must be able to call it."""
         version = self._pinned(ctx, name)
-        if version.author != ctx.principal:
-            kind, target = parse_capability(version.capability)
-            self._require(ctx, kind, target)
+        kind, target = parse_capability(version.capability)
+        self._require(ctx, kind, target, exempt=version.author)
         return _tool_spec(version)
 
     def _chain(self, grant: Grant) -> list[Grant]:
@@ -784,6 +852,14 @@ class AgentRuntime:
 
             with contextlib.suppress(KernosError):  # no litellm: its first call says so
                 _provider.warm()
+
+
+def _bounded_by(ctx: RunContext, principal: str) -> str:
+    """Why ``principal``'s grants count in a check of ``ctx.principal``'s, if they do."""
+    if principal == ctx.principal:
+        return ""
+    return (f"inside a tool {principal!r} wrote, {principal!r}'s grants bound it too, and "
+            f"{principal!r} does not hold it")
 
 
 def _bounded_args(args: tuple[object, ...]) -> str:

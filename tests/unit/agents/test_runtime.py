@@ -340,7 +340,7 @@ print(define_tool('shout', source, schema, 'Shouts'))
                                "{'type': 'object'}, 'mine')")
 
 
-def test_a_tool_acts_with_the_callers_grants(env) -> None:  # type: ignore[no-untyped-def]
+def test_a_tool_acts_within_the_callers_grants(env) -> None:  # type: ignore[no-untyped-def]
     env.run("alice", """
 define_tool('peek', 'def peek():\\n    return read(\\'data\\')[\\'k\\'].copy()',
             {'type': 'object'}, 'Reads data')
