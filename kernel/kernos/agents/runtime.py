@@ -403,29 +403,33 @@ class AgentRuntime:
         if not ctx.op.vetoes:
             self.deny(ctx, "a request Kernos refused",
                       detail=f"{type(error).__name__}: {str(error)[:200]}")
-        return self._as_seen_by(ctx.principal, error)
+        return self._as_seen_by(ctx.authority(), error)
 
-    def _as_seen_by(self, principal: str, error: KernosError) -> KernosError:
-        """``error``, naming only the tools and agents ``principal`` may use.
+    def _as_seen_by(self, authority: list[str], error: KernosError) -> KernosError:
+        """``error``, naming only the tools and agents every one of ``authority`` may use.
 
-        An unknown tool or agent is reported with the names the principal's
-        grants let it use (tools it wrote or may call; itself and its
-        sub-agents), never the whole registry.
+        An unknown tool or agent is reported with the names the grants let the
+        running code use (tools it wrote or may call; itself and its
+        sub-agents), never the whole registry; inside an agent-written tool,
+        its author's grants bound that too.  Only the human's own code
+        (``authority`` empty) sees every name.
         """
-        if principal == HUMAN:
+        if not authority:
             return error
         registry = self.registry
         if isinstance(error, UnknownTool):
             usable = []
             for name, versions in registry.tools.items():
                 kind, target = parse_capability(versions[-1].capability)
-                if versions[-1].author == principal or registry.find(principal, kind, target):
+                if all(versions[-1].author == principal or registry.find(principal, kind, target)
+                       for principal in authority):
                     usable.append(name)
             return UnknownTool(error.name, sorted(usable), detail=error.detail)
         if isinstance(error, UnknownAgent):
             return UnknownAgent(error.name, sorted(
                 name for name in registry.principals
-                if name == principal or registry.is_descendant(name, principal)))
+                if all(name == principal or registry.is_descendant(name, principal)
+                       for principal in authority)))
         return error
 
     def _invalid(self, ctx: RunContext, error: KernosError) -> KernosError:

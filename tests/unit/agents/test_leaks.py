@@ -58,3 +58,14 @@ def test_the_human_still_sees_every_name(env) -> None:  # type: ignore[no-untype
         env.agents.call("nope")
     with env.op(), pytest.raises(UnknownAgent, match="alice, alice/helper, bob, ceo_assistant"):
         env.agents.grant("nobody", "call:double")
+
+
+def test_an_agents_tool_called_by_the_human_learns_only_its_authors_names(env) -> None:  # type: ignore[no-untyped-def]
+    source = "def probe():\n    try:\n        call('nope')\n    except Exception as e:\n" \
+             "        return str(e)\n"
+    env.run("alice", f"define_tool('probe', {source!r}, {{'type': 'object'}}, 'probe')")
+    op = env.image.begin(source="")
+    seen = env.agents.call("probe")
+    with pytest.raises(OpVetoed):
+        op.commit()
+    assert "(tools: double, mine, probe)" in seen and "launch_codes" not in seen
