@@ -111,7 +111,9 @@ def check_bounded(roots: dict[str, object], *, what: str) -> None:
             for key, item in dict.items(value):
                 children += (key, item)
         elif isinstance(value, (list, tuple, set, frozenset)):
-            children = list(value) if kind in _CONTAINERS else []
+            # The base class's iteration, never an override a subclass defined.
+            base: Any = next(base for base in _CONTAINERS if isinstance(value, base))
+            children = list(base.__iter__(value))
         elif kind is types.FunctionType:
             function: Any = value
             children = [*(function.__defaults__ or ()),
@@ -128,9 +130,6 @@ def check_bounded(roots: dict[str, object], *, what: str) -> None:
                 own = None
             if type(own) is dict:
                 children.append(own)
-            if kind not in _CONTAINERS and isinstance(value, (list, tuple, set, frozenset)):
-                base: Any = next(base for base in _CONTAINERS if isinstance(value, base))
-                children += list(base.__iter__(value))  # the base's, not an override
         stack.extend((where, child, depth + 1) for child in children)
 
 

@@ -15,6 +15,7 @@ import contextvars
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kernos.agents.registry import HUMAN
 from kernos.errors import UsageError
 
 if TYPE_CHECKING:
@@ -64,8 +65,6 @@ class RunContext:
 
     def authority(self) -> list[str]:
         """Whose grants every check must pass: the principal and ``bounds``, not the human."""
-        from kernos.agents.registry import HUMAN
-
         return [name for name in dict.fromkeys((self.principal, *self.bounds))
                 if name != HUMAN]
 

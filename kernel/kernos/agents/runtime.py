@@ -482,15 +482,13 @@ class AgentRuntime:
         # A derived grant spends from every grant it was derived from, so
         # delegating cannot multiply a budget; inside a tool an agent wrote, the
         # author's budget is spent too, so a tool never spends more than its author.
-        chain: list[Grant] = []
+        grants: list[Grant] = []
         for principal in ctx.authority():
             grant = registry.find(principal, "spend", unit)
             if grant is None:
                 raise self.deny(ctx, f"spend:{unit}", detail=_bounded_by(ctx, principal))
-            chain.append(grant)
-            while chain[-1].parent is not None:
-                chain.append(registry.grants[chain[-1].parent])
-        chain = list({id(link): link for link in chain}.values())
+            grants.append(grant)
+        chain = self._chains(grants)
         for link in chain:
             remaining = link.remaining
             assert remaining is not None
@@ -543,13 +541,11 @@ class AgentRuntime:
         self._on_own_behalf(ctx, "define tools")
         registry = self._mutable_registry(ctx.op)
         version_number = len(registry.tools.get(name, [])) + 1 if type(name) is str else 0
-        label = f"{ctx.principal}:tool:{name}:v{version_number}"
+        label = _tool_label(ctx.principal, name, version_number)
         code = compile_agent(source, principal=ctx.principal,
                              filename=f"{AGENT_FILENAME_PREFIX}{label}>",
                              max_source=ctx.limits.source_bytes, max_depth=ctx.limits.ast_depth)
-        namespace = AgentNamespace(ctx.principal, label=label)
-        exec(code, namespace)
-        namespace.pop("_print", None)
+        namespace = _module_instance(code, ctx.principal, label)
         try:
             check_bounded(namespace.user_items(),
                           what=f"the module state of tool {shown(name)!r} by {ctx.principal!r}")
@@ -603,17 +599,13 @@ class AgentRuntime:
         outlives this one: nothing passes between principals through it.
         """
         key = (version.name, version.version)
+        label = _tool_label(version.author, version.name, version.version)
         code = self._tool_code.get(key)
         if code is None:
-            label = f"{version.author}:tool:{version.name}:v{version.version}"
             code = compile_agent(version.source or "", principal=version.author,
                                  filename=f"{AGENT_FILENAME_PREFIX}{label}>")
             self._tool_code[key] = code
-        namespace = AgentNamespace(version.author, label=f"{version.author}:tool:"
-                                   f"{version.name}:v{version.version}")
-        exec(code, namespace)
-        namespace.pop("_print", None)
-        function = namespace.get(version.name)
+        function = _module_instance(code, version.author, label).get(version.name)
         if not callable(function):
             raise UsageError(f"tool {version.name!r} no longer defines its function")
         return function  # type: ignore[no-any-return]
@@ -762,7 +754,7 @@ class AgentRuntime:
         except (LLMRequestInvalid, BoundaryError) as error:
             raise self._invalid(ctx, error) from None
         budgets: list[Budget] = []
-        for link in {id(link): link for grant in grants for link in self._chain(grant)}.values():
+        for link in self._chains(grants):
             ctx.op.grants_used[link.id] = link.capability
             assert link.limit is not None
             budgets.append(Budget(key=_llm_key(link), tokens=int(link.limit),
@@ -821,6 +813,10 @@ class AgentRuntime:
         self._require(ctx, kind, target, exempt=version.author)
         return _tool_spec(version)
 
+    def _chains(self, grants: list[Grant]) -> list[Grant]:
+        """Every grant of each one's chain, each once (an author's and a caller's may meet)."""
+        return list({id(link): link for grant in grants for link in self._chain(grant)}.values())
+
     def _chain(self, grant: Grant) -> list[Grant]:
         chain = [grant]
         while chain[-1].parent is not None:
@@ -856,6 +852,19 @@ class AgentRuntime:
 
             with contextlib.suppress(KernosError):  # no litellm: its first call says so
                 _provider.warm()
+
+
+def _tool_label(author: str, name: object, version: int) -> str:
+    """How an agent-written tool's module is named (its code's file name is built on it)."""
+    return f"{author}:tool:{name}:v{version}"
+
+
+def _module_instance(code: Any, author: str, label: str) -> AgentNamespace:
+    """A new instance of an agent-written tool's module: its code run in fresh globals."""
+    namespace = AgentNamespace(author, label=label)
+    exec(code, namespace)
+    namespace.pop("_print", None)  # RestrictedPython's per-run print target
+    return namespace
 
 
 def _bounded_by(ctx: RunContext, principal: str) -> str:
