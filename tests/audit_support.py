@@ -94,11 +94,14 @@ class Verdict:
         return "\n".join(f"{p['index']}: {p['what']}" for p in self.report["problems"])
 
 
-def verify(workspace: Path, *, anchor: str | None = None) -> Verdict:
-    """Run ``kernos audit verify -w WORKSPACE --json [--anchor A]`` in a separate process."""
+def verify(workspace: Path, *, anchor: str | None = None, since: str | None = None) -> Verdict:
+    """Run ``kernos audit verify -w WORKSPACE --json [--anchor A] [--since S]`` in a separate
+    process."""
     args = ["audit", "verify", "-w", str(workspace), "--json"]
     if anchor is not None:
         args += ["--anchor", anchor]
+    if since is not None:
+        args += ["--since", since]
     done = cli(*args)
     assert done.returncode in (0, 1), (done.returncode, done.stdout, done.stderr)
     report = json.loads(done.stdout)

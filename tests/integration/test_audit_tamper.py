@@ -168,6 +168,46 @@ def test_a_malformed_anchor_is_a_usage_error_not_tampering(pristine: Pristine) -
     assert "INDEX:HASH" in done.stderr
 
 
+def test_since_verifies_after_an_anchor_and_only_there(pristine: Pristine,
+                                                      tmp_path: Path) -> None:
+    """``--since INDEX:HASH``: the records after the anchor, their snapshots and the branch;
+    what lies before the anchor is not read, and the output says so."""
+    since = f"{AGENT_ADD}:{pristine.records[AGENT_ADD]['hash']}"
+    anchored = verify(pristine.workspace, since=since)
+    assert anchored.returncode == 0, anchored.problems()
+    report = anchored.report
+    assert report["since"] == AGENT_ADD and report["head"] == pristine.head
+    assert report["verified"] == {"first": AGENT_ADD + 1, "last": RECORDS - 1}
+    assert report["range"] == f"records {AGENT_ADD + 1}..{RECORDS - 1}, after the anchor at " \
+                              f"{AGENT_ADD}"
+    assert report["commits"] == len([n for n in COMMITTED if n > AGENT_ADD])
+    text = cli("audit", "verify", "-w", str(pristine.workspace), "--since", since)
+    assert text.returncode == 0 and text.stdout.startswith(
+        f"ok: records {AGENT_ADD + 1}..{RECORDS - 1}, after the anchor at {AGENT_ADD}")
+    assert f"records 0..{AGENT_ADD} were not read" in text.stdout
+
+    before = pristine.copy(tmp_path / "before")
+    lines = chain_lines(before)
+    lines[Y] = flip_bit(lines[Y], lines[Y].index(b'"principal"') + 13)  # human -> iuman
+    write_chain_lines(before, lines)
+    outside = verify(before, since=since)
+    assert outside.returncode == 0 and "outside the range" in outside.report["not_read"]
+    tampered(verify(before), Y, "hash does not match")
+
+    after = pristine.copy(tmp_path / "after")
+    lines = chain_lines(after)
+    lines[PAID] = flip_bit(lines[PAID], lines[PAID].index(b'"principal"') + 13)
+    write_chain_lines(after, lines)
+    tampered(verify(after, since=since), PAID, "hash does not match")
+
+    wrong = f"{AGENT_ADD}:{pristine.records[AGENT_ADD - 1]['hash']}"
+    tampered(verify(pristine.workspace, since=wrong), AGENT_ADD, "differs from the anchor")
+    beyond = verify(pristine.workspace, since=f"{RECORDS + 5}:{'0' * 64}")
+    tampered(beyond, RECORDS, "is gone")
+    malformed = cli("audit", "verify", "-w", str(pristine.workspace), "--since", "5:abc")
+    assert malformed.returncode == 2 and "INDEX:HASH" in malformed.stderr
+
+
 # -- the chain itself -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("index", [0, 1, FAILED, DENIED, LAST_COMMIT, RECORDS - 1])

@@ -362,6 +362,29 @@ def test_erasure_removes_every_readable_copy_and_the_chain_still_verifies(env: E
         erase(env.reopen().image.audit, subject)  # in a new process, too
 
 
+@pytest.mark.parametrize("where", ["before", "among", "after"])
+def test_an_anchor_taken_around_the_sealed_records_survives_their_erasure(env: Env,
+                                                                          where: str) -> None:
+    """Erasure only appends: an anchor taken before it still verifies with ``since``, whether
+    the records whose payloads it deletes lie before the anchor or in the range."""
+    subject = new_subject()
+    if where == "before":
+        env.run("start = 1")
+        anchor = verify(env.path).head  # the sealed records all come after it
+    build_personal_workspace(env, subject)
+    if where == "among":
+        anchor = f"2:{env.image.audit.read(2)['hash']}"  # between the sealed records
+    elif where == "after":
+        anchor = verify(env.path).head
+    erase(env.image.audit, subject)
+    env.run("after = 1")
+    env.close()
+    since = verify(env.path, since=anchor)
+    assert since.ok, since.summary()
+    assert since.verified[1] == since.records - 1 and since.verified[0] > 0
+    assert verify(env.path).ok
+
+
 def test_checking_out_a_snapshot_from_before_the_erasure_shows_erased_values(env: Env) -> None:
     subject = new_subject()
     first = env.run(f"secret = personal({{'name': 'PLAINTEXT-x'}}, subject={subject!r})")

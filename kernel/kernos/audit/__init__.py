@@ -2,7 +2,9 @@
 
 * ``kernos.audit.log``: the chain on disk (:class:`AuditLog`);
 * ``kernos.audit.record``: how an op's transaction writes its record;
-* ``kernos.audit.verify``: :func:`verify`, run from disk in any process;
+* ``kernos.audit.verify``: :func:`verify`, run from disk in any process
+  (``report.py`` holds what it returns, ``suffix.py`` reads the records after
+  an anchor from the end of the log);
 * ``kernos.audit.erasure``: :func:`erase` a data subject.
 
 Nothing here imports Jupyter.

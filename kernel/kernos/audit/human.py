@@ -42,9 +42,10 @@ class Audit:
         index, digest = self._image().audit.head()
         return f"{index}:{digest}"
 
-    def verify(self, anchor: str | None = None) -> VerifyReport:
-        """Verify the chain, the snapshots and the history from disk."""
-        return verify(self._image().workspace.path, anchor=anchor)
+    def verify(self, anchor: str | None = None, *, since: str | None = None) -> VerifyReport:
+        """Verify the chain, the snapshots and the history from disk (``since``: only after
+        that ``INDEX:HASH``)."""
+        return verify(self._image().workspace.path, anchor=anchor, since=since)
 
     def code(self, op: int) -> str | None:
         """The code op ``op`` ran (None if it was sealed and its subject erased)."""

@@ -16,6 +16,17 @@
   flipped bit in a blob, loose or packed, is found);
 * an anchor, if given: the chain still holds that record with that hash.
 
+With ``since=INDEX:HASH`` (``kernos audit verify --since``) it checks only
+what came after an anchor, at a cost that does not grow with the log: it
+reads the chain backwards from its end to the line that claims record
+``INDEX`` (see ``suffix.py``), which must hash to ``HASH``; each later record
+must name its predecessor's hash, as usual.  Then the same checks run on the
+records after the anchor, the snapshots they name (their manifests, their
+parents from the anchor's commit on, every object they reach) and the
+branch.  Nothing before the anchor is read, except a record that a void in
+the range names; tampering there is outside the range, and the report says
+so.  Erasure only appends, so an anchor stays valid across it.
+
 What a chain alone cannot show: someone who can write the workspace can
 rewrite the whole suffix after the last commit, or every record and every
 snapshot consistently.  An *anchor* closes that gap: copy the head digest
@@ -27,70 +38,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernos.audit.canonical import canonical
 from kernos.audit.log import CHAIN, DIRECTORY, GENESIS_PREV, PAYLOADS, record_hash
+from kernos.audit.report import Problem, VerifyReport
+from kernos.audit.suffix import Suffix, read_suffix
 from kernos.errors import KernosError, UsageError
 from kernos.store.objects import decode_tree, object_id
 from kernos.store.snapshots import MANIFEST
 from kernos.store.workspace import Workspace
 
 __all__ = ["Problem", "VerifyReport", "verify"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Problem:
-    """One thing verify found wrong."""
-
-    index: int
-    """The record it concerns (the count of records, for something missing at the end)."""
-    what: str
-    """What is wrong, in words."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifyReport:
-    """The outcome of :func:`verify`."""
-
-    records: int
-    """How many records the chain holds."""
-    head: str
-    """``INDEX:HASH`` of the newest record: the digest to anchor elsewhere."""
-    commits: int
-    """Committed ops whose snapshots were checked."""
-    objects: int
-    """Git objects re-hashed."""
-    problems: tuple[Problem, ...] = field(default_factory=tuple)
-    """Everything found, first bad record first."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def first_bad(self) -> int | None:
-        return self.problems[0].index if self.problems else None
-
-    def summary(self) -> str:
-        if self.ok:
-            return (f"ok: {self.records} records, {self.commits} snapshots and "
-                    f"{self.objects} objects verified\nhead {self.head}")
-        first = self.problems[0]
-        lines = [f"FAILED: first bad record is {first.index}: {first.what}"]
-        lines += [f"  also record {problem.index}: {problem.what}"
-                  for problem in self.problems[1:10]]
-        if len(self.problems) > 10:
-            lines.append(f"  ... and {len(self.problems) - 10} more")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "records": self.records, "head": self.head,
-                "commits": self.commits, "objects": self.objects,
-                "first_bad": self.first_bad,
-                "problems": [{"index": p.index, "what": p.what} for p in self.problems]}
 
 
 class _Checker:
@@ -101,9 +61,34 @@ class _Checker:
         self.hashes: list[str] = []
         self.seen_objects: set[bytes] = set()
         self.commits = 0
+        self.base = 0
+        """The index of ``records[0]`` (the anchor's, with ``since``)."""
+        self.since: int | None = None
+        """With ``since``: the anchor's index; the range verified starts after it."""
+        self.suffix: Suffix | None = None
 
     def bad(self, index: int, what: str) -> None:
         self.problems.append(Problem(index=index, what=what))
+
+    @property
+    def end(self) -> int:
+        """The index after the newest record read."""
+        return self.base + len(self.records)
+
+    @property
+    def first(self) -> int:
+        """The first record in the range verified."""
+        return 0 if self.since is None else self.since + 1
+
+    def in_range(self) -> list[tuple[int, dict[str, Any] | None]]:
+        """(index, record) of every record in the range verified."""
+        skip = self.first - self.base
+        return [(self.base + skip + position, record)
+                for position, record in enumerate(self.records[skip:])]
+
+    def record_at(self, index: int) -> dict[str, Any] | None:
+        position = index - self.base
+        return self.records[position] if 0 <= position < len(self.records) else None
 
     # -- the chain ------------------------------------------------------------------
 
@@ -128,15 +113,68 @@ class _Checker:
             self.bad(0, "the chain does not start with its genesis record (records were "
                         "deleted from the front)")
 
-    def _record(self, index: int, line: bytes, expected_prev: str) -> dict[str, Any] | None:
+    def since_chain(self, chain: Path, anchor: str) -> bool:
+        """Read the anchor and the records after it; False if the anchor is not there."""
+        index, expected = parse_anchor(anchor)
         try:
-            record = json.loads(line)
-        except ValueError as error:
-            self.bad(index, f"it is not valid JSON ({error.__class__.__name__})")
-            return None
-        if type(record) is not dict:
-            self.bad(index, "it is not a JSON object")
-            return None
+            with open(chain, "rb") as handle:
+                size = handle.seek(0, 2)
+                self.suffix = suffix = read_suffix(handle, size, index)
+        except FileNotFoundError:
+            self.bad(0, f"the audit log {chain} is missing")
+            return False
+        if suffix.anchor is None:
+            self._anchor_not_found(suffix)
+            return False
+        self.base = self.since = index
+        record = self._record(index, suffix.anchor.raw, None, suffix.anchor.record)
+        stored = None if record is None else record.get("hash")
+        if stored != expected:
+            self.bad(index, f"it differs from the anchor {index}:{expected[:12]}... (the log "
+                            "was rewritten)")
+        self.records.append(record)
+        expected_prev = stored if isinstance(stored, str) else "?"
+        self.hashes.append(expected_prev)
+        for position, line in enumerate(suffix.after, start=index + 1):
+            record = self._record(position, line.raw, expected_prev, line.record)
+            self.records.append(record)
+            stored = record.get("hash") if record is not None else None
+            expected_prev = stored if isinstance(stored, str) else "?"
+            self.hashes.append(expected_prev)
+        if suffix.tail:
+            self.bad(self.end, "the last record is incomplete (cut short)")
+        return True
+
+    def _anchor_not_found(self, suffix: Suffix) -> None:
+        index = suffix.index
+        newer = [line.claimed_index for line in suffix.after if line.claimed_index is not None]
+        if newer:
+            self.bad(index, f"no line of the log claims to be the anchored record {index} "
+                            "(it was altered, or records around it were deleted or "
+                            "reordered); verify without --since to find the first bad record")
+        elif suffix.stopped_at is not None:
+            self.bad(suffix.stopped_at + 1,
+                     f"the anchored record {index} is gone (the log ends at record "
+                     f"{suffix.stopped_at}): the log was truncated, or the anchor is from "
+                     "another workspace")
+        else:
+            self.bad(0, f"the anchored record {index} is gone: no line of the log claims an "
+                        "index (the log was emptied or overwritten)")
+
+    def _record(self, index: int, line: bytes, expected_prev: str | None,
+                parsed: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Check one line; ``expected_prev`` None skips the link (the anchor's is not read)."""
+        if parsed is None:
+            try:
+                loaded = json.loads(line)
+            except ValueError as error:
+                self.bad(index, f"it is not valid JSON ({error.__class__.__name__})")
+                return None
+            if type(loaded) is not dict:
+                self.bad(index, "it is not a JSON object")
+                return None
+            parsed = loaded
+        record: dict[str, Any] = parsed
         try:
             if canonical(record) != line:
                 self.bad(index, "it is not in canonical form (it was edited)")
@@ -146,7 +184,7 @@ class _Checker:
         if record.get("index") != index:
             self.bad(index, f"it says it is record {record.get('index')!r} (records were "
                             "deleted, inserted or reordered)")
-        elif record.get("prev") != expected_prev:
+        elif expected_prev is not None and record.get("prev") != expected_prev:
             self.bad(index, "its prev does not match the hash of the record before it "
                             "(records were deleted, inserted or reordered)")
         if record_hash(record) != record.get("hash"):
@@ -157,11 +195,11 @@ class _Checker:
 
     def payloads(self) -> None:
         erased: dict[str, int] = {}
-        for index, record in enumerate(self.records):
+        for index, record in self.in_range():
             if record is not None and record.get("type") == "erasure":
                 erased.setdefault(str(record.get("subject")), index)
         directory = Path(self.workspace.path) / DIRECTORY / PAYLOADS
-        for index, record in enumerate(self.records):
+        for index, record in self.in_range():
             if record is None or record.get("type") != "op":
                 continue
             for ref, subjects in _refs(record):
@@ -179,18 +217,33 @@ class _Checker:
     # -- snapshots and history -------------------------------------------------------------
 
     def snapshots(self, check_objects: bool) -> None:
-        genesis = self.records[0] if self.records else None
-        adopted = genesis.get("adopts") if genesis is not None else None
-        voided = {record.get("voids") for record in self.records
+        voided = {record.get("voids") for _index, record in self.in_range()
                   if record is not None and record.get("type") == "void"}
         self._voids()
-        previous_commit: str | None = adopted if isinstance(adopted, str) else None
-        previous_index = 0
-        if previous_commit is not None:
-            self._adoption(previous_commit)
-            if check_objects:
-                self._history_objects(previous_commit, 0)
-        for index, record in enumerate(self.records):
+        previous_commit: str | None = None
+        previous_index = self.base
+        # Whether the commit the next one must descend from is known: with
+        # ``since`` it is only if the anchor itself committed (the records
+        # before it are not read).
+        known = True
+        if self.since is None:
+            genesis = self.records[0] if self.records else None
+            adopted = genesis.get("adopts") if genesis is not None else None
+            previous_commit = adopted if isinstance(adopted, str) else None
+            if previous_commit is not None:
+                self._adoption(previous_commit)
+                if check_objects:
+                    self._history_objects(previous_commit, 0)
+        else:
+            anchor = self.records[0]
+            committed = (anchor is not None and anchor.get("type") == "op"
+                         and anchor.get("status") == "committed"
+                         and isinstance(anchor.get("commit"), str))
+            if committed and self.since not in voided:
+                assert anchor is not None
+                previous_commit = str(anchor["commit"])
+            known = previous_commit is not None
+        for index, record in self.in_range():
             if (record is None or record.get("type") != "op"
                     or record.get("status") != "committed" or index in voided):
                 continue
@@ -206,7 +259,7 @@ class _Checker:
                 previous_commit, previous_index = commit, index
                 continue
             parent = data.parents[0].hex() if data.parents else None
-            if parent != previous_commit:
+            if known and parent != previous_commit:
                 self.bad(index, f"its commit {commit[:12]} has the parent "
                                 f"{(parent or 'none')[:12]}, but the op recorded before it "
                                 f"committed {(previous_commit or 'nothing')[:12]} (the history "
@@ -216,10 +269,12 @@ class _Checker:
                 self._agrees(index, record, manifest)
             if check_objects:
                 self._objects(bytes.fromhex(commit), index, "commit")
-            previous_commit, previous_index = commit, index
+            previous_commit, previous_index, known = commit, index, True
         head = self.workspace.head()
         head_hex = None if head is None else head.hex()
-        if head_hex != previous_commit:
+        if not known:
+            self._unrecorded_after_anchor(head_hex)
+        elif head_hex != previous_commit:
             self._head_mismatch(head_hex, previous_commit, previous_index)
 
     def _adoption(self, commit: str) -> None:
@@ -236,11 +291,16 @@ class _Checker:
 
     def _voids(self) -> None:
         """A void is true only for a commit that never became visible (it does not exist)."""
-        for index, record in enumerate(self.records):
+        for index, record in self.in_range():
             if record is None or record.get("type") != "void":
                 continue
             target = record.get("voids")
-            voided = self.records[target] if type(target) is int and 0 <= target < index else None
+            voided = None
+            if type(target) is int and self.base <= target < index:
+                voided = self.record_at(target)
+            elif type(target) is int and 0 <= target < self.base and self.suffix is not None:
+                found = self.suffix.before(target)  # before the anchor: read for this alone
+                voided = None if found is None else found.record
             if voided is None or voided.get("type") != "op" or voided.get(
                     "status") != "committed":
                 self.bad(index, f"it voids {target!r}, which is not an earlier committed op")
@@ -269,9 +329,29 @@ class _Checker:
         if head is None:
             self.bad(last, "the history's branch is gone")
             return
-        self.bad(len(self.records),
+        self.bad(self.end,
                  f"{len(ahead)} snapshot(s) after record {last}'s commit have no audit record "
                  f"(newest {head[:12]}): records were truncated or deleted")
+
+    def _unrecorded_after_anchor(self, head: str | None) -> None:
+        """Without a known last commit: no snapshot may say it was committed after the anchor."""
+        assert self.since is not None
+        if head is None:
+            return
+        ahead = 0
+        try:
+            for _sha, commit in self.workspace.history(bytes.fromhex(head)):
+                bound = _bound_index(self.workspace, commit.tree)
+                if bound is None or bound <= self.since:
+                    break
+                ahead += 1
+        except KernosError as error:
+            self.bad(self.end, f"the history after the anchor is unreadable ({error})")
+            return
+        if ahead:
+            self.bad(self.end, f"{ahead} snapshot(s) committed after the anchored record "
+                               f"{self.since} have no audit record (newest {head[:12]}): "
+                               "records were truncated or deleted")
 
     def _manifest(self, index: int, tree: bytes) -> dict[str, Any] | None:
         try:
@@ -304,7 +384,9 @@ class _Checker:
             return
         for offset, expected in enumerate(bound):
             position = start + offset
-            if position >= len(self.hashes) or self.hashes[position] != expected:
+            if position < self.base:
+                continue  # before the anchor: not read
+            if position >= self.end or self.hashes[position - self.base] != expected:
                 self.bad(position, f"its hash differs from the one record {index}'s snapshot "
                                    "bound when it committed (the record was rewritten)")
                 return
@@ -350,10 +432,10 @@ class _Checker:
 
     def anchor(self, anchor: str) -> None:
         index, expected = parse_anchor(anchor)
-        if index >= len(self.records):
-            self.bad(len(self.records), f"the anchored record {index} is gone (the log holds "
-                                        f"{len(self.records)}): the log was truncated")
-        elif self.hashes[index] != expected:
+        if index >= self.end:
+            self.bad(self.end, f"the anchored record {index} is gone (the log holds "
+                               f"{self.end}): the log was truncated")
+        elif self.hashes[index - self.base] != expected:
             self.bad(index, "it differs from the anchor (the log was rewritten)")
 
 
@@ -367,6 +449,19 @@ def parse_anchor(anchor: str) -> tuple[int, str]:
     return int(index_text), expected
 
 
+def _bound_index(workspace: Workspace, tree: bytes) -> int | None:
+    """The record index a snapshot's manifest says its op got, if it binds the chain."""
+    try:
+        _, data = workspace.read_object(tree)
+        entries = {entry.name: entry.sha for entry in decode_tree(data)}
+        _kind, raw = workspace.read_object(entries[MANIFEST])
+        binding = (json.loads(raw).get("facts") or {}).get("audit")
+    except (KernosError, KeyError, ValueError, AttributeError):
+        return None
+    index = binding.get("index") if isinstance(binding, dict) else None
+    return index if type(index) is int else None
+
+
 def _refs(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
     found = []
     code = record.get("code")
@@ -378,30 +473,50 @@ def _refs(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return found
 
 
-def verify(path: str | Path, *, anchor: str | None = None,
+def verify(path: str | Path, *, anchor: str | None = None, since: str | None = None,
            objects: bool = True) -> VerifyReport:
-    """Verify the workspace at ``path`` (read-only; a kernel may be running on it)."""
+    """Verify the workspace at ``path`` (read-only; a kernel may be running on it).
+
+    ``anchor`` (``INDEX:HASH``): the chain must still hold that record with that
+    hash.  ``since`` (``INDEX:HASH``): verify only what came after that record,
+    which must hold that hash, without reading the log before it (see the
+    module docstring).  A malformed one is a :class:`UsageError`.
+    """
+    # A malformed anchor is a usage error, not tampering.
     if anchor is not None:
-        parse_anchor(anchor)  # a malformed anchor is a usage error, not tampering
+        anchored, _ = parse_anchor(anchor)
+    if since is not None:
+        start, _ = parse_anchor(since)
+        if anchor is not None and anchored < start:
+            raise UsageError(f"the --anchor record {anchored} lies before the --since anchor "
+                             f"{start}, outside the range verified; give an --anchor at or "
+                             "after it, or verify without --since")
     with Workspace.open(path, writable=False, create=False) as workspace:
         checker = _Checker(workspace)
         chain = Path(workspace.path) / DIRECTORY / CHAIN
-        try:
-            data = chain.read_bytes()
-        except FileNotFoundError:
-            data = b""
-            checker.bad(0, f"the audit log {chain} is missing")
-        checker.chain(data)
-        checker.payloads()
-        if checker.records:
-            checker.snapshots(objects)
-        elif workspace.head() is not None:
-            checker.bad(0, "the audit log holds no records, but the history holds snapshots "
-                           "with no audit record: the log was truncated or emptied")
-        if anchor is not None:
-            checker.anchor(anchor)
+        if since is not None:
+            found = checker.since_chain(chain, since)
+        else:
+            found = True
+            try:
+                data = chain.read_bytes()
+            except FileNotFoundError:
+                data = b""
+                checker.bad(0, f"the audit log {chain} is missing")
+            checker.chain(data)
+        if found:
+            checker.payloads()
+            if checker.records:
+                checker.snapshots(objects)
+            elif workspace.head() is not None:
+                checker.bad(0, "the audit log holds no records, but the history holds "
+                               "snapshots with no audit record: the log was truncated or "
+                               "emptied")
+            if anchor is not None:
+                checker.anchor(anchor)
         problems = sorted(checker.problems, key=lambda problem: problem.index)
-        last = len(checker.hashes) - 1
-        head = f"{last}:{checker.hashes[last]}" if last >= 0 else f"-1:{GENESIS_PREV}"
-        return VerifyReport(records=len(checker.records), head=head, commits=checker.commits,
-                            objects=len(checker.seen_objects), problems=tuple(problems))
+        last = checker.end - 1
+        head = (f"{last}:{checker.hashes[-1]}" if checker.hashes else f"-1:{GENESIS_PREV}")
+        return VerifyReport(records=checker.end, head=head, commits=checker.commits,
+                            objects=len(checker.seen_objects), problems=tuple(problems),
+                            since=None if since is None else parse_anchor(since)[0])

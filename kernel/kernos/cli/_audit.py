@@ -16,9 +16,11 @@ def audit(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     from kernos.audit import open_audit, verify
 
     if args.audit_command == "verify":
-        progress.phase(f"verifying {path}" + ("" if args.no_objects else
-                                              " (re-hashing every object)"))
-        report = verify(str(path), anchor=args.anchor, objects=not args.no_objects)
+        since = "" if args.since is None else f" after record {args.since.partition(':')[0]}"
+        progress.phase(f"verifying {path}{since}" + ("" if args.no_objects else
+                                                     " (re-hashing every object)"))
+        report = verify(str(path), anchor=args.anchor, since=args.since,
+                        objects=not args.no_objects)
         progress.close()
         if args.json:
             emit_json(report.to_json())

@@ -210,6 +210,10 @@ def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
         parents=[parents["workspace"], parents["json"], parents["progress"]])
     verify.add_argument("--anchor", metavar="INDEX:HASH",
                         help="a head digest printed by an earlier verify, kept elsewhere")
+    verify.add_argument("--since", metavar="INDEX:HASH",
+                        help="verify only what came after this head digest (printed by an "
+                             "earlier verify): the records after it, their snapshots and "
+                             "objects; the records up to it are not read")
     verify.add_argument("--no-objects", action="store_true",
                         help="skip re-hashing every git object (faster, weaker)")
     audit_log = audit_commands.add_parser(

@@ -365,3 +365,181 @@ def test_a_snapshot_binds_at_most_the_newest_hashes(tmp_path: Path) -> None:
     assert len(bound["hashes"]) == MAX_BOUND_HASHES
     assert bound["from"] + MAX_BOUND_HASHES == bound["index"] == report.audit["index"]
     assert verify(tmp_path / "ws").ok
+
+
+# -- since: only what came after an anchor ---------------------------------------------------
+
+
+def anchor_of(env: Env, index: int) -> str:
+    return f"{index}:{env.records()[index]['hash']}"
+
+
+def test_since_verifies_the_records_after_the_anchor_and_says_so(built: Env) -> None:
+    report = verify(built.path, since=anchor_of(built, 3))
+    assert report.ok, report.summary()
+    assert report.since == 3 and report.verified == (4, 5) and report.records == 6
+    assert report.commits == 1  # record 5's snapshot; record 3's is the anchor's
+    assert report.head == verify(built.path).head
+    assert report.range() == "records 4..5, after the anchor at 3"
+    text = report.summary()
+    assert text.startswith("ok: records 4..5, after the anchor at 3: 1 snapshots")
+    assert "records 0..3 were not read" in text and text.splitlines()[-1] == f"head {report.head}"
+    document = report.to_json()
+    assert document["since"] == 3 and document["verified"] == {"first": 4, "last": 5}
+    assert document["range"] == report.range() and "outside the range" in document["not_read"]
+    built.run("later = 1")
+    built.fail("later_failed = 1")
+    assert verify(built.path, since=anchor_of(built, 3)).verified == (4, 7)
+    head = verify(built.path).head
+    at_head = verify(built.path, since=head)
+    assert at_head.ok and at_head.range() == "no records after the anchor at 7"
+
+
+def test_since_reads_backwards_across_chunk_boundaries(built: Env,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.audit import suffix
+
+    expected = verify(built.path, since=anchor_of(built, 1)).to_json()
+    monkeypatch.setattr(suffix, "CHUNK", 7)  # every line spans several reads
+    assert verify(built.path, since=anchor_of(built, 1)).to_json() == expected
+
+
+def test_since_fails_on_a_tampered_record_after_the_anchor(built: Env) -> None:
+    anchor = anchor_of(built, 3)
+    built.close()
+    chain = built.records()
+    chain[4]["principal"] = "mallory"  # recompute nothing
+    built.write_records(chain)
+    report = verify(built.path, since=anchor)
+    assert not report.ok and report.first_bad == 4
+    assert "hash does not match" in report.problems[0].what
+    assert "verified: records 4..5, after the anchor at 3" in report.summary()
+
+
+def test_since_catches_a_resealed_suffix_through_a_later_snapshot(built: Env) -> None:
+    anchor = anchor_of(built, 3)
+    built.close()
+    chain = built.records()
+    chain[4]["principal"] = "mallory"
+    forge(chain, 4)  # every hash and prev after the anchor recomputed
+    built.write_records(chain)
+    report = verify(built.path, since=anchor)
+    assert report.first_bad == 4
+    assert "bound when it committed" in report.problems[0].what
+
+
+def test_a_tampered_record_before_the_anchor_is_outside_the_range(built: Env) -> None:
+    anchor = anchor_of(built, 3)
+    built.close()
+    chain = built.records()
+    chain[1]["principal"] = "mallory"
+    built.write_records(chain)
+    suffix_only = verify(built.path, since=anchor)
+    assert suffix_only.ok  # record 1 is not read ...
+    assert "records 0..3 were not read: they are outside the range" in suffix_only.summary()
+    assert "outside the range" in suffix_only.to_json()["not_read"]
+    full = verify(built.path)  # ... and the whole log names it
+    assert not full.ok and full.first_bad == 1
+
+
+def test_since_with_a_wrong_anchor_hash_fails(built: Env) -> None:
+    report = verify(built.path, since=f"3:{'0' * 64}")
+    assert not report.ok and report.first_bad == 3
+    assert "differs from the anchor" in report.problems[0].what
+    misplaced = verify(built.path, since=f"2:{built.records()[3]['hash']}")
+    assert misplaced.first_bad == 2 and "differs from the anchor" in misplaced.summary()
+
+
+def test_since_an_anchor_whose_record_was_rewritten_fails(built: Env) -> None:
+    anchor = anchor_of(built, 3)
+    built.close()
+    chain = built.records()
+    chain[3]["principal"] = "mallory"
+    forge(chain, 3)  # the anchor's own record, resealed with everything after it
+    built.write_records(chain)
+    report = verify(built.path, since=anchor)
+    assert report.first_bad == 3 and "differs from the anchor" in report.problems[0].what
+
+
+def test_since_an_anchor_beyond_the_end_fails_clearly(built: Env) -> None:
+    report = verify(built.path, since=f"50:{'a' * 64}")
+    assert not report.ok and report.first_bad == 6 and report.records == 0
+    assert "the anchored record 50 is gone (the log ends at record 5)" in report.summary()
+    assert report.range() == "nothing: the anchored record 50 was not found"
+
+
+def test_since_an_anchor_no_line_claims_fails(built: Env) -> None:
+    anchor = anchor_of(built, 3)
+    built.close()
+    lines = built.chain.read_bytes().splitlines(keepends=True)
+    del lines[3]
+    built.chain.write_bytes(b"".join(lines))
+    report = verify(built.path, since=anchor)
+    assert report.first_bad == 3 and "no line of the log claims" in report.problems[0].what
+
+
+@pytest.mark.parametrize("since", ["garbage", "5:abc", "x:" + "0" * 64, ""])
+def test_a_malformed_since_is_a_usage_error(built: Env, since: str) -> None:
+    with pytest.raises(UsageError, match="INDEX:HASH"):
+        verify(built.path, since=since)
+
+
+def test_an_anchor_before_since_is_a_usage_error_and_one_after_is_checked(built: Env) -> None:
+    with pytest.raises(UsageError, match="outside the range"):
+        verify(built.path, since=anchor_of(built, 3), anchor=anchor_of(built, 2))
+    assert verify(built.path, since=anchor_of(built, 3), anchor=anchor_of(built, 5)).ok
+    wrong = verify(built.path, since=anchor_of(built, 3), anchor=f"5:{'0' * 64}")
+    assert wrong.first_bad == 5
+
+
+@pytest.mark.parametrize("anchored", [3, 4], ids=["anchor-committed", "anchor-failed"])
+def test_since_catches_records_truncated_after_the_anchor(built: Env, anchored: int) -> None:
+    """With the last commit's record cut off, its snapshot has no record (whether the anchor
+    itself names a commit, or the records before it would have to be read to know one)."""
+    anchor = anchor_of(built, anchored)
+    built.close()
+    lines = built.chain.read_bytes().splitlines(keepends=True)
+    built.chain.write_bytes(b"".join(lines[:5]))
+    report = verify(built.path, since=anchor)
+    assert not report.ok
+    assert "have no audit record" in report.summary()
+
+
+def test_since_reports_a_torn_last_line(built: Env) -> None:
+    anchor = anchor_of(built, 3)
+    built.close()
+    with open(built.chain, "ab") as log:
+        log.write(b'{"partial":')
+    report = verify(built.path, since=anchor)
+    assert report.first_bad == 6 and "incomplete" in report.problems[0].what
+
+
+def test_since_reads_a_void_target_before_the_anchor(built: Env) -> None:
+    anchor = anchor_of(built, 4)
+    built.close()
+    append_forged_void(built, built.records()[3])  # voids a commit before the anchor
+    report = verify(built.path, since=anchor)
+    assert report.first_bad == 6 and "forged void" in report.problems[0].what
+
+
+def test_since_checks_the_parent_of_the_first_snapshot_after_a_committed_anchor(
+        built: Env) -> None:
+    anchor = anchor_of(built, 1)  # op 1 committed; record 3's snapshot must descend from it
+    built.close()
+    chain = built.records()
+    chain[1]["commit"] = chain[5]["commit"]  # a different commit, resealed into the anchor
+    forge(chain, 1)
+    built.write_records(chain)
+    report = verify(built.path, since=f"1:{chain[1]['hash']}")  # the forger's own anchor
+    assert not report.ok
+    assert any("the history was rewritten" in problem.what for problem in report.problems)
+    assert verify(built.path, since=anchor).first_bad == 1
+
+
+def test_since_checks_the_payloads_of_the_records_in_the_range(built: Env) -> None:
+    code = built.records()[3]["code"]
+    (built.path / "audit" / "payloads" / code["ref"]).unlink()
+    report = verify(built.path, since=anchor_of(built, 2))
+    assert report.first_bad == 3
+    assert "missing (deleted without a recorded erasure)" in report.problems[0].what
+    assert verify(built.path, since=anchor_of(built, 3)).ok  # record 3 is the anchor: not read

@@ -1,0 +1,102 @@
+"""What :func:`kernos.audit.verify.verify` found: :class:`VerifyReport` and its problems."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Problem", "VerifyReport"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One thing verify found wrong."""
+
+    index: int
+    """The record it concerns (the count of records, for something missing at the end)."""
+    what: str
+    """What is wrong, in words."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyReport:
+    """The outcome of :func:`verify`."""
+
+    records: int
+    """How many records the chain holds (with ``since``: the newest one's index + 1)."""
+    head: str
+    """``INDEX:HASH`` of the newest record: the digest to anchor elsewhere."""
+    commits: int
+    """Committed ops whose snapshots were checked."""
+    objects: int
+    """Git objects re-hashed."""
+    problems: tuple[Problem, ...] = field(default_factory=tuple)
+    """Everything found, first bad record first."""
+    since: int | None = None
+    """With ``since``: the anchor's index.  Only the records after it were verified."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def first_bad(self) -> int | None:
+        return self.problems[0].index if self.problems else None
+
+    @property
+    def verified(self) -> tuple[int, int]:
+        """(first, last) index of the records verified; first > last when there were none."""
+        return (0 if self.since is None else self.since + 1, self.records - 1)
+
+    def range(self) -> str:
+        """The records verified, in words."""
+        first, last = self.verified
+        if self.since is None:
+            return f"records 0..{last} (the whole log)"
+        if last < self.since:
+            return f"nothing: the anchored record {self.since} was not found"
+        if first > last:
+            return f"no records after the anchor at {self.since}"
+        return f"records {first}..{last}, after the anchor at {self.since}"
+
+    def not_read(self) -> str | None:
+        """What verify did not read, in words (None for a whole log)."""
+        if self.since is None:
+            return None
+        if self.records <= self.since:
+            return ("the records before the anchor were not read (verify without --since "
+                    "checks them)")
+        return (f"records 0..{self.since} were not read: they are outside the range (verify "
+                "without --since checks them)")
+
+    def summary(self) -> str:
+        if self.ok:
+            if self.since is None:
+                lines = [f"ok: {self.records} records, {self.commits} snapshots and "
+                         f"{self.objects} objects verified"]
+            else:
+                lines = [f"ok: {self.range()}: {self.commits} snapshots and {self.objects} "
+                         "objects verified"]
+        else:
+            first = self.problems[0]
+            lines = [f"FAILED: first bad record is {first.index}: {first.what}"]
+            lines += [f"  also record {problem.index}: {problem.what}"
+                      for problem in self.problems[1:10]]
+            if len(self.problems) > 10:
+                lines.append(f"  ... and {len(self.problems) - 10} more")
+            if self.since is not None:
+                lines.append(f"verified: {self.range()}")
+        if self.not_read() is not None:
+            lines.append(str(self.not_read()))
+        if self.ok:
+            lines.append(f"head {self.head}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        first, last = self.verified
+        return {"ok": self.ok, "records": self.records, "head": self.head,
+                "commits": self.commits, "objects": self.objects,
+                "first_bad": self.first_bad,
+                "problems": [{"index": p.index, "what": p.what} for p in self.problems],
+                "since": self.since, "verified": {"first": first, "last": last},
+                "range": self.range(), "not_read": self.not_read()}
