@@ -81,6 +81,9 @@ def assert_workspace_sound(workspace: Path) -> None:
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "dangling" not in output and "unreachable" not in output, output
-    assert not (workspace / "pending").exists(), "the pending journal was left behind"
+    journal = workspace / "pending"  # kept open between commits, empty when none is pending
+    assert not journal.exists() or journal.read_bytes() == b"", journal.read_text()
+    packs = workspace / "history.git" / "objects" / "pack"
+    assert not list(packs.glob("tmp_kernos_*")), "a half-written pack was left behind"
     scratch = workspace / "tmp"
     assert not scratch.exists() or not any(scratch.iterdir()), list(scratch.iterdir())

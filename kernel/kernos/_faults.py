@@ -6,8 +6,9 @@ at *that* instant leaves the workspace restorable to the last acknowledged op.
 Unset (always, outside tests), a point costs one dictionary lookup.
 
 Points, in the order a commit passes them: ``serialize`` (values pickled,
-nothing written), ``objects`` (the values' chunks and trees written, not yet
-the manifest, root tree and commit), ``sealed`` (all objects and the op's
+nothing written), ``objects`` (the values' chunks and trees added to the
+batch, not yet the manifest, root tree and commit), ``pack`` (the batch's
+pack renamed into place, its index not: a pack half there), ``sealed`` (all objects and the op's
 audit record written, ref not moved), ``published`` (ref moved, journal not
 yet removed, reply not sent), ``notify`` (in the kernel: committed, its
 events not yet sent to external subscribers).

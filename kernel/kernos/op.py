@@ -774,7 +774,8 @@ class _ImageParticipant:
         parts = [(memoryview(pickled.stream), stored.stream)]
         parts += list(zip(pickled.buffers, stored.buffers, strict=True))
         for data, part in parts:
-            if len(data) != part.size or chunk_ids(data, image.cache) != part.chunks:
+            if len(data) != part.size or chunk_ids(
+                    data, image.cache, by_content=part.by_content) != part.chunks:
                 return False
         return True
 

@@ -191,34 +191,29 @@ def _writes_are_refused(directory: Path) -> bool:
 
 
 @contextlib.contextmanager
-def objects_unwritable(workspace: Path) -> Iterator[None]:
+def objects_unwritable(workspace: Path, pid: int) -> Iterator[None]:
     """Make history.git/objects refuse new objects, as a read-only directory does.
 
     chmod is enough for an ordinary user.  root ignores permissions, so then
-    every fan-out directory name that does not exist yet is taken by a plain
-    file: an object that belongs there cannot be created (a commit writes
-    several objects with random ids, so at least one of them lands there,
-    except with a probability far below 1e-6).
+    the names the kernel (process ``pid``) writes its next pack under are
+    taken by directories: the pack cannot be created.
     """
-    objects = workspace / "history.git" / "objects"
-    directories = [objects, *(path for path in objects.iterdir() if path.is_dir())]
-    modes = {path: path.stat().st_mode for path in directories}
+    packs = workspace / "history.git" / "objects" / "pack"
+    packs.mkdir(exist_ok=True)
+    mode = packs.stat().st_mode
     squatters: list[Path] = []
-    for path in directories:
-        path.chmod(0o555)
+    packs.chmod(0o555)
     try:
-        if not _writes_are_refused(objects):
-            for number in range(256):
-                path = objects / f"{number:02x}"
-                if not path.exists():
-                    path.write_bytes(b"")
-                    squatters.append(path)
+        if not _writes_are_refused(packs):
+            for suffix in (".pack", ".idx"):
+                path = packs / f"tmp_kernos_{pid}{suffix}"
+                path.mkdir()
+                squatters.append(path)
         yield
     finally:
         for path in squatters:
-            path.unlink()
-        for path, mode in modes.items():
-            path.chmod(mode)
+            path.rmdir()
+        packs.chmod(mode)
 
 
 def assert_commit_failed(result: Any) -> None:
@@ -234,7 +229,7 @@ def test_failed_commit_to_read_only_objects_rolls_back(kernel_factory: Any) -> N
     before = setup_state(kernel)
     length = history_length(kernel.workspace)
 
-    with objects_unwritable(kernel.workspace):
+    with objects_unwritable(kernel.workspace, kernel.manager.provisioner.pid):
         result = kernel.run(MUTATIONS)
         assert "MUTATED" in result.stdout
         assert_commit_failed(result)
@@ -281,7 +276,8 @@ def test_commit_failing_midway_on_a_write_error_rolls_back(kernel_factory: Any) 
     assert_commit_failed(result)
     assert "File too large" in result.reply["content"]["evalue"]
     assert history_length(kernel.workspace) == length
-    assert not (kernel.workspace / "pending").exists()
+    journal = kernel.workspace / "pending"  # no batch pending: the journal is empty or gone
+    assert not journal.exists() or journal.read_bytes() == b""
     assert_workspace_sound(kernel.workspace)  # the objects it did write are gone again
     result = kernel.run(UNCAP_FILE_SIZE)
     assert result.committed, (result.errors, result.kernos)

@@ -30,6 +30,7 @@ from audit_support import (
     git_succeeds,
     kernel_class,
     loose_objects,
+    loosen,
     objects_reached,
     resealed,
     shut_down,
@@ -352,6 +353,7 @@ def first_reaching(pristine: Pristine, copy: Path, sha: str) -> int:
 
 
 def rewrite_loose(copy: Path, sha: str, change: Callable[[bytes], bytes]) -> None:
+    loosen(copy / "history.git")
     path = loose_objects(copy / "history.git")[sha]
     raw = zlib.decompress(path.read_bytes())
     header, _, body = raw.partition(b"\0")

@@ -100,7 +100,7 @@ BEFORE = ([1, 2, 3], 0, ["k"], False, True)
 AFTER = ([1, 2, 3, 4], 1, ["j", "k"], True, True)
 
 
-@pytest.mark.parametrize("point", ["serialize", "objects", "sealed", "published"])
+@pytest.mark.parametrize("point", ["serialize", "objects", "pack", "sealed", "published"])
 def test_crash_at_each_point_of_a_commit(kernel_factory: Any, point: str) -> None:
     kernel = kernel_factory()
     committed(kernel, SETUP)

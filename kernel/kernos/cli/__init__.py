@@ -171,6 +171,8 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _history.checkout(args, path, progress)
     if command == "log":
         return _history.log(args, path)
+    if command == "gc":
+        return _history.gc(args, path)
     if command == "show":
         return _history.show(args, path)
     assert command == "diff", command

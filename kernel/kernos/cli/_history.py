@@ -39,6 +39,20 @@ def log(args: argparse.Namespace, path: Path) -> int:
     return Exit.OK
 
 
+def gc(args: argparse.Namespace, path: Path) -> int:
+    from kernos.store.maintenance import gc as repack
+
+    before, after = repack(path)
+    if args.json:
+        emit_json({"before": before.to_json(), "after": after.to_json()})
+    else:
+        print(f"kernos gc: {before.packs} packs and {before.loose} loose objects "
+              f"({before.files} files, {history.human_size(before.bytes)}) -> {after.packs} "
+              f"pack{'s' if after.packs != 1 else ''} and {after.loose} loose "
+              f"({after.files} files, {history.human_size(after.bytes)})")
+    return Exit.OK
+
+
 def show(args: argparse.Namespace, path: Path) -> int:
     with Workspace.open(path, writable=False) as workspace:
         shown = history.show(workspace, args.ref)

@@ -117,6 +117,12 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                              "for this command if none runs).")
     grants.add_argument("agent", nargs="?", metavar="AGENT", help="only this agent's grants")
 
+    add("gc", "repack the workspace's objects into one pack (safe beside a running kernel)",
+        "workspace", "json",
+        description="Repack every object of the workspace into one pack with git's own "
+                    "repack (the kernel keeps packs few by itself; run this before copying "
+                    "a workspace, or after a long life). Nothing is deleted but what the "
+                    "new pack replaces, so the history and the audit chain are unchanged.")
     log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json")
     log.add_argument("-n", type=_count, default=20, metavar="N", help="at most N (default 20)")
     show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")

@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import subprocess
 import sys
 import threading
 import zlib
@@ -36,6 +37,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, compresses
 
 if TYPE_CHECKING:
     from git.db import GitCmdObjectDB
@@ -45,6 +48,7 @@ __all__ = [
     "TREE_MODE",
     "CommitData",
     "LooseObjects",
+    "ObjectStore",
     "TreeEntry",
     "decode_commit",
     "decode_tree",
@@ -57,12 +61,6 @@ __all__ = [
 
 BLOB_MODE = b"100644"
 TREE_MODE = b"40000"
-
-# Data that does not shrink by a tenth is stored with zlib level 0: compressing
-# 200 MB of floats at level 1 costs seconds and saves almost nothing.
-_PROBE_BYTES = 16 * 1024
-_WORTH_COMPRESSING = 0.9
-
 
 def object_id(kind: bytes, data: bytes | memoryview) -> bytes:
     """The binary git id of an object of ``kind`` holding ``data``."""
@@ -187,7 +185,7 @@ class LooseObjects:
             raise RuntimeError("LooseObjects.write called outside begin()/finish()")
         os.write(self._journal_fd, hexsha.encode() + b"\n")
         header = b"%s %d\0" % (kind, len(data))
-        level = 1 if _compresses(data) else 0
+        level = 1 if compresses(data) else 0
         compressor = zlib.compressobj(level)
         payload = compressor.compress(header) + compressor.compress(data) + compressor.flush()
         temporary = self.scratch / f"{hexsha}.{os.getpid()}"
@@ -351,11 +349,225 @@ class LooseObjects:
         return True
 
 
-def _compresses(data: bytes | memoryview) -> bool:
-    if len(data) <= _PROBE_BYTES:
+REPACK_PACKS = 32
+"""Start a background repack when this many packs exist."""
+REPACK_LOOSE = 6700
+"""... or when about this many loose objects do (git's own ``gc.auto``)."""
+GIT_FSYNC = ("-c", "core.fsync=objects,derived-metadata,reference",
+              "-c", "core.fsyncMethod=fsync")
+
+
+def _estimate_loose(objects: Path) -> int:
+    """About how many loose objects there are: those of one fan-out directory, times 256."""
+    try:
+        return 256 * sum(1 for _ in os.scandir(objects / "17"))
+    except FileNotFoundError:
+        return 0
+
+
+class ObjectStore(LooseObjects):
+    """The workspace's objects: each commit's new objects written as one pack.
+
+    The crash rules are those of :class:`LooseObjects`, with packs for
+    objects: the journal names each pack before it is created (``pack
+    <path>``), the batch is synced once in :meth:`seal`, and recovery deletes
+    the packs of a commit the ref never named.  The journal stays open between
+    commits (emptied, not deleted): creating a file costs more than a commit's
+    other work on some filesystems.
+
+    Loose objects are still read (workspaces written before packs, objects
+    git itself left loose) and a repack folds them into packs.
+
+    Maintenance: when a commit leaves :data:`REPACK_PACKS` packs or more (or
+    an estimated :data:`REPACK_LOOSE` loose objects), git's geometric repack
+    is started in the background (``git repack -d --geometric=2``): it merges
+    the small packs so that their number stays logarithmic in the history,
+    folds loose objects in, and deletes what it merged only once the new pack
+    is durable, so a ``kill -9`` at any instant loses nothing.  Ops never
+    wait for it: the packs it replaces stay readable until the next rescan.
+    """
+
+    def __init__(self, git_dir: Path, *, journal: Path, scratch: Path, durable: bool) -> None:
+        super().__init__(git_dir, journal=journal, scratch=scratch, durable=durable)
+        self.pack_dir = self.objects / "pack"
+        self.packs = PackSet(self.pack_dir)
+        self._builder = PackBuilder()
+        self._batch: set[bytes] = set()
+        self._written: list[Path] = []
+        self._journal_open = False
+        self._repack: subprocess.Popen[bytes] | None = None
+        self._loose_estimate = _estimate_loose(self.objects)
+
+    def begin(self) -> None:
+        if self._journal_fd is None:
+            self.scratch.mkdir(exist_ok=True)
+            self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(self._journal_fd, 0)
+        os.lseek(self._journal_fd, 0, os.SEEK_SET)
+        self._journal_open = True
+        self._builder = PackBuilder()
+        self._batch.clear()
+        self._written.clear()
+
+    def write(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
+        """Add the object ``sha`` to the batch's pack unless it is stored already.
+
+        Only this batch and the loose objects are checked: an object that some
+        older pack holds too is stored twice until a repack merges them, which
+        costs a little space and no lookup in every pack per object.
+        """
+        if not self._journal_open:
+            raise RuntimeError("ObjectStore.write called outside begin()/finish()")
+        if sha in self._batch or os.path.exists(self._loose_path(sha.hex())):
+            return 0
+        self._batch.add(sha)
+        written = self._builder.add(kind, data, sha)
+        if self._builder.size >= SPILL_BYTES:
+            self._flush()
+        return written
+
+    def _flush(self) -> None:
+        if not len(self._builder):
+            return
+        self.pack_dir.mkdir(parents=True, exist_ok=True)
+        pack = self._builder.write(self.pack_dir, self._announce)
+        self._builder = PackBuilder()
+        self.packs.add(pack)
+
+    def _announce(self, pack: Path) -> None:
+        assert self._journal_fd is not None
+        os.write(self._journal_fd, f"pack {pack.name}\n".encode())
+        self._written.append(pack)
+
+    def seal(self, commit: bytes) -> None:
+        if not self._journal_open or self._journal_fd is None:
+            raise RuntimeError("ObjectStore.seal called outside begin()/finish()")
+        self._flush()
+        if self.durable and self._written:
+            if _SYNCFS is not None:
+                sync_filesystem(self.pack_dir)
+            else:
+                for pack in self._written:
+                    for path in (pack, pack.with_suffix(".idx")):
+                        fd = os.open(path, os.O_RDONLY)
+                        try:
+                            os.fsync(fd)
+                        finally:
+                            os.close(fd)
+                fsync_dir(self.pack_dir)
+        os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
+
+    def finish(self) -> None:
+        self._end_batch()
+        self.maintain()
+
+    def maintain(self) -> bool:
+        """Start a background repack if the packs (or loose objects) call for one.
+
+        Returns whether one was started.  A repack that has finished since the
+        last call is noticed here, and the packs it replaced are let go.
+        """
+        if self._repack is not None:
+            if self._repack.poll() is None:
+                return False
+            self._repack = None
+            self.packs.refresh()
+            self._loose_estimate = _estimate_loose(self.objects)
+        if len(self.packs) < REPACK_PACKS and self._loose_estimate < REPACK_LOOSE:
+            return False
+        self._repack = subprocess.Popen(
+            ["git", *GIT_FSYNC, f"--git-dir={self.git_dir}", "repack", "-d", "-q",
+             "--geometric=2"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        self._loose_estimate = 0
         return True
-    probe = bytes(data[:_PROBE_BYTES])
-    return len(zlib.compress(probe, 1)) < _WORTH_COMPRESSING * len(probe)
+
+    def wait_for_maintenance(self, timeout: float | None = None) -> None:
+        """Wait for a running background repack (tests and ``kernos gc``)."""
+        if self._repack is not None:
+            self._repack.wait(timeout)
+            self._repack = None
+            self.packs.refresh()
+
+    def discard(self) -> None:
+        self._builder = PackBuilder()
+        self._delete_written(self._written)
+        self._end_batch()
+
+    def _end_batch(self) -> None:
+        if self._journal_fd is not None:
+            os.ftruncate(self._journal_fd, 0)
+        self._journal_open = False
+        self._batch.clear()
+        self._written.clear()
+
+    def close(self) -> None:
+        self._close_journal()
+        self.packs.close()
+
+    def _delete_written(self, packs: list[Path]) -> int:
+        for pack in packs:
+            pack.with_suffix(".idx").unlink(missing_ok=True)  # the index first: git's rule
+            pack.unlink(missing_ok=True)
+        if packs:
+            self.packs.refresh()
+        return len(packs)
+
+    def recover(self, head: bytes | None) -> str | None:
+        for leftover in self.scratch.glob("*") if self.scratch.exists() else ():
+            leftover.unlink(missing_ok=True)
+        if self.pack_dir.exists():
+            for leftover in self.pack_dir.glob("tmp_kernos_*"):
+                leftover.unlink(missing_ok=True)
+        if not self.journal.exists():
+            return None
+        lines = self.journal.read_text(errors="replace").splitlines()
+        if not lines:
+            return None
+        commit = next((line[7:] for line in lines if line.startswith("commit ")), None)
+        if head is not None and commit is not None and commit == head.hex():
+            os.truncate(self.journal, 0)
+            return f"the interrupted commit {commit[:12]} had completed; kept it"
+        packs = [self.pack_dir / Path(line[5:]).name for line in lines
+                 if line.startswith("pack pack-") and line.endswith(".pack")]
+        removed = self._delete_written(packs) + self._delete_loose_journaled(lines)
+        os.truncate(self.journal, 0)
+        return f"discarded a half-written commit ({removed} packs or objects)"
+
+    def _delete_loose_journaled(self, lines: list[str]) -> int:
+        """Objects a loose-object writer (an older Kernos) journaled before a crash."""
+        removed = 0
+        for line in lines:
+            if len(line) == 40 and all(c in "0123456789abcdef" for c in line):
+                path = self.objects / line[:2] / line[2:]
+                if path.exists():
+                    path.unlink()
+                    removed += 1
+        return removed
+
+    def _read_packed(self, sha: bytes) -> tuple[bytes, bytes]:
+        found = self.packs.read(sha)
+        if found is None:
+            raise FileNotFoundError(f"object {sha.hex()} is missing")
+        return found
+
+    def read(self, sha: bytes) -> tuple[bytes, bytes]:
+        found = self.packs.read(sha, rescan=False)
+        return found if found is not None else super().read(sha)
+
+    def read_blob_into(self, sha: bytes, out: memoryview) -> None:
+        found = self.packs.read(sha, rescan=False)
+        if found is None:
+            super().read_blob_into(sha, out)
+        else:
+            _copy_blob(sha.hex(), found[0], found[1], out)
+
+    def exists(self, sha: bytes) -> bool:
+        if self.packs.locate(sha) is not None or os.path.exists(self._loose_path(sha.hex())):
+            return True
+        self.packs.refresh()
+        return self.packs.locate(sha) is not None
 
 
 def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = 0o644,

@@ -7,15 +7,22 @@ A snapshot is a commit whose tree is::
     ns/                  one tree per *group* of variables that share objects
         <group>/
             index.json   member names, chunk sizes, unpersisted values, code refs
-            s.000000     the pickle stream, in chunks of CHUNK_BYTES
+            s.000000     the pickle stream, in chunks (see below)
             b000.000000  out-of-band buffer 0, in chunks
             ...
 
 Values are chunked so that an 8-byte edit to a 200 MB array writes one
-1 MiB chunk, not 200 MB.  Whether a chunk changed is decided by a keyed xxh3
-digest (a per-process random key, so agent code cannot craft collisions)
-looked up in :class:`ChunkCache`; only new chunks are hashed with sha1,
-compressed and written.  An unchanged group keeps its tree id, so it costs
+1 MiB chunk, not 200 MB.  Buffers (arrays, frames' blocks) are cut at fixed
+1 MiB offsets, which an in-place edit never moves.  A pickle stream of
+64 KiB or more is cut where its content says (FastCDC, 32 KiB on average,
+8 to 128 KiB), so that a value that grows, such as a list an agent appends
+a record to at every op, stores only its last chunk or two again, not the
+whole stream; the group's index says ``"stream_chunking": "fastcdc-32k"``.
+
+Whether a chunk changed is decided by a keyed xxh3 digest (a per-process
+random key, so agent code cannot craft collisions) looked up in
+:class:`ChunkCache`; only new chunks are hashed with sha1, compressed and
+written.  An unchanged group keeps its tree id, so it costs
 nothing at all.
 """
 
@@ -33,6 +40,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import xxhash
+from pyfastcdc import FastCDC
 
 from kernos import _faults
 from kernos.errors import WorkspaceCorrupt
@@ -64,6 +72,10 @@ __all__ = [
 ]
 
 CHUNK_BYTES = 1 << 20
+STREAM_CDC_FROM = 64 << 10
+"""Pickle streams this long or longer are cut by content; shorter ones are one chunk."""
+STREAM_CHUNKING = "fastcdc-32k"
+_CDC = FastCDC(avg_size=32 << 10, seed=0)
 _SMALL = 4096  # below this, hashing with sha1 directly is cheaper than a cache lookup
 MANIFEST = "kernos.json"
 SOURCE = "source.py"
@@ -78,6 +90,8 @@ class StoredPart:
     chunks: tuple[bytes, ...]
     sizes: tuple[int, ...]
     readonly: bool = False
+    by_content: bool = False
+    """Cut by content (a long pickle stream), not at fixed offsets."""
 
     @property
     def size(self) -> int:
@@ -172,18 +186,21 @@ class SnapshotWriter:
         self.bytes_written += self.workspace.objects.write(kind, data, sha)
         return sha
 
-    def part(self, data: bytes | memoryview, *, readonly: bool = False) -> StoredPart:
-        view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+    def part(self, data: bytes | memoryview, *, readonly: bool = False,
+             stream: bool = False) -> StoredPart:
+        """Store ``data`` in chunks; a pickle ``stream`` is cut by content when long."""
+        view = _bytes_view(data)
+        by_content = stream and len(view) >= STREAM_CDC_FROM
         chunks = []
         sizes = []
-        for start in range(0, max(len(view), 1), CHUNK_BYTES):
-            piece = view[start : start + CHUNK_BYTES]
+        for piece in _pieces(view, by_content):
             chunks.append(self.blob(piece))
             sizes.append(len(piece))
-        return StoredPart(chunks=tuple(chunks), sizes=tuple(sizes), readonly=readonly)
+        return StoredPart(chunks=tuple(chunks), sizes=tuple(sizes), readonly=readonly,
+                          by_content=by_content)
 
     def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None) -> StoredGroup:
-        stream = self.part(pickled.stream)
+        stream = self.part(pickled.stream, stream=True)
         buffers = tuple(self.part(view, readonly=view.readonly) for view in pickled.buffers)
         unpersisted = tuple(dict(transient.info(), op=op) for transient in pickled.transients)
         index = {
@@ -194,6 +211,8 @@ class SnapshotWriter:
             "code_refs": sorted(pickled.code_refs),
             "unpersisted": list(unpersisted),
         }
+        if stream.by_content:  # absent otherwise: groups written before keep their ids
+            index["stream_chunking"] = STREAM_CHUNKING
         entries = [TreeEntry(BLOB_MODE, INDEX, self.blob(_json(index)))]
         entries += [TreeEntry(BLOB_MODE, f"s.{i:06d}", sha) for i, sha in enumerate(stream.chunks)]
         for number, part in enumerate(buffers):
@@ -248,12 +267,27 @@ class SnapshotWriter:
         self.cache.update(self._new_cache_entries.items())
 
 
-def chunk_ids(data: bytes | memoryview, cache: ChunkCache) -> tuple[bytes, ...]:
-    """The blob ids the chunks of ``data`` would have, writing nothing (cached where known)."""
-    view = memoryview(data).cast("B")
-    ids = []
+def _bytes_view(data: bytes | memoryview) -> memoryview:
+    return memoryview(data) if isinstance(data, bytes) else memoryview(data).cast("B")
+
+
+def _pieces(view: memoryview, by_content: bool) -> Iterable[memoryview]:
+    if by_content:
+        for chunk in _CDC.cut_buf(view):
+            yield view[chunk.offset : chunk.offset + chunk.length]
+        return
     for start in range(0, max(len(view), 1), CHUNK_BYTES):
-        piece = view[start : start + CHUNK_BYTES]
+        yield view[start : start + CHUNK_BYTES]
+
+
+def chunk_ids(data: bytes | memoryview, cache: ChunkCache, *,
+              by_content: bool = False) -> tuple[bytes, ...]:
+    """The blob ids the chunks of ``data`` would have, writing nothing (cached where known).
+
+    ``by_content`` cuts as a long pickle stream is cut (see :meth:`SnapshotWriter.part`).
+    """
+    ids = []
+    for piece in _pieces(_bytes_view(data), by_content):
         sha = cache.get(cache.digest(piece)) if len(piece) >= _SMALL else None
         ids.append(sha or object_id(b"blob", piece))
     return tuple(ids)
@@ -308,6 +342,7 @@ def read_group(workspace: Workspace, key: str, tree: bytes) -> StoredGroup:
     stream = StoredPart(
         chunks=tuple(by_name[f"s.{i:06d}"] for i in range(len(stream_sizes))),
         sizes=stream_sizes,
+        by_content=index.get("stream_chunking") == STREAM_CHUNKING,
     )
     buffers = tuple(
         StoredPart(

@@ -47,7 +47,7 @@ from kernos.errors import (
 from kernos.store.lock import WorkspaceLock
 from kernos.store.objects import (
     CommitData,
-    LooseObjects,
+    ObjectStore,
     decode_commit,
     fsync_dir,
     replace_file,
@@ -99,7 +99,7 @@ class Workspace:
         self.git_dir = path / "history.git"
         self.lock = lock
         self.durable = durable
-        self.objects = LooseObjects(
+        self.objects = ObjectStore(
             self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable
         )
         self.recovery_note: str | None = None
@@ -193,6 +193,7 @@ class Workspace:
             raise WorkspaceCorrupt(str(root), "history.git/objects is missing")
 
     def close(self) -> None:
+        self.objects.close()
         if self._repo is not None:
             self._repo.close()
             self._repo = None

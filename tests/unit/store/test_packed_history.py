@@ -1,9 +1,9 @@
 """A history that git has packed (``git gc``) restores like a loose one.
 
-Kernos writes loose objects, but a person may run ``git gc`` on a
-workspace, and a replay or a clone brings packs.  Large values are read
-chunk by chunk on reader threads; packed objects go through one ``git
-cat-file`` process, which the threads must take turns on.
+Kernos writes one small pack per commit, but a person may run ``git gc`` on
+a workspace (which deltifies and merges them), and a replay or a clone
+brings packs of git's making.  Large values are read chunk by chunk on
+reader threads, straight from the memory-mapped packs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""``kernos gc``: merge a workspace's packs and loose objects into one pack, now.
+
+The kernel already keeps the packs few (a geometric repack in the
+background, :class:`kernos.store.objects.ObjectStore`); this is the full
+repack a person runs before copying a workspace, or after a long life.  It
+uses git's own ``repack -a -d``, which writes the new pack durably before it
+deletes what it replaces, so it is safe under ``kill -9`` and safe beside a
+running kernel: a pack the kernel writes meanwhile is left alone.  Nothing
+reachable or unreachable is deleted (an erasure in Kernos destroys keys, not
+objects), so the audit chain is untouched and still verifies.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernos.errors import KernosError
+from kernos.store.objects import GIT_FSYNC
+from kernos.store.workspace import Workspace
+
+__all__ = ["Footprint", "footprint", "gc"]
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a repository's objects take on disk."""
+
+    packs: int
+    loose: int
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"packs": self.packs, "loose": self.loose, "files": self.files,
+                "bytes": self.bytes}
+
+
+def footprint(git_dir: Path) -> Footprint:
+    packs = loose = files = size = 0
+    for directory, _subdirectories, names in os.walk(git_dir / "objects"):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(directory, name)).st_size
+            except FileNotFoundError:
+                continue
+            files += 1
+            if name.endswith(".pack"):
+                packs += 1
+            elif len(name) == 38 and len(os.path.basename(directory)) == 2:
+                loose += 1
+    return Footprint(packs=packs, loose=loose, files=files, bytes=size)
+
+
+def gc(path: Path, *, timeout: float = 3600) -> tuple[Footprint, Footprint]:
+    """Repack every object of the workspace at ``path`` into one pack; before and after."""
+    with Workspace.open(path, writable=False) as workspace:
+        git_dir = workspace.git_dir
+    before = footprint(git_dir)
+    for command in (["repack", "-a", "-d", "-q"], ["prune-packed", "-q"]):
+        done = subprocess.run(["git", *GIT_FSYNC, f"--git-dir={git_dir}", *command],
+                              capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise KernosError(f"git {command[0]} failed in {git_dir}: "
+                              f"{done.stderr.strip()[:500]}; the workspace is as it was "
+                              "(git replaces packs only once the new one is complete)")
+    return before, footprint(git_dir)

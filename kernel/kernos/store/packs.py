@@ -1,0 +1,405 @@
+"""Pack files: how a commit's new objects reach the disk, and how packed objects are read.
+
+Writing (:class:`PackBuilder`).  The objects of one commit go into one pack in
+git's format (version 2, whole objects, no deltas) and its index (version 2).
+Both are written under temporary names in ``objects/pack``, renamed into place
+(the index last: git and :class:`PackSet` see a pack only once its index is
+there) and made durable with the commit's one sync.  A commit therefore
+creates two files, whatever it stores; ``bench/pack_writers.py`` measured this
+against the loose objects it replaces, ``git fast-import``, dulwich's and
+libgit2's writers (it was the fastest of them).  A batch larger than
+:data:`SPILL_BYTES` is cut into several packs, so a commit of a large value
+never holds more than that in memory.
+
+Reading (:class:`PackSet`).  Every pack is memory-mapped with its index; a
+lookup is a binary search in the index's fanout range, and an object is
+inflated straight from the mapped pack.  Deltas, which ``git repack`` and
+``git gc`` make, are resolved (offset and reference deltas, chains of any
+depth).  No subprocess and no lock are involved, so the restore threads read
+in parallel.  A lookup that misses rescans the directory: a repack may have
+replaced the packs (the old mappings stay valid until they are dropped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from kernos import _faults
+
+__all__ = ["SPILL_BYTES", "Pack", "PackBuilder", "PackSet"]
+
+SPILL_BYTES = 64 << 20
+
+_KINDS = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+_NAMES = {number: kind for kind, number in _KINDS.items()}
+_OFS_DELTA = 6
+_REF_DELTA = 7
+_IDX_MAGIC = b"\377tOc\x00\x00\x00\x02"
+_MAX_DELTA_DEPTH = 10_000
+
+# Data that does not shrink by a tenth is stored with zlib level 0: compressing
+# 200 MB of floats at level 1 costs seconds and saves almost nothing.
+_PROBE_BYTES = 16 * 1024
+_WORTH_COMPRESSING = 0.9
+
+
+def compresses(data: bytes | memoryview) -> bool:
+    """Whether zlib is worth its time on ``data`` (judged on its first 16 KiB)."""
+    if len(data) <= _PROBE_BYTES:
+        return True
+    probe = bytes(data[:_PROBE_BYTES])
+    return len(zlib.compress(probe, 1)) < _WORTH_COMPRESSING * len(probe)
+
+
+def _entry_header(kind: int, size: int) -> bytes:
+    byte = (kind << 4) | (size & 0x0F)
+    size >>= 4
+    out = bytearray()
+    while size:
+        out.append(byte | 0x80)
+        byte = size & 0x7F
+        size >>= 7
+    out.append(byte)
+    return bytes(out)
+
+
+class PackBuilder:
+    """The objects of one batch, compressed, in the order they will be packed."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[bytes, int, int]] = []  # (sha, crc32, offset)
+        self._pieces: list[bytes] = []
+        self.size = 12  # the pack header
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
+        """Append one object; return what it takes in the pack."""
+        compressor = zlib.compressobj(1 if compresses(data) else 0)
+        raw = (_entry_header(_KINDS[kind], len(data)) + compressor.compress(data)
+               + compressor.flush())
+        self._entries.append((sha, zlib.crc32(raw), self.size))
+        self._pieces.append(raw)
+        self.size += len(raw)
+        return len(raw)
+
+    def write(self, directory: Path, announce: Callable[[Path], None]) -> Path:
+        """Write the pack and its index into ``directory``; return the pack's path.
+
+        ``announce(path)`` is called with the pack's final path before anything
+        is created, so a journal can name what a crash would leave behind.
+        Nothing is synced here: the caller syncs the whole batch once.
+        """
+        digest = hashlib.sha1(b"PACK" + struct.pack(">II", 2, len(self._entries)))
+        for piece in self._pieces:
+            digest.update(piece)
+        checksum = digest.digest()
+        pack = directory / f"pack-{checksum.hex()}.pack"
+        announce(pack)
+        temporary = directory / f"tmp_kernos_{os.getpid()}"  # one batch at a time
+        try:
+            with open(f"{temporary}.pack", "wb") as handle:
+                handle.write(b"PACK" + struct.pack(">II", 2, len(self._entries)))
+                handle.writelines(self._pieces)
+                handle.write(checksum)
+            with open(f"{temporary}.idx", "wb") as handle:
+                handle.write(self._index(checksum))
+            os.replace(f"{temporary}.pack", pack)
+            _faults.point("pack")
+            os.replace(f"{temporary}.idx", pack.with_suffix(".idx"))
+        except BaseException:
+            for suffix in (".pack", ".idx"):
+                Path(f"{temporary}{suffix}").unlink(missing_ok=True)
+            raise
+        self._pieces.clear()
+        return pack
+
+    def _index(self, checksum: bytes) -> bytes:
+        entries = sorted(self._entries)
+        fanout = [0] * 256
+        for sha, _crc, _offset in entries:
+            fanout[sha[0]] += 1
+        running = 0
+        for byte in range(256):
+            running += fanout[byte]
+            fanout[byte] = running
+        large = [offset for _sha, _crc, offset in entries if offset >= 1 << 31]
+        offsets = []
+        for _sha, _crc, offset in entries:
+            if offset >= 1 << 31:
+                offsets.append(0x80000000 | large.index(offset))
+            else:
+                offsets.append(offset)
+        body = b"".join([
+            _IDX_MAGIC,
+            struct.pack(">256I", *fanout),
+            b"".join(sha for sha, _crc, _offset in entries),
+            struct.pack(f">{len(entries)}I", *(crc for _sha, crc, _offset in entries)),
+            struct.pack(f">{len(entries)}I", *offsets),
+            struct.pack(f">{len(large)}Q", *large),
+            checksum,
+        ])
+        return body + hashlib.sha1(body).digest()
+
+
+class Pack:
+    """One pack and its index, memory-mapped; immutable, so safe to share between threads."""
+
+    def __init__(self, pack: Path) -> None:
+        self.path = pack
+        with open(pack.with_suffix(".idx"), "rb") as handle:
+            self._idx = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        with open(pack, "rb") as handle:
+            self._pack = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        if self._idx[:8] != _IDX_MAGIC or self._pack[:4] != b"PACK":
+            raise ValueError(f"{pack.name} is not a version 2 pack with its index")
+        self._fanout = struct.unpack_from(">256I", self._idx, 8)
+        self.count = self._fanout[255]
+        self._shas = 8 + 1024
+        self._offsets = self._shas + 24 * self.count
+        self._large = self._offsets + 4 * self.count
+        self._ends: list[int] | None = None
+
+    def find(self, sha: bytes) -> int | None:
+        """The offset of ``sha`` in the pack, or None."""
+        low = self._fanout[sha[0] - 1] if sha[0] else 0
+        high = self._fanout[sha[0]]
+        idx = self._idx
+        base = self._shas
+        while low < high:
+            middle = (low + high) // 2
+            start = base + 20 * middle
+            found = idx[start : start + 20]
+            if found < sha:
+                low = middle + 1
+            elif found > sha:
+                high = middle
+            else:
+                return self._offset(middle)
+        return None
+
+    def _offset(self, position: int) -> int:
+        (offset,) = struct.unpack_from(">I", self._idx, self._offsets + 4 * position)
+        if offset & 0x80000000:
+            (offset,) = struct.unpack_from(">Q", self._idx,
+                                           self._large + 8 * (offset & 0x7FFFFFFF))
+        return int(offset)
+
+    def _end(self, offset: int) -> int:
+        """Where the entry at ``offset`` ends (the next entry, or the checksum)."""
+        if self._ends is None:
+            self._ends = sorted(self._offset(i) for i in range(self.count))
+            self._ends.append(len(self._pack) - 20)
+        ends = self._ends
+        low, high = 0, len(ends)
+        while low < high:
+            middle = (low + high) // 2
+            if ends[middle] <= offset:
+                low = middle + 1
+            else:
+                high = middle
+        return ends[low]
+
+    def entry(self, offset: int) -> tuple[int, int, int, int | bytes | None]:
+        """``(type, size, data offset, delta base)`` of the entry at ``offset``."""
+        pack = self._pack
+        byte = pack[offset]
+        kind = (byte >> 4) & 7
+        size = byte & 0x0F
+        shift = 4
+        position = offset + 1
+        while byte & 0x80:
+            byte = pack[position]
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            position += 1
+        base: int | bytes | None = None
+        if kind == _OFS_DELTA:
+            byte = pack[position]
+            distance = byte & 0x7F
+            position += 1
+            while byte & 0x80:
+                byte = pack[position]
+                distance = ((distance + 1) << 7) | (byte & 0x7F)
+                position += 1
+            base = offset - distance
+        elif kind == _REF_DELTA:
+            base = bytes(pack[position : position + 20])
+            position += 20
+        return kind, size, position, base
+
+    def inflate(self, start: int, offset: int, size: int) -> bytes:
+        data = zlib.decompress(memoryview(self._pack)[start : self._end(offset)])
+        if len(data) != size:
+            raise ValueError(f"an object in {self.path.name} is damaged ({len(data)} of "
+                             f"{size} bytes)")
+        return data
+
+    def close(self) -> None:
+        for mapping in (self._idx, self._pack):
+            # A reader still holding a view keeps the mapping until it lets go.
+            with contextlib.suppress(BufferError):
+                mapping.close()
+
+
+class PackSet:
+    """Every pack of one ``objects/pack`` directory, newest first."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._packs: list[Pack] = []
+        self._seen: dict[str, Pack] = {}
+        self._lock = threading.Lock()
+        self.refresh()
+
+    def __len__(self) -> int:
+        return len(self._packs)
+
+    def __reduce__(self) -> tuple[type[PackSet], tuple[Path]]:
+        # Mappings do not pickle: a copy (of a workspace a value refers to) maps anew.
+        return PackSet, (self.directory,)
+
+    def __iter__(self) -> Iterator[Pack]:
+        return iter(list(self._packs))
+
+    def refresh(self) -> None:
+        """Pick up packs added (by a commit, a repack) and drop those deleted."""
+        with self._lock:
+            try:
+                names = [entry for entry in os.scandir(self.directory)
+                         if entry.name.startswith("pack-") and entry.name.endswith(".idx")]
+            except FileNotFoundError:
+                names = []
+            names.sort(key=lambda entry: entry.stat().st_mtime_ns, reverse=True)
+            current: dict[str, Pack] = {}
+            for entry in names:
+                stem = entry.name[:-4]
+                pack = self._seen.get(stem)
+                if pack is None:
+                    try:
+                        pack = Pack(self.directory / f"{stem}.pack")
+                    except (FileNotFoundError, ValueError):
+                        continue  # half there (being written or deleted), or not ours
+                current[stem] = pack
+            for stem, pack in self._seen.items():
+                if stem not in current:
+                    pack.close()
+            self._seen = current
+            self._packs = list(current.values())
+
+    def close(self) -> None:
+        with self._lock:
+            for pack in self._packs:
+                pack.close()
+            self._packs = []
+            self._seen = {}
+
+    def add(self, pack_path: Path) -> None:
+        """A pack this process just wrote: readable at once, without a rescan."""
+        pack = Pack(pack_path)
+        with self._lock:
+            self._seen[pack_path.stem] = pack
+            self._packs.insert(0, pack)
+
+    def locate(self, sha: bytes) -> tuple[Pack, int] | None:
+        for pack in self._packs:
+            offset = pack.find(sha)
+            if offset is not None:
+                return pack, offset
+        return None
+
+    def read(self, sha: bytes, *, rescan: bool = True) -> tuple[bytes, bytes] | None:
+        """``(kind, data)`` of a packed object, or None if no pack holds it.
+
+        A miss rescans the directory once (``rescan``) before it is believed.
+        """
+        found = self.locate(sha)
+        if found is None:
+            if not rescan:
+                return None
+            self.refresh()
+            found = self.locate(sha)
+            if found is None:
+                return None
+        pack, offset = found
+        try:
+            kind, data = self._resolve(pack, offset, 0)
+        except (zlib.error, IndexError, struct.error) as error:
+            raise ValueError(f"object {sha.hex()} is damaged in {pack.path.name} ({error})"
+                             ) from None
+        return _NAMES[kind], data
+
+    def _resolve(self, pack: Pack, offset: int, depth: int) -> tuple[int, bytes]:
+        if depth > _MAX_DELTA_DEPTH:
+            raise ValueError(f"a delta chain in {pack.path.name} does not end")
+        kind, size, start, base = pack.entry(offset)
+        if kind in _NAMES:
+            return kind, pack.inflate(start, offset, size)
+        if kind not in (_OFS_DELTA, _REF_DELTA):
+            raise ValueError(f"{pack.path.name} has an entry of unknown type {kind}")
+        delta = pack.inflate(start, offset, size)
+        if isinstance(base, int):
+            base_kind, source = self._resolve(pack, base, depth + 1)
+        else:
+            assert isinstance(base, bytes)
+            found = self.locate(base)
+            if found is None:
+                raise ValueError(f"the delta base {base.hex()} is in no pack")
+            base_kind, source = self._resolve(found[0], found[1], depth + 1)
+        return base_kind, apply_delta(source, delta)
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, position
+
+
+def apply_delta(source: bytes, delta: bytes) -> bytes:
+    """Git's delta encoding: copy ranges of ``source`` and insert literal bytes."""
+    expected, position = _varint(delta, 0)
+    if expected != len(source):
+        raise ValueError("a delta does not fit its base")
+    size, position = _varint(delta, position)
+    out = bytearray()
+    end = len(delta)
+    while position < end:
+        command = delta[position]
+        position += 1
+        if command & 0x80:
+            start = length = 0
+            for bit in range(4):
+                if command & (1 << bit):
+                    start |= delta[position] << (8 * bit)
+                    position += 1
+            for bit in range(3):
+                if command & (0x10 << bit):
+                    length |= delta[position] << (8 * bit)
+                    position += 1
+            length = length or 0x10000
+            if start + length > len(source):
+                raise ValueError("a delta copies past the end of its base")
+            out += source[start : start + length]
+        elif command:
+            out += delta[position : position + command]
+            position += command
+        else:
+            raise ValueError("a delta has a reserved instruction")
+    if len(out) != size:
+        raise ValueError("a delta produced the wrong size")
+    return bytes(out)
