@@ -33,18 +33,20 @@ Candidates:
   object database can read: the commit's objects are held in an in-memory
   backend (what libgit2's mempack does; pygit2 does not expose mempack), and
   ``PackBuilder.write`` writes and fsyncs the pack and index.
-* ``minimal-pack``: a pack writer in this file (pack v2 of whole objects, no
-  deltas; index v2), to temporary names, one fsync per file, rename, one
-  fsync of ``objects/pack``.  ``minimal-pack-syncfs`` makes both files
-  durable with one Linux ``syncfs`` instead of two fsyncs.
+* ``kernos-store``: the store's own writer, ``kernos.store.objects.ObjectStore``
+  (one pack v2 of whole objects and its index per commit, to temporary
+  names, renamed, one ``syncfs`` for the batch).  It started in this file as
+  the "minimal-pack" candidate, the fastest of the first runs, and moved
+  into the store (``kernos.store.packs``).
 
 Per candidate it prints the median and p90 ms per commit, commits/s, the
 files under ``.git/objects`` after the last commit (the writer still open),
 and the median's ratio to ``loose`` in the same run.  Then it checks each
 repository (``git fsck --full --strict``, ``git log --oneline`` has N lines,
 the branch names the expected commit) and reads back every object the last
-100 commits wrote: through ``LooseObjects.read`` for loose repositories, an
-mmap pack reader in this file for packs, and dulwich's and pygit2's own
+100 commits wrote: through ``LooseObjects.read`` for loose repositories, the
+store's memory-mapped pack reader (``kernos.store.packs.PackSet``) for
+packs, and dulwich's and pygit2's own
 readers for theirs; the median per object, and whether four threads reading at
 once get the right bytes.
 
@@ -57,23 +59,18 @@ are shared: run it twice and compare ratios, not single figures.
 from __future__ import annotations
 
 import argparse
-import bisect
 import contextlib
-import hashlib
 import io
 import json
-import mmap
 import os
 import pickle
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,6 +84,7 @@ from kernos.store.objects import (
     TREE_MODE,
     CommitData,
     LooseObjects,
+    ObjectStore,
     TreeEntry,
     encode_commit,
     encode_tree,
@@ -95,6 +93,7 @@ from kernos.store.objects import (
     replace_file,
     sync_filesystem,
 )
+from kernos.store.packs import PackSet
 
 TYPE_NUMBERS = {b"commit": 1, b"tree": 2, b"blob": 3}
 KINDS = {number: kind for kind, number in TYPE_NUMBERS.items()}
@@ -229,7 +228,7 @@ class Candidate:
         """Stop whatever the candidate keeps running."""
 
     def readers(self) -> list[tuple[str, Callable[[], Reader]]]:
-        return [("mmap packs", lambda: PackReader(self.git_dir / "objects").read)]
+        return [("mmap packs", lambda: pack_reader(self.git_dir))]
 
 
 class Loose(Candidate):
@@ -302,22 +301,25 @@ class FastImportDefault(FastImport):
         return [("LooseObjects.read", lambda: loose_reader(self.git_dir))]
 
 
-class MinimalPack(Candidate):
-    name = "minimal-pack"
-    use_syncfs = False
+class Store(Candidate):
+    name = "kernos-store"
+
+    def __init__(self, git_dir: Path, durable: bool) -> None:
+        super().__init__(git_dir, durable)
+        self.objects = ObjectStore(git_dir, journal=git_dir / "kernos-journal",
+                                   scratch=git_dir / "kernos-scratch", durable=durable)
 
     def commit(self, batch: Batch) -> None:
-        pack, index = encode_pack(batch.objects)
-        pack_dir = self.git_dir / "objects" / "pack"
-        stem = pack_dir / f"pack-{pack[-20:].hex()}"
-        write_pack_pair(pack_dir, stem, pack, index, durable=self.durable,
-                        use_syncfs=self.use_syncfs)
+        self.objects.begin()
+        for obj in batch.objects:
+            self.objects.write(obj.kind, obj.data, obj.sha)
+        self.objects.seal(batch.commit.sha)
         publish_ref(self.git_dir, batch.commit.sha, durable=self.durable)
+        self.objects.finish()
 
-
-class MinimalPackSyncfs(MinimalPack):
-    name = "minimal-pack-syncfs"
-    use_syncfs = True
+    def close(self) -> None:
+        self.objects.wait_for_maintenance()
+        self.objects.close()
 
 
 class Dulwich(Candidate):
@@ -444,55 +446,11 @@ def pygit2_reader(git_dir: Path) -> Reader:
 
 
 CANDIDATES: tuple[type[Candidate], ...] = (
-    Loose, FastImport, FastImportDefault, Dulwich, Pygit2Loose, Pygit2Pack, MinimalPack,
-    MinimalPackSyncfs)
+    Loose, FastImport, FastImportDefault, Dulwich, Pygit2Loose, Pygit2Pack, Store)
 NEEDS = {"dulwich": "dulwich", "pygit2-loose": "pygit2", "pygit2-pack": "pygit2"}
 
 
-# -- the minimal pack writer ---------------------------------------------------
-
-
-def _pack_entry_header(kind: bytes, size: int) -> bytes:
-    """Type and size: 3 type bits and 4 size bits, then 7 size bits per byte."""
-    out = bytearray()
-    byte = TYPE_NUMBERS[kind] << 4 | size & 0x0F
-    size >>= 4
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
-
-
-def encode_pack(objects: Sequence[GitObject]) -> tuple[bytes, bytes]:
-    """A version 2 pack of whole objects and its version 2 index."""
-    parts = [b"PACK" + struct.pack(">II", 2, len(objects))]
-    offset = len(parts[0])
-    entries = []
-    for obj in objects:
-        entry = _pack_entry_header(obj.kind, len(obj.data)) + zlib.compress(obj.data, 1)
-        entries.append((obj.sha, zlib.crc32(entry), offset))
-        parts.append(entry)
-        offset += len(entry)
-    body = b"".join(parts)
-    pack = body + hashlib.sha1(body).digest()
-    entries.sort()
-    fanout = [0] * 256
-    for sha, _, _ in entries:
-        fanout[sha[0]] += 1
-    running = 0
-    for byte in range(256):
-        running += fanout[byte]
-        fanout[byte] = running
-    index = b"".join([
-        b"\xfftOc", struct.pack(">I", 2), struct.pack(">256I", *fanout),
-        *(sha for sha, _, _ in entries),
-        *(struct.pack(">I", crc) for _, crc, _ in entries),
-        *(struct.pack(">I", offset) for _, _, offset in entries),  # packs stay under 2 GB
-        pack[-20:],
-    ])
-    return pack, index + hashlib.sha1(index).digest()
+# -- writing a pack pair (dulwich's) --------------------------------------------
 
 
 def _write_new(path: Path, data: bytes, *, sync: bool) -> None:
@@ -528,141 +486,16 @@ def write_pack_pair(pack_dir: Path, stem: Path, pack: bytes, index: bytes, *,
 Reader = Callable[[bytes], tuple[bytes, bytes]]
 
 
-@dataclass
-class _Pack:
-    index: mmap.mmap
-    data: mmap.mmap
-    count: int
-    ids: memoryview = field(init=False)
+def pack_reader(git_dir: Path) -> Reader:
+    packs = PackSet(git_dir / "objects" / "pack")
 
-    def __post_init__(self) -> None:
-        self.ids = memoryview(self.index)[1032 : 1032 + 20 * self.count]
+    def read(sha: bytes) -> tuple[bytes, bytes]:
+        found = packs.read(sha)
+        if found is None:
+            raise KeyError(sha.hex())
+        return found
 
-    def find(self, sha: bytes) -> int | None:
-        """The object's offset in the pack: fan-out, then a binary search of the ids."""
-        first = sha[0]
-        low = struct.unpack_from(">I", self.index, 8 + 4 * (first - 1))[0] if first else 0
-        high = struct.unpack_from(">I", self.index, 8 + 4 * first)[0]
-        ids = _IdList(self.ids)
-        position = bisect.bisect_left(ids, sha, low, high)
-        if position == high or ids[position] != sha:
-            return None
-        offset: int = struct.unpack_from(">I", self.index,
-                                         1032 + 24 * self.count + 4 * position)[0]
-        if offset & 0x80000000:
-            large = 1032 + 28 * self.count + 8 * (offset & 0x7FFFFFFF)
-            offset = struct.unpack_from(">Q", self.index, large)[0]
-        return offset
-
-
-class _IdList(Sequence[bytes]):
-    """The sorted id table of an index, as a sequence ``bisect`` can search."""
-
-    def __init__(self, ids: memoryview) -> None:
-        self._ids = ids
-
-    def __len__(self) -> int:
-        return len(self._ids) // 20
-
-    def __getitem__(self, position: Any) -> Any:
-        return self._ids[20 * position : 20 * position + 20].tobytes()
-
-
-class PackReader:
-    """Every pack of a repository through mmap, newest first; ofs and ref deltas applied."""
-
-    def __init__(self, objects: Path) -> None:
-        self._packs: list[_Pack] = []
-        indexes = sorted((objects / "pack").glob("*.idx"), key=lambda p: p.stat().st_mtime,
-                         reverse=True)
-        for index_path in indexes:
-            with open(index_path, "rb") as index_file, \
-                    open(index_path.with_suffix(".pack"), "rb") as pack_file:
-                index = mmap.mmap(index_file.fileno(), 0, access=mmap.ACCESS_READ)
-                data = mmap.mmap(pack_file.fileno(), 0, access=mmap.ACCESS_READ)
-            if index[:8] != b"\xfftOc\x00\x00\x00\x02":
-                raise ValueError(f"{index_path} is not a version 2 pack index")
-            count = struct.unpack_from(">I", index, 8 + 4 * 255)[0]
-            self._packs.append(_Pack(index, data, count))
-
-    def read(self, sha: bytes) -> tuple[bytes, bytes]:
-        for pack in self._packs:
-            offset = pack.find(sha)
-            if offset is not None:
-                number, data = self._at(pack, offset)
-                return KINDS[number], data
-        raise KeyError(sha.hex())
-
-    def _at(self, pack: _Pack, offset: int) -> tuple[int, bytes]:
-        data = pack.data
-        byte = data[offset]
-        number, size, shift, position = byte >> 4 & 7, byte & 0x0F, 4, offset + 1
-        while byte & 0x80:
-            byte = data[position]
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            position += 1
-        base: tuple[int, bytes] | None = None
-        if number == 6:  # offset delta: the base sits earlier in this pack
-            byte = data[position]
-            distance = byte & 0x7F
-            position += 1
-            while byte & 0x80:
-                byte = data[position]
-                distance = (distance + 1) << 7 | byte & 0x7F
-                position += 1
-            base = self._at(pack, offset - distance)
-        elif number == 7:  # reference delta: the base is named by its id
-            kind, base_data = self.read(bytes(data[position : position + 20]))
-            base = TYPE_NUMBERS[kind], base_data
-            position += 20
-        # deflate grows incompressible data by 5 bytes per 16 KB block at most
-        window = memoryview(data)[position : position + size + size // 1000 + 64]
-        raw = zlib.decompressobj().decompress(window, size)
-        if len(raw) != size:
-            raise ValueError(f"truncated object at offset {offset}")
-        if base is None:
-            return number, raw
-        return base[0], _apply_delta(base[1], raw)
-
-
-def _apply_delta(base: bytes, delta: bytes) -> bytes:
-    def varint(position: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            byte = delta[position]
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            position += 1
-            if not byte & 0x80:
-                return value, position
-
-    _, position = varint(0)
-    size, position = varint(position)
-    out = bytearray()
-    while position < len(delta):
-        opcode = delta[position]
-        position += 1
-        if opcode & 0x80:  # copy from the base: offset and size bytes named by the bits
-            start = length = 0
-            for bit in range(4):
-                if opcode & 1 << bit:
-                    start |= delta[position] << 8 * bit
-                    position += 1
-            for bit in range(3):
-                if opcode & 1 << (4 + bit):
-                    length |= delta[position] << 8 * bit
-                    position += 1
-            out += base[start : start + (length or 0x10000)]
-        else:  # insert the next opcode bytes
-            out += delta[position : position + opcode]
-            position += opcode
-    if len(out) != size:
-        raise ValueError("a delta produced the wrong size")
-    return bytes(out)
-
-
-# -- the run ---------------------------------------------------------------
+    return read
 
 
 @dataclass

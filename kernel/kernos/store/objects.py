@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -349,12 +350,17 @@ class LooseObjects:
         return True
 
 
-REPACK_PACKS = 32
-"""Start a background repack when this many packs exist."""
+REPACK_PACKS = 64
+"""Start a background repack when this many packs exist (a geometric repack leaves a
+handful, so one runs about every 60 commits)."""
 REPACK_LOOSE = 6700
 """... or when about this many loose objects do (git's own ``gc.auto``)."""
 GIT_FSYNC = ("-c", "core.fsync=objects,derived-metadata,reference",
               "-c", "core.fsyncMethod=fsync")
+
+
+# The repack yields the processor to ops: on a small machine it competes with the kernel.
+_NICE = ("nice", "-n", "10") if shutil.which("nice") else ()
 
 
 def _estimate_loose(objects: Path) -> int:
@@ -476,7 +482,7 @@ class ObjectStore(LooseObjects):
         if len(self.packs) < REPACK_PACKS and self._loose_estimate < REPACK_LOOSE:
             return False
         self._repack = subprocess.Popen(
-            ["git", *GIT_FSYNC, f"--git-dir={self.git_dir}", "repack", "-d", "-q",
+            [*_NICE, "git", *GIT_FSYNC, f"--git-dir={self.git_dir}", "repack", "-d", "-q",
              "--geometric=2"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
