@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 
 from kernos import Image, Workspace
+from kernos.store.maintenance import loosen
 
 
 def build(path: Path, megabytes: int) -> None:
@@ -49,19 +49,6 @@ def build(path: Path, megabytes: int) -> None:
             namespace["big"][number] = number
             op.commit()
         workspace.objects.wait_for_maintenance()
-
-
-def unpack(git_dir: Path) -> None:
-    """One loose file per object, as Kernos wrote before packs."""
-    for index in sorted((git_dir / "objects" / "pack").glob("pack-*.idx")):
-        pack = index.with_suffix(".pack")
-        aside = git_dir / f"unpacking-{pack.name}"
-        os.replace(pack, aside)
-        index.unlink()
-        with open(aside, "rb") as stream:
-            subprocess.run(["git", f"--git-dir={git_dir}", "unpack-objects", "-q"],
-                           stdin=stream, check=True)
-        aside.unlink()
 
 
 def restore(path: Path) -> float:
@@ -90,7 +77,7 @@ def main() -> int:
         packed, loose = root / "packed", root / "loose"
         for path in (packed, loose):
             build(path, args.mb)
-        unpack(loose / "history.git")
+        loosen(loose / "history.git")
         times: dict[str, list[float]] = {"packed": [], "loose": []}
         for _ in range(args.repeats):
             for name, path in (("packed", packed), ("loose", loose)):

@@ -155,24 +155,6 @@ def objects_reached(workspace: Path, commit: str) -> set[str]:
     return {commit, tree} | {line.split()[2] for line in listed}
 
 
-def loosen(git_dir: Path) -> None:
-    """Turn every packed object of a repository into a loose one (git unpack-objects).
-
-    Kernos writes packs; a test that tampers with one object's bytes does it
-    on the loose copy.  The packs are moved aside first: git does not unpack
-    an object that a pack still holds.
-    """
-    for index in sorted((git_dir / "objects" / "pack").glob("pack-*.idx")):
-        pack = index.with_suffix(".pack")
-        aside = git_dir / f"unpacking-{pack.name}"
-        os.replace(pack, aside)
-        index.unlink()
-        with open(aside, "rb") as stream:
-            subprocess.run(["git", f"--git-dir={git_dir}", "unpack-objects", "-q"], stdin=stream,
-                           check=True, timeout=CLI_TIMEOUT)
-        aside.unlink()
-
-
 def loose_objects(git_dir: Path) -> dict[str, Path]:
     """Loose objects by id."""
     found = {}

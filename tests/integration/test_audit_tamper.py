@@ -30,7 +30,6 @@ from audit_support import (
     git_succeeds,
     kernel_class,
     loose_objects,
-    loosen,
     objects_reached,
     resealed,
     shut_down,
@@ -38,6 +37,7 @@ from audit_support import (
     write_chain_lines,
 )
 from kernos.audit import record_hash
+from kernos.store.maintenance import loosen
 
 if TYPE_CHECKING:
     from conftest import Kernel

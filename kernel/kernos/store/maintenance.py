@@ -21,7 +21,7 @@ from kernos.errors import KernosError
 from kernos.store.objects import GIT_FSYNC
 from kernos.store.workspace import Workspace
 
-__all__ = ["Footprint", "footprint", "gc"]
+__all__ = ["Footprint", "footprint", "gc", "loosen"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,29 @@ def gc(path: Path, *, timeout: float = 3600) -> tuple[Footprint, Footprint]:
                               f"{done.stderr.strip()[:500]}; the workspace is as it was "
                               "(git replaces packs only once the new one is complete)")
     return before, footprint(git_dir)
+
+
+def loosen(git_dir: Path) -> None:
+    """Turn every packed object into a loose one: the layout of workspaces before packs.
+
+    For the tests that tamper with one object's bytes and for the benchmark
+    that compares layouts; a workspace works either way.  The packs are moved
+    aside first (git does not unpack an object a pack still holds) and
+    deleted once their objects are loose.
+    """
+    for index in sorted((git_dir / "objects" / "pack").glob("pack-*.idx")):
+        pack = index.with_suffix(".pack")
+        aside = git_dir / f"unpacking-{pack.name}"
+        aside_index = aside.with_suffix(".idx")
+        os.replace(index, aside_index)  # the index first: then git no longer sees the pack
+        os.replace(pack, aside)
+        with open(aside, "rb") as stream:
+            done = subprocess.run(["git", f"--git-dir={git_dir}", "unpack-objects", "-q"],
+                                  stdin=stream, capture_output=True, text=True)
+        if done.returncode != 0:
+            os.replace(aside, pack)
+            os.replace(aside_index, index)
+            raise KernosError(f"git unpack-objects failed on {pack.name}: {done.stderr[:500]}")
+        aside.unlink()
+        aside_index.unlink()
+

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from audit_support import loosen
 from kernos import Image, Workspace
 from kernos.audit import record_hash, verify
 from kernos.audit.canonical import canonical
 from kernos.errors import UsageError
 from kernos.op import CommitReport
+from kernos.store.maintenance import loosen
 
 
 class Env:

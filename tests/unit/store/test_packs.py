@@ -223,7 +223,7 @@ def test_an_old_loose_workspace_still_opens_and_is_repacked(tmp_path: Path,
     path = tmp_path / "ws"
     run_ops(path, 10)
     git_dir = path / "history.git"
-    from audit_support import loosen
+    from kernos.store.maintenance import loosen
 
     loosen(git_dir)  # the layout a workspace of an earlier Kernos has
     assert restored_log(path) == list(range(10))
