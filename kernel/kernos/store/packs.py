@@ -290,9 +290,8 @@ class PackSet:
                     except (FileNotFoundError, ValueError):
                         continue  # half there (being written or deleted), or not ours
                 current[stem] = pack
-            for stem, pack in self._seen.items():
-                if stem not in current:
-                    pack.close()
+            # Packs a repack deleted are dropped, not closed: a reader on another thread
+            # may be inflating from one; its mapping goes when the last reference does.
             self._seen = current
             self._packs = list(current.values())
 
