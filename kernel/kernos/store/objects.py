@@ -1,9 +1,13 @@
-"""Git objects on disk: the encoding, and a crash-safe loose-object writer.
+"""Git objects on disk: the encoding, and the crash-safe writers.
 
-Writing goes straight to ``objects/xx/yyyy`` files because it is the hot path
-of every commit: a GitPython index commit costs ~24 ms, this costs well under
-one.  Reading falls back to GitPython's object database for anything that is
-not loose (after a ``git gc`` the objects live in packs).
+A workspace uses :class:`ObjectStore`: each commit's new objects become one
+pack (:mod:`kernos.store.packs`), read back from memory-mapped packs.  Its
+base, :class:`LooseObjects`, writes one ``objects/xx/yyyy`` file per object
+(the layout of workspaces before packs, still read, and the baseline of
+``bench/pack_writers.py``); writing git's objects directly is the hot path of
+every commit: a GitPython index commit costs ~24 ms, this well under one.
+The rules below are the loose writer's; the pack writer keeps them with a
+pack in place of each object.
 
 Crash safety comes from three rules:
 
