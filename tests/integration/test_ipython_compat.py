@@ -125,3 +125,20 @@ def test_a_value_that_cannot_persist_is_reported_once(kernel: Kernel, tmp_path: 
     assert json.loads(json.dumps(again.kernos["unpersisted"])) == []
     status = kernel.run("%kernos status")
     assert "f: _io.TextIOWrapper" in status.stdout
+
+
+def test_audit_verify_since_an_anchor_from_a_notebook(kernel: Kernel) -> None:
+    for number in range(3):
+        assert kernel.run(f"x{number} = {number}").committed
+    full = kernel.run("%kernos audit verify")
+    assert full.stdout.startswith("ok: ") and "records 0.." not in full.stdout, full.stdout
+    anchor = full.stdout.strip().splitlines()[-1].removeprefix("head ")
+    index = int(anchor.split(":")[0])
+    assert kernel.run("y = 1").committed
+    after = kernel.run(f"%kernos audit verify since={anchor}")
+    assert after.stdout.startswith(f"ok: records {index + 1}..") and "not read" in after.stdout, (
+        after.stdout)
+    forged = anchor[:-4] + ("0000" if not anchor.endswith("0000") else "1111")
+    wrong = kernel.run(f"%kernos audit verify since={forged}")
+    assert wrong.stdout.startswith("FAILED"), wrong.stdout
+    assert kernel.run("%kernos audit verify since=a:b c:d e").status == "error"

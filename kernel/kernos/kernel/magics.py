@@ -49,7 +49,9 @@ HELP = """\
 %kernos subscriptions                  the image's in-image subscribers
 %kernos audit [N] [principal=P] [status=S] [topic=T]
                                        the last N audit records (default 20)
-%kernos audit verify [INDEX:HASH]      verify chain, snapshots and history (and an anchor)
+%kernos audit verify [INDEX:HASH] [since=INDEX:HASH]
+                                       verify chain, snapshots and history (and an anchor;
+                                       since=: only what came after that head digest)
 %kernos erase SUBJECT                  erase a data subject's personal values (irreversible)
 
 REF is a commit id (or a prefix), HEAD, HEAD~N, or @N for the snapshot of op N."""
@@ -199,9 +201,11 @@ class KernosMagics(Magics):
 
     def _audit(self, *args: str) -> None:
         if args and args[0] == "verify":
-            if len(args) > 2:
-                raise UsageError("`%kernos audit verify [INDEX:HASH]`")
-            report = self.kernel.audit.verify(args[1] if len(args) == 2 else None)
+            options, positional = _options(args[1:], {"since"})
+            if len(positional) > 1:
+                raise UsageError("`%kernos audit verify [INDEX:HASH] [since=INDEX:HASH]`")
+            report = self.kernel.audit.verify(positional[0] if positional else None,
+                                              since=options.get("since"))
             print(report.summary())
             return
         options, positional = _options(args, {"principal", "status", "topic"})
