@@ -233,11 +233,12 @@ class Candidate:
 
 class Loose(Candidate):
     name = "loose"
+    store: type[LooseObjects] = LooseObjects
 
     def __init__(self, git_dir: Path, durable: bool) -> None:
         super().__init__(git_dir, durable)
-        self.objects = LooseObjects(git_dir, journal=git_dir / "kernos-journal",
-                                    scratch=git_dir / "kernos-scratch", durable=durable)
+        self.objects = self.store(git_dir, journal=git_dir / "kernos-journal",
+                                  scratch=git_dir / "kernos-scratch", durable=durable)
 
     def commit(self, batch: Batch) -> None:
         self.objects.begin()
@@ -301,25 +302,17 @@ class FastImportDefault(FastImport):
         return [("LooseObjects.read", lambda: loose_reader(self.git_dir))]
 
 
-class Store(Candidate):
+class Store(Loose):
     name = "kernos-store"
-
-    def __init__(self, git_dir: Path, durable: bool) -> None:
-        super().__init__(git_dir, durable)
-        self.objects = ObjectStore(git_dir, journal=git_dir / "kernos-journal",
-                                   scratch=git_dir / "kernos-scratch", durable=durable)
-
-    def commit(self, batch: Batch) -> None:
-        self.objects.begin()
-        for obj in batch.objects:
-            self.objects.write(obj.kind, obj.data, obj.sha)
-        self.objects.seal(batch.commit.sha)
-        publish_ref(self.git_dir, batch.commit.sha, durable=self.durable)
-        self.objects.finish()
+    store = ObjectStore
 
     def close(self) -> None:
+        assert isinstance(self.objects, ObjectStore)
         self.objects.wait_for_maintenance()
         self.objects.close()
+
+    def readers(self) -> list[tuple[str, Callable[[], Reader]]]:
+        return Candidate.readers(self)  # its objects are packed
 
 
 class Dulwich(Candidate):

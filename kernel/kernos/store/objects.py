@@ -246,8 +246,7 @@ class LooseObjects:
 
     def recover(self, head: bytes | None) -> str | None:
         """Finish or undo a batch that a crash interrupted; say what was done."""
-        for leftover in self.scratch.glob("*") if self.scratch.exists() else ():
-            leftover.unlink(missing_ok=True)
+        self._clear_scratch()
         if not self.journal.exists():
             return None
         lines = self.journal.read_text(errors="replace").splitlines()
@@ -261,15 +260,24 @@ class LooseObjects:
     def _delete_journaled(self) -> int:
         if not self.journal.exists():
             return 0
+        removed = self._delete_loose(self.journal.read_text(errors="replace").splitlines())
+        self.journal.unlink()
+        return removed
+
+    def _delete_loose(self, lines: list[str]) -> int:
+        """Delete the loose objects whose ids are journal ``lines``; how many there were."""
         removed = 0
-        for line in self.journal.read_text(errors="replace").splitlines():
+        for line in lines:
             if len(line) == 40 and all(c in "0123456789abcdef" for c in line):
                 path = self.objects / line[:2] / line[2:]
                 if path.exists():
                     path.unlink()
                     removed += 1
-        self.journal.unlink()
         return removed
+
+    def _clear_scratch(self) -> None:
+        for leftover in self.scratch.glob("*") if self.scratch.exists() else ():
+            leftover.unlink(missing_ok=True)
 
     # -- reading -----------------------------------------------------------
 
@@ -406,7 +414,7 @@ class ObjectStore(LooseObjects):
         self._written: list[Path] = []
         self._journal_open = False
         self._repack: subprocess.Popen[bytes] | None = None
-        self._loose_estimate = _estimate_loose(self.objects)
+        self._loose_estimate: int | None = None  # counted when a commit first asks
 
     def begin(self) -> None:
         if self._journal_fd is None:
@@ -420,15 +428,16 @@ class ObjectStore(LooseObjects):
         self._written.clear()
 
     def write(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
-        """Add the object ``sha`` to the batch's pack unless it is stored already.
+        """Add the object ``sha`` to the batch's pack unless the batch has it already.
 
-        Only this batch and the loose objects are checked: an object that some
-        older pack holds too is stored twice until a repack merges them, which
-        costs a little space and no lookup in every pack per object.
+        Only this batch is checked: an object that an older pack (or a loose
+        file) holds too is stored twice until a repack merges them, which costs
+        a little space and no lookup per object on the commit path.  Unchanged
+        chunks never get here: the snapshot writer's chunk cache skips them.
         """
         if not self._journal_open:
             raise RuntimeError("ObjectStore.write called outside begin()/finish()")
-        if sha in self._batch or os.path.exists(self._loose_path(sha.hex())):
+        if sha in self._batch:
             return 0
         self._batch.add(sha)
         written = self._builder.add(kind, data, sha)
@@ -482,6 +491,8 @@ class ObjectStore(LooseObjects):
                 return False
             self._repack = None
             self.packs.refresh()
+            self._loose_estimate = None
+        if self._loose_estimate is None:
             self._loose_estimate = _estimate_loose(self.objects)
         if len(self.packs) < REPACK_PACKS and self._loose_estimate < REPACK_LOOSE:
             return False
@@ -525,8 +536,7 @@ class ObjectStore(LooseObjects):
         return len(packs)
 
     def recover(self, head: bytes | None) -> str | None:
-        for leftover in self.scratch.glob("*") if self.scratch.exists() else ():
-            leftover.unlink(missing_ok=True)
+        self._clear_scratch()
         if self.pack_dir.exists():
             for leftover in self.pack_dir.glob("tmp_kernos_*"):
                 leftover.unlink(missing_ok=True)
@@ -541,20 +551,10 @@ class ObjectStore(LooseObjects):
             return f"the interrupted commit {commit[:12]} had completed; kept it"
         packs = [self.pack_dir / Path(line[5:]).name for line in lines
                  if line.startswith("pack pack-") and line.endswith(".pack")]
-        removed = self._delete_written(packs) + self._delete_loose_journaled(lines)
+        # Object ids in the journal are what a loose writer (an older Kernos) left.
+        removed = self._delete_written(packs) + self._delete_loose(lines)
         os.truncate(self.journal, 0)
         return f"discarded a half-written commit ({removed} packs or objects)"
-
-    def _delete_loose_journaled(self, lines: list[str]) -> int:
-        """Objects a loose-object writer (an older Kernos) journaled before a crash."""
-        removed = 0
-        for line in lines:
-            if len(line) == 40 and all(c in "0123456789abcdef" for c in line):
-                path = self.objects / line[:2] / line[2:]
-                if path.exists():
-                    path.unlink()
-                    removed += 1
-        return removed
 
     def _read_packed(self, sha: bytes) -> tuple[bytes, bytes]:
         found = self.packs.read(sha)

@@ -132,11 +132,12 @@ class PackBuilder:
         for byte in range(256):
             running += fanout[byte]
             fanout[byte] = running
-        large = [offset for _sha, _crc, offset in entries if offset >= 1 << 31]
+        large: list[int] = []  # offsets past 2 GiB, which the 32-bit table points into
         offsets = []
         for _sha, _crc, offset in entries:
             if offset >= 1 << 31:
-                offsets.append(0x80000000 | large.index(offset))
+                offsets.append(0x80000000 | len(large))
+                large.append(offset)
             else:
                 offsets.append(offset)
         body = b"".join([
