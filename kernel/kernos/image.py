@@ -44,6 +44,7 @@ from kernos.audit.log import AuditLog
 from kernos.errors import AuditError, RestoreError, UsageError, WorkspaceCorrupt
 from kernos.personal import Keyring, forget_created
 from kernos.serialize.pickler import Serializer, Transient
+from kernos.serialize.segments import Segmented
 from kernos.serialize.unpersisted import Unpersisted
 from kernos.store.snapshots import (
     ChunkCache,
@@ -151,6 +152,8 @@ class Image:
         self.group_of: dict[str, str] = {}
         self.meta: dict[str, NameMeta] = {}
         self.committed: dict[str, object] = {}
+        self.segmented: dict[str, Segmented] = {}
+        """Big lists and dicts as the last commit cut them (``kernos.serialize.segments``)."""
         self.system: dict[str, object] = {}
         self.current: Op | None = None
         self.last_op = 0
@@ -247,6 +250,7 @@ class Image:
                 loaded[name], "reason", "could not be restored"
             )
         self.committed = dict(loaded)
+        self.segmented = {}
 
     def load_groups(
         self,
@@ -389,6 +393,7 @@ class Image:
             return Reach.all("the code uses IPython's output cache, which aliases values")
         frontier = [name for name in names if name in current]
         seen_groups: set[str] = set()
+        referenced: set[str] = set()
         while frontier:
             name = frontier.pop()
             key = self.group_of.get(name)
@@ -399,11 +404,14 @@ class Image:
             dynamic = refs & DYNAMIC_NAMES
             if dynamic:
                 return Reach.all(f"code stored with {name!r} uses {', '.join(sorted(dynamic))}")
+            referenced |= refs
             for ref in refs - names:
                 names.add(ref)
                 if ref in current:
                     frontier.append(ref)
-        return Reach(frozenset(names))
+        # Stored code may use a name in any way: only the op's own uses are known.
+        uses = {name: use for name, use in reach.uses.items() if name not in referenced}
+        return Reach(frozenset(names), uses=uses)
 
     def transients(self) -> list[dict[str, Any]]:
         """Every value a restore would (or did) replace by a placeholder.

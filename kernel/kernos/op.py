@@ -39,6 +39,7 @@ from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
 from kernos.errors import CommitFailed, KernosError, OpVetoed, RestoreError, UsageError
 from kernos.personal import created_subjects
+from kernos.serialize import segments
 from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
@@ -369,6 +370,8 @@ class _ImageParticipant:
         self.commit_sha: bytes | None = None
         self._published = False
         self._state: dict[str, Any] = {}
+        self._segmented: dict[str, segments.Segmented] = {}
+        """Values this commit stored in segments, as it cut them (see tpc_finish)."""
 
     def sort_key(self) -> str:
         return "~kernos.image"  # votes last: its publish is the commit point
@@ -400,6 +403,10 @@ class _ImageParticipant:
                           for name in state.stored.names}
         image.meta = self._state["meta"]
         image.committed = self._state["current"]
+        affected = self._state["affected"]
+        kept = {name: state for name, state in image.segmented.items()
+                if name not in affected and image.committed.get(name) is state.value}
+        image.segmented = {**kept, **self._segmented}
         image.unreset.clear()
         report = self._state["report"]
         report.timings_ms["publish"] = (time.perf_counter() - started) * 1000
@@ -411,6 +418,9 @@ class _ImageParticipant:
             self.op.image.workspace.objects.discard()
 
     def abort(self, txn: Transaction) -> None:
+        # A rollback may reset containers in place from copies: the cut segments'
+        # objects would no longer be the containers' own.
+        self.op.image.segmented.clear()
         self.op.abort_report = self._rollback()
 
     # -- commit work -----------------------------------------------------------
@@ -460,7 +470,8 @@ class _ImageParticipant:
         timings["analyze"] = (time.perf_counter() - clock) * 1000
 
         clock = time.perf_counter()
-        individual, components = self._pickle(affected, current)
+        individual, components = self._pickle(
+            affected, current, reach.without_uses(set(added) | rebound))
         self._refuse_unstorable_system_state(individual)
         _faults.point("serialize")
         timings["serialize"] = (time.perf_counter() - clock) * 1000
@@ -474,6 +485,10 @@ class _ImageParticipant:
                 pickled = image.serializer.dump([(name, current[name]) for name in members],
                                                 op=op.id)
             stored = writer.group(members, pickled, op=op.id)
+            if len(members) == 1 and pickled.segmented is not None:
+                for piece, part in zip(pickled.segmented.segments, stored.buffers, strict=True):
+                    piece.part = part
+                self._segmented[members[0]] = pickled.segmented
             final[stored.key] = GroupState(
                 stored=stored, live_transients=[t.obj for t in pickled.transients])
             for name in members:
@@ -520,7 +535,8 @@ class _ImageParticipant:
         report.image_bytes = sum(state.stored.size for state in final.values())
         report.history_bytes = image.history_grew(writer.bytes_written)
         report.timings_ms = timings
-        self._state = {"groups": final, "meta": meta, "current": current, "report": report}
+        self._state = {"groups": final, "meta": meta, "current": current, "report": report,
+                       "affected": set(affected)}
 
     def _refuse_unstorable_system_state(self, individual: dict[str, Pickled]) -> None:
         """Veto the op if a runtime name (``kernos:*``) would not be stored whole.
@@ -561,7 +577,7 @@ class _ImageParticipant:
         return [dict(transient.info(), op=self.op.id) for transient in found
                 if id(transient.obj) not in known]
 
-    def _pickle(self, names: list[str], current: dict[str, object]
+    def _pickle(self, names: list[str], current: dict[str, object], reach: Reach
                 ) -> tuple[dict[str, Pickled], list[list[str]]]:
         """Pickle each name alone; find which names share objects."""
         serializer = self.op.image.serializer
@@ -574,12 +590,38 @@ class _ImageParticipant:
         sharing = _UnionFind(names)
         individual = {}
         for name in names:
-            pickled = serializer.dump([(name, current[name])], op=self.op.id,
-                                      record=record if name in shareable else None)
+            pickled = None
+            if segments.candidate(current[name]) and not name.startswith("kernos:"):
+                pickled = self._segments(name, current[name], reach,
+                                         record if name in shareable else None)
+            if pickled is None:
+                pickled = serializer.dump([(name, current[name])], op=self.op.id,
+                                          record=record if name in shareable else None)
             individual[name] = pickled
             for other in pickled.touched_owners:
                 sharing.union(name, other)
         return individual, sharing.groups()
+
+    def _segments(self, name: str, value: Any, reach: Reach,
+                  record: SharingRecord | None) -> Pickled | None:
+        """Pickle a big list or dict in segments (see ``kernos.serialize.segments``),
+        again only where the op's code may have changed it; None to pickle it whole."""
+        image = self.op.image
+        serializer = image.serializer
+        dump = segments.dump_with(lambda piece, own: serializer.dump(
+            [(name, piece)], op=self.op.id, record=own))
+        previous = image.segmented.get(name)
+        state = segments.segment(value, dump, use=None if reach.everything
+                                 else reach.uses.get(name), previous=previous)
+        if state is None:
+            return None
+        stream, buffers = segments.joined_stream(state)
+        owners: set[str] = set()
+        if record is not None:
+            owners = record.add(name, state.objects.values(), ids=state.objects.keys(),
+                                roots=(value,), home=serializer.module_name)
+        return Pickled(stream=stream, buffers=buffers, transients=[], code_refs=frozenset(),
+                       touched_owners=frozenset(owners), segmented=state)
 
     def _metadata(
         self,

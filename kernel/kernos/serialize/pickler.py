@@ -92,6 +92,9 @@ class Pickled:
     """Global names read by code that was stored by value (see ``kernos.analysis``)."""
     touched_owners: frozenset[str] = frozenset()
     """Other variables whose objects this pickle also reached (recording mode only)."""
+    segmented: Any = None
+    """For a value stored in segments (``kernos.serialize.segments.Segmented``): the
+    segments, which are the buffers, in order."""
 
 
 class Serializer:

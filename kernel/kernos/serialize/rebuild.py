@@ -529,3 +529,31 @@ def lxml_node(tree: Any, path: tuple[int, ...]) -> Any:
 
 def lxml_tree(tree: Any) -> Any:
     return tree
+
+
+def join_segments(kind: str, *segments: Any) -> Any:
+    """A list or dict stored in segments (``kernos.serialize.segments``), joined again.
+
+    Each segment is a pickle of ``(container,)`` written by the image's pickler;
+    it loads under the context of the load that called this.
+    """
+    if kind == "list":
+        joined: Any = []
+        for segment in segments:
+            joined.extend(_segment(segment))
+        return joined
+    if kind == "dict":
+        joined = {}
+        for segment in segments:
+            joined.update(_segment(segment))
+        return joined
+    raise ValueError(f"a segmented value of unknown kind {kind!r}")
+
+
+def _segment(data: Any) -> Any:
+    import pickle
+
+    values = pickle.loads(data)
+    if type(values) is not tuple or len(values) != 1:
+        raise ValueError("a segment does not hold one container")
+    return values[0]

@@ -41,6 +41,8 @@ import gc
 import itertools
 import sys
 import types
+from collections.abc import Collection
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from kernos.serialize.kinds import IMMUTABLE, identity_free_kind, lookup
@@ -57,7 +59,7 @@ class SharingRecord:
     """
 
     def __init__(self) -> None:
-        self._owners: list[tuple[str, set[int], list[object]]] = []
+        self._owners: list[tuple[str, AbstractSet[int], Collection[object]]] = []
         self._roots: set[int] = set()
         self._root_values: dict[str, tuple[object, ...]] = {}
         self._library: dict[int, bool] = {}
@@ -67,15 +69,18 @@ class SharingRecord:
         self._global_items: dict[int, tuple[dict[Any, object], object]] = {}
         self._indexed_modules: set[int] = set()
 
-    def add(self, owner: str, objects: list[object], *, roots: tuple[object, ...] = (),
-            home: str | None = None) -> set[str]:
+    def add(self, owner: str, objects: Collection[object], *, roots: tuple[object, ...] = (),
+            home: str | None = None, ids: AbstractSet[int] | None = None) -> set[str]:
         """Record what ``owner`` reached; return the earlier owners it shares objects with.
 
         ``roots`` are the values of the dumped variables themselves; ``home``
         is the name of the namespace's module.  With ``home``, objects that
-        belong to libraries (see the module docstring) do not count.
+        belong to libraries (see the module docstring) do not count.  ``ids``
+        are the ids of ``objects`` when the caller keeps them indexed already
+        (a value stored in segments, most of which were not pickled again).
         """
-        ids = set(map(id, objects))
+        if ids is None:
+            ids = set(map(id, objects))
         self._roots.update(map(id, roots))
         self._root_values[owner] = roots
         earlier = [(name, other) for name, other, _ in self._owners if name != owner]
@@ -85,12 +90,16 @@ class SharingRecord:
         for name, other in earlier:
             if ids.isdisjoint(other):
                 continue
-            common = ids & other
+            common = set(ids & other)
             if home is not None:
                 common = self._users(common, objects, home, owner, judged)
             if common:
                 met.add(name)
         return met
+
+    def reached_objects(self) -> list[object]:
+        """Every object recorded so far, whoever reached it."""
+        return [obj for _, _, objects in self._owners for obj in objects]
 
     def owner_of(self, obj: object) -> str | None:
         """The first variable whose pickle reached ``obj``."""
@@ -99,7 +108,7 @@ class SharingRecord:
 
     # -- library objects -------------------------------------------------------
 
-    def _users(self, common: set[int], objects: list[object], home: str, owner: str,
+    def _users(self, common: set[int], objects: Collection[object], home: str, owner: str,
                judged: set[int]) -> set[int]:
         """The objects of ``common`` that are the user's (not a library's).
 

@@ -200,14 +200,22 @@ class SnapshotWriter:
                           by_content=by_content)
 
     def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None) -> StoredGroup:
+        """Store one group.  A value stored in segments has pickle streams for buffers:
+        they are cut by content, and a segment the last commit wrote keeps its chunks."""
         stream = self.part(pickled.stream, stream=True)
-        buffers = tuple(self.part(view, readonly=view.readonly) for view in pickled.buffers)
+        segmented = pickled.segmented
+        if segmented is not None and len(names) == 1:
+            buffers = tuple(
+                piece.part if piece.part is not None
+                else self.part(view, readonly=True, stream=True)
+                for piece, view in zip(segmented.segments, pickled.buffers, strict=True))
+        else:
+            buffers = tuple(self.part(view, readonly=view.readonly) for view in pickled.buffers)
         unpersisted = tuple(dict(transient.info(), op=op) for transient in pickled.transients)
         index = {
             "names": list(names),
             "stream": list(stream.sizes),
-            "buffers": [{"sizes": list(part.sizes), "readonly": part.readonly}
-                        for part in buffers],
+            "buffers": [_buffer_spec(part) for part in buffers],
             "code_refs": sorted(pickled.code_refs),
             "unpersisted": list(unpersisted),
         }
@@ -265,6 +273,13 @@ class SnapshotWriter:
         _faults.point("published")
         self.workspace.objects.finish()
         self.cache.update(self._new_cache_entries.items())
+
+
+def _buffer_spec(part: StoredPart) -> dict[str, Any]:
+    spec: dict[str, Any] = {"sizes": list(part.sizes), "readonly": part.readonly}
+    if part.by_content:  # absent otherwise: groups written before keep their ids
+        spec["chunking"] = STREAM_CHUNKING
+    return spec
 
 
 def _bytes_view(data: bytes | memoryview) -> memoryview:
@@ -349,6 +364,7 @@ def read_group(workspace: Workspace, key: str, tree: bytes) -> StoredGroup:
             chunks=tuple(by_name[f"b{n:03d}.{i:06d}"] for i in range(len(spec["sizes"]))),
             sizes=tuple(spec["sizes"]),
             readonly=bool(spec["readonly"]),
+            by_content=spec.get("chunking") == STREAM_CHUNKING,
         )
         for n, spec in enumerate(index["buffers"])
     )

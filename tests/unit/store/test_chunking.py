@@ -3,6 +3,9 @@
 The measure is the op's own report of what it wrote (``bytes_written``, the
 compressed size of its new objects), for a list of records an agent appends
 to at every op, the case that made a workspace's size grow quadratically.
+The list here is just too short to be stored in segments (lists that long
+or longer are: ``tests/unit/store/test_segments.py``), so its one stream is
+what is cut by content.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ import types
 from pathlib import Path
 
 from kernos import Image, Workspace
+from kernos.serialize.segments import SEGMENTED_FROM
 from kernos.store.snapshots import STREAM_CDC_FROM, read_group, read_snapshot
 
-RECORDS = 20_000
+RECORDS = SEGMENTED_FROM - 50  # still short after the appends below
 
 
 def open_image(path: Path) -> tuple[Workspace, Image, dict[str, object]]:
@@ -34,12 +38,12 @@ def test_appending_a_record_writes_a_few_chunks_not_the_list(tmp_path: Path) -> 
     workspace, image, namespace = open_image(tmp_path / "ws")
     first = run(image, namespace, f"memory = [{{'op': i, 'note': f'record {{i}}', 'v': i / 2}} "
                                   f"for i in range({RECORDS})]")
-    assert first > 100_000  # the whole list, once
+    assert first > 40_000  # the whole list, once
     sizes = [run(image, namespace, f"memory.append({{'op': {n}, 'note': 'new', 'v': 0.5}})")
              for n in range(20)]
-    assert max(sizes) < first / 10, (first, sizes)
+    assert max(sizes) < first / 5, (first, sizes)
     edited = run(image, namespace, "memory[7000]['v'] = 99.0")
-    assert edited < first / 10, (first, edited)
+    assert edited < first / 5, (first, edited)
     head = read_snapshot(workspace, image.head)
     group = read_group(workspace, "memory", head.group_trees["memory"])
     assert group.stream.by_content and len(group.stream.chunks) > 5
