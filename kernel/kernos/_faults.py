@@ -19,6 +19,14 @@ journaled), ``effect.started`` (journaled as started, not executed),
 (journaled as done, not in the image) and ``effect.record`` (the follow-up
 op begun, not committed).
 
+``kernos prune`` (``kernos.store.retention``) adds, in order:
+``prune.written`` (the new commits written and sealed, nothing else),
+``prune.intent`` (the intent file written), ``prune.recorded`` (the audit
+record appended, the branch not moved), ``prune.published`` (the branch
+moved: the commit point), ``prune.tags`` (the tags moved, nothing deleted
+yet) and ``prune.repacked`` (the packs rewritten, loose objects not yet
+pruned).
+
 ``<point>@N`` crashes the Nth time the point is reached (``sealed@2``: in
 the second commit), so a test can crash a later op of the same process.
 """

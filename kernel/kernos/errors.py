@@ -131,11 +131,12 @@ class WorkspaceError(KernosError):
 class WorkspaceLocked(WorkspaceError):
     """Another process (usually another kernel) owns the workspace."""
 
-    def __init__(self, path: str, owner: str) -> None:
+    def __init__(self, path: str, owner: str, *, advice: str | None = None) -> None:
         self.owner = owner
         super().__init__(
-            f"The workspace {path} is in use by {owner}. A workspace belongs to one kernel "
-            "at a time. Stop that kernel, or point KERNOS_WORKSPACE at another directory.",
+            f"The workspace {path} is in use by {owner}. " + (advice or (
+                "A workspace belongs to one kernel at a time. Stop that kernel, or point "
+                "KERNOS_WORKSPACE at another directory.")),
             path=path,
         )
 

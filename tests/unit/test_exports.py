@@ -29,7 +29,8 @@ def test_core_does_not_import_jupyter() -> None:
             "kernos.analysis", "kernos.store.snapshots", "kernos.serialize.pickler", "kernos.cli",
             "kernos.agents", "kernos.agents.runtime", "kernos.events", "kernos.events.bus",
             "kernos.events.human", "kernos.audit", "kernos.audit.verify", "kernos.audit.human",
-            "kernos.personal", "kernos.llm"]
+            "kernos.personal", "kernos.llm", "kernos.prune", "kernos.store.retention",
+            "kernos.audit.pruning"]
     code = (
         "import sys\n"
         + "".join(f"import {module}\n" for module in core)

@@ -5,7 +5,9 @@
 * ``kernos.audit.verify``: :func:`verify`, run from disk in any process
   (``report.py`` holds what it returns, ``suffix.py`` reads the records after
   an anchor from the end of the log);
-* ``kernos.audit.erasure``: :func:`erase` a data subject.
+* ``kernos.audit.erasure``: :func:`erase` a data subject;
+* ``kernos.audit.pruning``: the ``prune`` record, and what older records'
+  commits became after ``kernos prune`` rewrote the history.
 
 Nothing here imports Jupyter.
 """
@@ -57,13 +59,20 @@ def open_audit(workspace: Workspace) -> AuditLog:
 def _published(log: AuditLog, head: str | None) -> int:
     """The newest record whose events are visible, reading from disk.
 
-    That is the newest committed record whose commit the branch names; a
-    newer one (written just before its commit point) is not published yet.
-    A log with no committed op publishes everything (there is nothing to hide).
+    That is the newest committed record whose commit the branch names (or
+    prune record whose new head it names: a prune renames the commits older
+    records name); a newer one (written just before its commit point) is not
+    published yet.  A log with no committed op publishes everything (there is
+    nothing to hide).
     """
-    committed = [entry for entry in log.entries
-                 if entry.type == "op" and entry.status == "committed" and not entry.voided]
-    for entry in reversed(committed):
-        if entry.commit == head:
+    committed = False
+    for entry in reversed(log.entries):
+        if entry.voided:
+            continue
+        if entry.type == "op" and entry.status == "committed":
+            if entry.commit == head:
+                return entry.index
+            committed = True
+        elif entry.type == "prune" and log.read(entry.index).get("to") == head:
             return entry.index
     return -1 if committed else len(log.entries) - 1

@@ -89,6 +89,10 @@ def format_records(records: list[dict[str, Any]]) -> str:
                       "erasure": f"erased subject {record.get('subject')}",
                       "effect": f"{record.get('tool')} {record.get('state')} (attempt "
                                 f"{record.get('attempt')}, key {str(record.get('key'))[-12:]})",
+                      "prune": f"pruned {len(record.get('pruned') or [])} snapshots, "
+                               f"renamed {len(record.get('rewritten') or [])}; HEAD "
+                               f"{str(record.get('from'))[:12]} -> "
+                               f"{str(record.get('to'))[:12]}",
                       "genesis": "log started"
                       + (f", adopting {str(record.get('adopts'))[:12]}"
                          if record.get("adopts") else "")}.get(str(kind), str(kind))

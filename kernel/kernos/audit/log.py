@@ -38,12 +38,17 @@ canonical encoding of the record without ``hash``.  Types:
     ``kind``, ``code`` (hash only), ``started_at``.
 ``erasure``
     A data subject was erased: ``subject`` and the payload ``refs`` deleted.
+``prune``
+    ``kernos prune`` rewrote the history: ``from`` and ``to`` (HEAD before
+    and after), the ``pruned`` commits, the kept commits ``rewritten`` with
+    new ids (``[old, new]`` pairs), the ``tags`` moved and deleted, the
+    ``policy`` and how many snapshots were ``kept`` (see ``pruning.py``).
 
-Crash semantics match the snapshots': the record of a committed op is
-appended and synced *before* the branch moves (the commit point), so an op
-acknowledged as committed always has its record.  If the process dies in
-between, the next open finds a record whose commit is not in the history and
-appends a ``void`` record for it.  Events are published (to external
+Crash semantics match the snapshots': the record of a committed op (or of a
+prune) is appended and synced *before* the branch moves (the commit point), so
+an op acknowledged as committed always has its record.  If the process dies in
+between, the next open finds a record whose commit (a prune's ``to``) is not
+in the history and appends a ``void`` record for it.  Events are published (to external
 subscribers) only from committed records that are not voided and whose
 commit the branch has reached.
 """
@@ -95,7 +100,7 @@ class Entry:
     length: int
     """Length of its line, newline included."""
     type: str
-    """genesis, op, void, died, erasure or effect."""
+    """genesis, op, void, died, erasure, effect or prune."""
     hash: str
     """Its hash."""
     op: int | None = None
@@ -138,6 +143,7 @@ class AuditLog:
         self._next_seq = 1
         self._last_op = 0
         self._last_commit: int | None = None
+        self._last_prune: int | None = None
         self.published = -1
         """Index of the newest op record whose commit is visible."""
         self._size = 0
@@ -196,6 +202,10 @@ class AuditLog:
                             and not earlier.voided):
                         self._last_commit = earlier.index
                         break
+            if voids == self._last_prune:
+                self._last_prune = next((earlier.index for earlier in reversed(
+                    self.entries[:voids]) if earlier.type == "prune" and not earlier.voided),
+                    None)
         self.entries.append(entry)
         if entry.events:
             self._next_seq = entry.first_seq + entry.events
@@ -207,6 +217,8 @@ class AuditLog:
             self._last_commit = entry.index
             if entry.key is not None:
                 self._keys.setdefault(entry.key, entry.index)
+        if entry.type == "prune":
+            self._last_prune = entry.index
 
     def _damaged(self, index: int, problem: str) -> AuditError:
         return AuditError(
@@ -253,6 +265,10 @@ class AuditLog:
     def last_commit_index(self) -> int | None:
         """The newest committed op record that was not voided."""
         return self._last_commit
+
+    def last_prune_index(self) -> int | None:
+        """The newest prune record that was not voided."""
+        return self._last_prune
 
     def committed_with_key(self, key: str) -> dict[str, Any] | None:
         """The record of the committed (and not voided) op that carries idempotency ``key``."""
@@ -464,9 +480,18 @@ class AuditLog:
         # Ops run one at a time and each record precedes its commit point, so
         # only the newest committed record can name a commit that never became
         # visible.  (A commit that exists but is not the head is not ours to
-        # judge: verify reports a rewritten history.)
+        # judge: verify reports a rewritten history.)  A prune moves the branch
+        # too: if its record is the newest, it is the one to judge, by its ``to``.
         last = self.last_commit_index()
-        if last is not None:
+        prune = self.last_prune_index()
+        if prune is not None and (last is None or prune > last):
+            target = self.read(prune).get("to")
+            if target != head and isinstance(target, str) and not is_commit(target):
+                self.append({"type": "void", "voids": prune,
+                             "reason": "the process died before the pruned history was "
+                                       "published; nothing was pruned"})
+                notes.append("an interrupted prune was voided: nothing was pruned")
+        elif last is not None:
             entry = self.entries[last]
             if entry.commit != head and entry.commit is not None and not is_commit(entry.commit):
                 self.append({"type": "void", "voids": entry.index, "op": entry.op,

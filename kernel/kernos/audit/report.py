@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "VerifyReport"]
+__all__ = ["Problem", "Pruned", "VerifyReport"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,6 +16,33 @@ class Problem:
     """The record it concerns (the count of records, for something missing at the end)."""
     what: str
     """What is wrong, in words."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pruned:
+    """A ``prune`` record verify found (``kernos prune`` rewrote the history there)."""
+
+    record: int
+    """The prune record's index."""
+    at: str
+    """When it was appended."""
+    snapshots: int
+    """The snapshots it deleted."""
+    rewritten: int
+    """The kept snapshots it gave new commit ids (checked at their new ids)."""
+    records: int
+    """Committed op records in the range verified whose snapshot it deleted: they verify by
+    the chain alone."""
+
+    def summary(self) -> str:
+        return (f"pruned: record {self.record} ({self.at}) deleted "
+                f"{self.snapshots} snapshot{'' if self.snapshots == 1 else 's'} and renamed "
+                f"{self.rewritten}; {self.records} record{'' if self.records == 1 else 's'} "
+                "naming a deleted snapshot verify by the chain only")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"record": self.record, "at": self.at, "snapshots": self.snapshots,
+                "rewritten": self.rewritten, "records": self.records}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +61,8 @@ class VerifyReport:
     """Everything found, first bad record first."""
     since: int | None = None
     """With ``since``: the anchor's index.  Only the records after it were verified."""
+    pruned: tuple[Pruned, ...] = ()
+    """The prune records in the range, oldest first."""
 
     @property
     def ok(self) -> bool:
@@ -86,6 +115,7 @@ class VerifyReport:
                 lines.append(f"  ... and {len(self.problems) - 10} more")
             if self.since is not None:
                 lines.append(f"verified: {self.range()}")
+        lines += [pruned.summary() for pruned in self.pruned]
         if self.not_read() is not None:
             lines.append(str(self.not_read()))
         if self.ok:
@@ -99,4 +129,5 @@ class VerifyReport:
                 "first_bad": self.first_bad,
                 "problems": [{"index": p.index, "what": p.what} for p in self.problems],
                 "since": self.since, "verified": {"first": first, "last": last},
-                "range": self.range(), "not_read": self.not_read()}
+                "range": self.range(), "not_read": self.not_read(),
+                "pruned": [pruned.to_json() for pruned in self.pruned]}

@@ -16,6 +16,16 @@
   flipped bit in a blob, loose or packed, is found);
 * an anchor, if given: the chain still holds that record with that hash.
 
+The snapshot and history checks live in ``verify_history.py``.  They follow
+``prune`` records (``kernos prune``, see ``pruning.py``): a record whose
+snapshot a later prune deleted verifies by the chain alone, and the report
+says which prune deleted how many; a snapshot a prune gave a new id is
+checked at that id, and its recorded id must be what the new commit's bytes
+hash to with its old parent put back (so its tree, author, time and message
+are the original's); the kept snapshots must still form the branch, in
+order.  A commit missing *without* a prune record saying so is tampering,
+as before.
+
 With ``since=INDEX:HASH`` (``kernos audit verify --since``) it checks only
 what came after an anchor, at a cost that does not grow with the log: it
 reads the chain backwards from its end to the line that claims record
@@ -43,52 +53,17 @@ from typing import Any
 
 from kernos.audit.canonical import canonical
 from kernos.audit.log import CHAIN, DIRECTORY, GENESIS_PREV, PAYLOADS, record_hash
-from kernos.audit.report import Problem, VerifyReport
+from kernos.audit.report import Problem, Pruned, VerifyReport
 from kernos.audit.suffix import Suffix, read_suffix
-from kernos.errors import KernosError, UsageError
-from kernos.store.objects import decode_tree, object_id
-from kernos.store.snapshots import MANIFEST
+from kernos.audit.verify_history import HistoryChecks
+from kernos.errors import UsageError
 from kernos.store.workspace import Workspace
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
 
-class _Checker:
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
-        self.problems: list[Problem] = []
-        self.records: list[dict[str, Any] | None] = []
-        self.hashes: list[str] = []
-        self.seen_objects: set[bytes] = set()
-        self.commits = 0
-        self.base = 0
-        """The index of ``records[0]`` (the anchor's, with ``since``)."""
-        self.since: int | None = None
-        """With ``since``: the anchor's index; the range verified starts after it."""
-        self.suffix: Suffix | None = None
-
-    def bad(self, index: int, what: str) -> None:
-        self.problems.append(Problem(index=index, what=what))
-
-    @property
-    def end(self) -> int:
-        """The index after the newest record read."""
-        return self.base + len(self.records)
-
-    @property
-    def first(self) -> int:
-        """The first record in the range verified."""
-        return 0 if self.since is None else self.since + 1
-
-    def in_range(self) -> list[tuple[int, dict[str, Any] | None]]:
-        """(index, record) of every record in the range verified."""
-        skip = self.first - self.base
-        return [(self.base + skip + position, record)
-                for position, record in enumerate(self.records[skip:])]
-
-    def record_at(self, index: int) -> dict[str, Any] | None:
-        position = index - self.base
-        return self.records[position] if 0 <= position < len(self.records) else None
+class _Checker(HistoryChecks):
+    """The chain, the payloads and the anchor (the history checks are inherited)."""
 
     # -- the chain ------------------------------------------------------------------
 
@@ -213,221 +188,6 @@ class _Checker:
                     continue
                 if hashlib.sha256(data).hexdigest() != ref:
                     self.bad(index, f"its payload {ref[:16]} was modified")
-
-    # -- snapshots and history -------------------------------------------------------------
-
-    def snapshots(self, check_objects: bool) -> None:
-        voided = {record.get("voids") for _index, record in self.in_range()
-                  if record is not None and record.get("type") == "void"}
-        self._voids()
-        previous_commit: str | None = None
-        previous_index = self.base
-        # Whether the commit the next one must descend from is known: with
-        # ``since`` it is only if the anchor itself committed (the records
-        # before it are not read).
-        known = True
-        if self.since is None:
-            genesis = self.records[0] if self.records else None
-            adopted = genesis.get("adopts") if genesis is not None else None
-            previous_commit = adopted if isinstance(adopted, str) else None
-            if previous_commit is not None:
-                self._adoption(previous_commit)
-                if check_objects:
-                    self._history_objects(previous_commit, 0)
-        else:
-            anchor = self.records[0]
-            committed = (anchor is not None and anchor.get("type") == "op"
-                         and anchor.get("status") == "committed"
-                         and isinstance(anchor.get("commit"), str))
-            if committed and self.since not in voided:
-                assert anchor is not None
-                previous_commit = str(anchor["commit"])
-            known = previous_commit is not None
-        for index, record in self.in_range():
-            if (record is None or record.get("type") != "op"
-                    or record.get("status") != "committed" or index in voided):
-                continue
-            commit = record.get("commit")
-            if not isinstance(commit, str):
-                self.bad(index, "a committed op without a commit id")
-                continue
-            self.commits += 1
-            try:
-                data = self.workspace.read_commit(bytes.fromhex(commit))
-            except (KernosError, ValueError):
-                self.bad(index, f"its snapshot commit {commit[:12]} is missing or unreadable")
-                previous_commit, previous_index = commit, index
-                continue
-            parent = data.parents[0].hex() if data.parents else None
-            if known and parent != previous_commit:
-                self.bad(index, f"its commit {commit[:12]} has the parent "
-                                f"{(parent or 'none')[:12]}, but the op recorded before it "
-                                f"committed {(previous_commit or 'nothing')[:12]} (the history "
-                                "was rewritten)")
-            manifest = self._manifest(index, data.tree)
-            if manifest is not None:
-                self._agrees(index, record, manifest)
-            if check_objects:
-                self._objects(bytes.fromhex(commit), index, "commit")
-            previous_commit, previous_index, known = commit, index, True
-        head = self.workspace.head()
-        head_hex = None if head is None else head.hex()
-        if not known:
-            self._unrecorded_after_anchor(head_hex)
-        elif head_hex != previous_commit:
-            self._head_mismatch(head_hex, previous_commit, previous_index)
-
-    def _adoption(self, commit: str) -> None:
-        """A genesis may adopt only history that was never audited (it predates the log)."""
-        try:
-            data = self.workspace.read_commit(bytes.fromhex(commit))
-        except (KernosError, ValueError):
-            self.bad(0, f"it adopts the commit {commit[:12]}, which is missing")
-            return
-        manifest = self._manifest(0, data.tree)
-        if manifest is not None and isinstance((manifest.get("facts") or {}).get("audit"), dict):
-            self.bad(0, f"it adopts {commit[:12]} as history from before the log, but that "
-                        "snapshot was audited: the audit log was deleted and started afresh")
-
-    def _voids(self) -> None:
-        """A void is true only for a commit that never became visible (it does not exist)."""
-        for index, record in self.in_range():
-            if record is None or record.get("type") != "void":
-                continue
-            target = record.get("voids")
-            voided = None
-            if type(target) is int and self.base <= target < index:
-                voided = self.record_at(target)
-            elif type(target) is int and 0 <= target < self.base and self.suffix is not None:
-                found = self.suffix.before(target)  # before the anchor: read for this alone
-                voided = None if found is None else found.record
-            if voided is None or voided.get("type") != "op" or voided.get(
-                    "status") != "committed":
-                self.bad(index, f"it voids {target!r}, which is not an earlier committed op")
-                continue
-            commit = voided.get("commit")
-            try:
-                self.workspace.read_commit(bytes.fromhex(str(commit)))
-            except (KernosError, ValueError):
-                continue
-            self.bad(index, f"it voids op {voided.get('op')}, but that op's commit "
-                            f"{str(commit)[:12]} exists: the op did happen (a forged void)")
-
-    def _head_mismatch(self, head: str | None, expected: str | None, last: int) -> None:
-        ahead = []
-        if head is not None:
-            for sha, _commit in self.workspace.history(bytes.fromhex(head)):
-                if sha.hex() == expected:
-                    break
-                ahead.append(sha.hex())
-            else:
-                if expected is not None:
-                    self.bad(last, f"the branch points at {head[:12]}, which does not descend "
-                                   f"from this record's commit {expected[:12]} (the history "
-                                   "was rewritten or reset)")
-                    return
-        if head is None:
-            self.bad(last, "the history's branch is gone")
-            return
-        self.bad(self.end,
-                 f"{len(ahead)} snapshot(s) after record {last}'s commit have no audit record "
-                 f"(newest {head[:12]}): records were truncated or deleted")
-
-    def _unrecorded_after_anchor(self, head: str | None) -> None:
-        """Without a known last commit: no snapshot may say it was committed after the anchor."""
-        assert self.since is not None
-        if head is None:
-            return
-        ahead = 0
-        try:
-            for _sha, commit in self.workspace.history(bytes.fromhex(head)):
-                bound = _bound_index(self.workspace, commit.tree)
-                if bound is None or bound <= self.since:
-                    break
-                ahead += 1
-        except KernosError as error:
-            self.bad(self.end, f"the history after the anchor is unreadable ({error})")
-            return
-        if ahead:
-            self.bad(self.end, f"{ahead} snapshot(s) committed after the anchored record "
-                               f"{self.since} have no audit record (newest {head[:12]}): "
-                               "records were truncated or deleted")
-
-    def _manifest(self, index: int, tree: bytes) -> dict[str, Any] | None:
-        try:
-            _, data = self.workspace.read_object(tree)
-            entries = {entry.name: entry.sha for entry in decode_tree(data)}
-            _kind, raw = self.workspace.read_object(entries[MANIFEST])
-            manifest: dict[str, Any] = json.loads(raw)
-            return manifest
-        except (KernosError, KeyError, ValueError):
-            self.bad(index, "its snapshot's manifest is unreadable")
-            return None
-
-    def _agrees(self, index: int, record: dict[str, Any], manifest: dict[str, Any]) -> None:
-        for key in ("op", "principal"):
-            if manifest.get(key) != record.get(key):
-                self.bad(index, f"its {key} {record.get(key)!r} differs from its snapshot's "
-                                f"{manifest.get(key)!r}")
-        if record.get("changes") is not None and manifest.get("changes") != record["changes"]:
-            self.bad(index, "its changes differ from its snapshot's")
-        binding = (manifest.get("facts") or {}).get("audit")
-        if not isinstance(binding, dict):
-            self.bad(index, "its snapshot does not bind the audit chain")
-            return
-        if binding.get("index") != index:
-            self.bad(index, f"its snapshot was committed as record {binding.get('index')!r}")
-        start = binding.get("from")
-        bound = binding.get("hashes")
-        if type(start) is not int or type(bound) is not list:
-            self.bad(index, "its snapshot's binding of the chain is malformed")
-            return
-        for offset, expected in enumerate(bound):
-            position = start + offset
-            if position < self.base:
-                continue  # before the anchor: not read
-            if position >= self.end or self.hashes[position - self.base] != expected:
-                self.bad(position, f"its hash differs from the one record {index}'s snapshot "
-                                   "bound when it committed (the record was rewritten)")
-                return
-
-    def _history_objects(self, commit: str, index: int) -> None:
-        try:
-            for sha, _data in self.workspace.history(bytes.fromhex(commit)):
-                self._objects(sha, index, "commit")
-        except KernosError as error:
-            self.bad(index, f"the history it adopts is unreadable ({error})")
-
-    def _objects(self, root: bytes, index: int, path: str) -> None:
-        """Re-hash every object ``root`` reaches that no earlier snapshot reached, once each."""
-        stack = [(root, path)]
-        while stack:
-            sha, where = stack.pop()
-            if sha in self.seen_objects:
-                continue
-            self.seen_objects.add(sha)
-            try:
-                kind, data = self.workspace.objects.read(sha)
-            except Exception as error:
-                self.bad(index, f"the object {sha.hex()[:12]} ({where}) of its snapshot is "
-                                f"unreadable ({type(error).__name__})")
-                continue
-            if object_id(kind, data) != sha:
-                self.bad(index, f"the object {sha.hex()[:12]} ({where}) of its snapshot was "
-                                "modified (its content no longer matches its id)")
-                continue
-            if kind == b"commit":
-                stack.append((bytes.fromhex(data.split(b"\n", 1)[0].split(b" ")[1].decode()),
-                              "tree"))
-            elif kind == b"tree":
-                try:
-                    entries = decode_tree(data)
-                except (ValueError, UnicodeDecodeError):
-                    continue
-                prefix = "" if where == "tree" else where + "/"
-                stack.extend((entry.sha, prefix + entry.name) for entry in reversed(entries)
-                             if entry.sha not in self.seen_objects)
-
     # -- anchor -----------------------------------------------------------------------------
 
     def anchor(self, anchor: str) -> None:
@@ -447,19 +207,6 @@ def parse_anchor(anchor: str) -> tuple[int, str]:
         raise UsageError(f"the anchor {anchor[:80]!r} is not INDEX:HASH as `kernos audit "
                          "verify` prints it (a record number, a colon, 64 hex digits)")
     return int(index_text), expected
-
-
-def _bound_index(workspace: Workspace, tree: bytes) -> int | None:
-    """The record index a snapshot's manifest says its op got, if it binds the chain."""
-    try:
-        _, data = workspace.read_object(tree)
-        entries = {entry.name: entry.sha for entry in decode_tree(data)}
-        _kind, raw = workspace.read_object(entries[MANIFEST])
-        binding = (json.loads(raw).get("facts") or {}).get("audit")
-    except (KernosError, KeyError, ValueError, AttributeError):
-        return None
-    index = binding.get("index") if isinstance(binding, dict) else None
-    return index if type(index) is int else None
 
 
 def _refs(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -517,6 +264,11 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
         problems = sorted(checker.problems, key=lambda problem: problem.index)
         last = checker.end - 1
         head = (f"{last}:{checker.hashes[-1]}" if checker.hashes else f"-1:{GENESIS_PREV}")
+        pruned = tuple(Pruned(record=p.index, at=p.at, snapshots=len(p.pruned),
+                              rewritten=len(p.rewritten),
+                              records=checker.pruned_records.get(p.index, 0))
+                       for p in checker.prunes.prunings)
         return VerifyReport(records=checker.end, head=head, commits=checker.commits,
                             objects=len(checker.seen_objects), problems=tuple(problems),
-                            since=None if since is None else parse_anchor(since)[0])
+                            since=None if since is None else parse_anchor(since)[0],
+                            pruned=pruned)

@@ -7,7 +7,8 @@ uses git's own ``repack -a -d``, which writes the new pack durably before it
 deletes what it replaces, so it is safe under ``kill -9`` and safe beside a
 running kernel: a pack the kernel writes meanwhile is left alone.  Nothing
 reachable or unreachable is deleted (an erasure in Kernos destroys keys, not
-objects), so the audit chain is untouched and still verifies.
+objects), so the audit chain is untouched and still verifies.  Deleting old
+snapshots for good is ``kernos prune`` (``retention.py``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ Layout::
         lock              held by the one process that may write (see lock.py)
         history.git/      a bare git repository: one commit per committed op
         pending           exists only while a commit is being written
+        pruning           exists only while a ``kernos prune`` is not finished
         tmp/              temporary object files, renamed into history.git
         audit/            the audit log (see kernos.audit.log)
         llm/              LLM requests, answers, recordings and the spending ledger,
@@ -121,7 +122,8 @@ class Workspace:
 
         A writable workspace takes the lock, so a second writer gets
         :class:`~kernos.errors.WorkspaceLocked`, and finishes or discards a
-        commit that a crash interrupted.  A read-only one takes no lock.
+        commit (or a ``kernos prune``) that a crash interrupted.  A read-only
+        one takes no lock.
         """
         root = Path(path).expanduser() if path is not None else default_workspace()
         if durable is None:
@@ -145,7 +147,12 @@ class Workspace:
         workspace = cls(root, lock=lock, durable=durable)
         if writable:
             try:
-                workspace.recovery_note = workspace.objects.recover(workspace.head())
+                note = workspace.objects.recover(workspace.head())
+                # A prune that a crash interrupted is finished (or forgotten) next.
+                from kernos.store.retention import finish_interrupted
+
+                pruned = finish_interrupted(workspace)
+                workspace.recovery_note = "; ".join(n for n in (note, pruned) if n) or None
             except BaseException:
                 workspace.close()
                 raise
