@@ -30,6 +30,17 @@ recorded between two snapshots:
 
 ``until`` stops just before that op, leaving the new workspace as it was
 then, for a person to open in a notebook and run the op by hand.
+
+*A pruned history* (``kernos prune``, :mod:`kernos.audit.pruning`).  Every
+recorded op is still re-run (its code is in the audit log, not in the
+snapshots), so the replayed image is the whole history's.  A snapshot a
+prune renamed is compared at its new id.  A step whose snapshot a prune
+deleted cannot be compared: it is reported as not checked (``pruned``, with
+the prune record), and the next kept snapshot checks the state all the
+unchecked steps led to; a divergence found there says that it may have
+begun in them.  A checkout op whose own snapshot was pruned cannot be
+replayed (which snapshot it took is not known any more): replay ``--from``
+a snapshot after it.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from kernos.agents import HUMAN, AgentRuntime, Agents
 from kernos.analysis import Reach
 from kernos.audit.canonical import canonical
 from kernos.audit.human import Audit
+from kernos.audit.pruning import Prunes
 from kernos.errors import KernosError, UsageError
 from kernos.events.human import Events
 from kernos.harness.service import HarnessService
@@ -82,10 +94,13 @@ class Step:
     """The state digest after it (committed ops), in the replay."""
     original: str | None = None
     """The state digest of the source's snapshot of it."""
+    pruned_by: int | None = None
+    """The prune record that deleted the source's snapshot of it: not compared."""
 
     @property
     def matches(self) -> bool:
-        return self.replayed == self.status and self.digest == self.original
+        return self.replayed == self.status and (
+            self.pruned_by is not None or self.digest == self.original)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "matches": self.matches}
@@ -126,14 +141,20 @@ class ReplayReport:
 
         rows = [("op", "kind", "principal", "original", "replayed", "state", "same")]
         rows += [(str(s.op), s.kind, s.principal, s.status, s.replayed,
-                  (s.digest or "")[:12], "yes" if s.matches else "NO") for s in self.steps]
+                  (s.digest or "")[:12],
+                  "NO" if not s.matches else "pruned" if s.pruned_by is not None else "yes")
+                 for s in self.steps]
         lines = [format_table(rows), ""]
-        committed = sum(1 for s in self.steps if s.status == "committed")
+        committed = sum(1 for s in self.steps
+                        if s.status == "committed" and s.pruned_by is None)
+        pruned = sum(1 for s in self.steps if s.pruned_by is not None)
         if self.divergence is not None:
             lines.append(f"DIVERGED at {self.divergence}")
         else:
             lines.append(f"ok: {len(self.steps)} ops replayed, {committed} snapshots equal to "
-                         "the original; no effect was executed")
+                         "the original; no effect was executed"
+                         + (f"; {pruned} not checked: their snapshots were pruned"
+                            if pruned else ""))
         if self.stopped_before is not None:
             lines.append(f"stopped before op {self.stopped_before}; its code:")
             lines += ["    " + line for line in (self.pending_code or "").splitlines()]
@@ -197,7 +218,11 @@ class _Replayer:
                                "audit": Audit(lambda: self.image)})
         self.service = HarnessService(self.image, self.runtime, max_request_bytes=1 << 30)
         self.commits: dict[str, str] = {}
-        """Source commit id -> replayed commit id."""
+        """Source commit id (as recorded, and as it is now if a prune renamed it) ->
+        replayed commit id."""
+        self.prunes = Prunes.from_log(self.source_audit)
+        self._unchecked: list[int] = []
+        """Ops since the last compared snapshot whose snapshots were pruned."""
         self._digests: dict[bytes, str] = {}
         self.image.identity_override = _tag(self.source_audit)
         self.runtime.effects.replaying = True
@@ -294,9 +319,24 @@ class _Replayer:
         if status != "committed":
             return step, None
         assert commit is not None
-        self.commits[str(record.get("commit"))] = commit
-        return step, self._compare(step, bytes.fromhex(str(record["commit"])),
-                                   bytes.fromhex(commit))
+        recorded = str(record.get("commit"))
+        self.commits[recorded] = commit
+        now, by = self.prunes.resolve(recorded, int(record.get("index", -1)))
+        if now is None:  # the source's snapshot was pruned: nothing to compare with
+            step.pruned_by = by
+            step.digest = self._state_digest(
+                bytes.fromhex(commit), read_snapshot(self.workspace, bytes.fromhex(commit)
+                                                     ).group_trees)
+            self._unchecked.append(op)
+            return step, None
+        self.commits[now] = commit
+        divergence = self._compare(step, bytes.fromhex(now), bytes.fromhex(commit))
+        unchecked, self._unchecked = self._unchecked, []
+        if divergence is not None and unchecked:
+            divergence.reason += (f"; the snapshots of ops {', '.join(map(str, unchecked))} "
+                                  "before it were pruned, so the difference may have begun "
+                                  "there")
+        return step, divergence
 
     def _environment_changed(self, record: dict[str, Any]) -> dict[str, str]:
         """Variables the original op read that the replayed one saw otherwise (by SHA-256)."""
@@ -381,10 +421,21 @@ class _Replayer:
         commit = record.get("commit")
         if not isinstance(commit, str):
             return ref
-        note = str(read_snapshot(self.original, bytes.fromhex(commit)).manifest.get("note", ""))
+        now, by = self.prunes.resolve(commit, int(record.get("index", -1)))
+        if now is None:
+            raise UsageError(f"op {record.get('op')} checked out {ref}, but its snapshot was "
+                             f"pruned (audit record {by}), so which snapshot it took is not "
+                             "known any more: replay --from a snapshot after it")
+        note = str(read_snapshot(self.original, bytes.fromhex(now)).manifest.get("note", ""))
         return note.removeprefix("checkout ").strip() if note.startswith("checkout ") else ref
 
     def _mapped(self, ref: str) -> str:
+        prefix = ref.strip().lower()
+        if 4 <= len(prefix) <= 40 and all(c in "0123456789abcdef" for c in prefix):
+            # An id as it was recorded: a prune may have renamed or deleted it since.
+            found = {new for old, new in self.commits.items() if old.startswith(prefix)}
+            if len(found) == 1:
+                return found.pop()
         commit = self.original.resolve(ref).hex()
         if commit not in self.commits:
             raise UsageError(f"a checkout of {ref} (commit {commit[:12]}) that the replay did "
