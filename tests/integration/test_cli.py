@@ -205,7 +205,7 @@ def test_a_directory_that_is_not_a_workspace_fails_clearly(
 
 
 COMMANDS = ("install", "demo", "run", "objects", "grants", "log", "show", "diff", "checkout",
-            "events", "audit", "erase", "mcp")
+            "gc", "prune", "events", "audit", "erase", "mcp")
 
 
 def test_help_lists_the_commands_and_the_exit_statuses() -> None:

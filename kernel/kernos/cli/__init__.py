@@ -9,6 +9,10 @@
 ``kernos log|show|diff``      browse a workspace's history, from disk
 ``kernos checkout REF``       a new snapshot equal to REF (an op in the running kernel,
                               else offline for the next kernel)
+``kernos gc``                 repack every object into one pack (beside a kernel too)
+``kernos prune``              delete old snapshots by a retention policy (``--keep-last``,
+                              ``--keep-daily``, ``--keep-tag``, ``--dry-run``; the kernel
+                              must be stopped)
 ``kernos events``             committed events from the durable log; ``--follow`` streams
 ``kernos audit verify|log``   verify the audit chain and history; list the records
 ``kernos erase SUBJECT``      erase a data subject (the kernel must be stopped)
@@ -37,7 +41,7 @@ Exit statuses (:class:`Exit`), which scripts may rely on:
       interrupted, rejected), or ``audit verify`` found tampering
 2     usage or input error: bad arguments, an unknown ref, name, agent or
       tool, a path that is not a workspace, a workspace held by a kernel
-      (for the offline writes ``checkout`` and ``erase``)
+      (for the offline writes ``checkout``, ``erase`` and ``prune``)
 3     conflict: a precondition of ``run`` failed (``--expect``,
       ``--predicate``, or an expected name is gone); nothing ran
 4     no kernel: none runs where one is needed (``--no-start``,
@@ -173,6 +177,8 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _history.log(args, path)
     if command == "gc":
         return _history.gc(args, path)
+    if command == "prune":
+        return _history.prune(args, path)
     if command == "show":
         return _history.show(args, path)
     assert command == "diff", command

@@ -1,4 +1,5 @@
-"""``kernos log``, ``show``, ``diff`` (from disk) and ``checkout`` (through a kernel or not)."""
+"""``kernos log``, ``show``, ``diff`` (from disk), ``checkout`` (through a kernel or not), ``gc``
+and ``prune``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from kernos.cli._progress import Progress
 from kernos.store.snapshots import read_snapshot
 from kernos.store.workspace import Workspace
 
-__all__ = ["checkout", "diff", "log", "name_info", "show"]
+__all__ = ["checkout", "diff", "gc", "log", "name_info", "prune", "show"]
 
 # What a name's entry in a manifest tells a reader (its group and hash are internal).
 _NAME_FIELDS = ("type", "size", "version", "op", "principal", "changed_at", "summary")
@@ -50,6 +51,21 @@ def gc(args: argparse.Namespace, path: Path) -> int:
               f"({before.files} files, {history.human_size(before.bytes)}) -> {after.packs} "
               f"pack{'s' if after.packs != 1 else ''} and {after.loose} loose "
               f"({after.files} files, {history.human_size(after.bytes)})")
+    return Exit.OK
+
+
+def prune(args: argparse.Namespace, path: Path) -> int:
+    from kernos.prune import Policy
+    from kernos.prune import prune as prune_history
+
+    report = prune_history(path, Policy(keep_last=args.keep_last, keep_daily=args.keep_daily,
+                                        keep_tags=tuple(args.keep_tag)),
+                           dry_run=args.dry_run)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print(f"kernos prune{' --dry-run' if args.dry_run else ''}: {report.workspace}")
+        print(report.summary())
     return Exit.OK
 
 

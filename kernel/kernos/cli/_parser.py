@@ -16,7 +16,8 @@ exit status:
   1    the op did not commit (rolled back, failed, denied, vetoed, interrupted,
        rejected), or `audit verify` found tampering
   2    usage or input error: bad arguments, an unknown ref, name, agent or tool,
-       a path that is not a workspace, a workspace a kernel holds (offline writes)
+       a path that is not a workspace, a workspace a kernel holds (offline writes,
+       prune)
   3    conflict: a precondition of `run` failed (--expect, --predicate); nothing ran
   4    no kernel: none runs where one is needed, one could not start, or it died
   5    a bug in Kernos (the message says what to report)
@@ -123,6 +124,7 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                     "repack (the kernel keeps packs few by itself; run this before copying "
                     "a workspace, or after a long life). Nothing is deleted but what the "
                     "new pack replaces, so the history and the audit chain are unchanged.")
+    _add_prune(add)
     log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json")
     log.add_argument("-n", type=_count, default=20, metavar="N", help="at most N (default 20)")
     show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")
@@ -183,6 +185,31 @@ def _add_run(add: _Add) -> None:
                           "else exit 3")
     run.add_argument("--predicate", metavar="EXPR",
                      help="run only if EXPR is true (checked atomically, as the principal)")
+
+
+def _add_prune(add: _Add) -> None:
+    prune = add(
+        "prune", "delete old snapshots by a retention policy, for good (the kernel must be "
+        "stopped)", "workspace", "json",
+        description="Keep HEAD, the last N snapshots, the newest of each of the last D days "
+                    "(UTC days that have one), the snapshots tags matching PATTERN name and "
+                    "whatever other refs need; delete the rest, packs included. The kept "
+                    "snapshots after a pruned one get new commit ids (same trees); an audit "
+                    "record says what was pruned, so `kernos audit verify` still passes. "
+                    "Needs the workspace to itself (stop its kernel); --dry-run changes "
+                    "nothing and works beside a kernel.")
+    prune.add_argument("--keep-last", type=_count, default=0, metavar="N",
+                       help="keep the newest N snapshots")
+    prune.add_argument("--keep-daily", type=_count, default=0, metavar="D",
+                       help="keep the newest snapshot of each of the D most recent UTC days "
+                            "that have one")
+    prune.add_argument("--keep-tag", action="extend", nargs="+", default=[],
+                       metavar="PATTERN",
+                       help="keep the snapshots that tags (refs/tags/NAME in history.git) "
+                            "matching PATTERN name (fnmatch: 'v*'); repeatable")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="print what would be kept and pruned (and the bytes); change "
+                            "nothing")
 
 
 def _add_events(add: _Add) -> None:
