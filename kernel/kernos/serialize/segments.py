@@ -66,8 +66,8 @@ __all__ = ["SEGMENTED_FROM", "SEGMENT_ENTRIES", "Segment", "Segmented", "segment
 
 SEGMENT_ENTRIES = 2048
 """Entries per segment: about 100-200 KB of small records, a fraction of a millisecond to pickle."""
-SEGMENTED_FROM = 4 * SEGMENT_ENTRIES
-"""Containers with fewer entries are pickled whole: four segments' worth costs ~1 ms."""
+SEGMENTED_FROM = 2 * SEGMENT_ENTRIES
+"""Containers with fewer entries are pickled whole (in well under a millisecond)."""
 
 _LEN = builtins.len
 
@@ -102,7 +102,7 @@ class Segmented:
     """A list's last entry."""
 
     @property
-    def datas(self) -> list[bytes]:
+    def streams(self) -> list[bytes]:
         return [piece.data for piece in self.segments]
 
 
@@ -285,13 +285,13 @@ def dump_with(dump_one: Callable[[object, SharingRecord], Any]) -> Dump:
 class _Joined:
     """Pickles as the call that joins the segments back into one container."""
 
-    def __init__(self, kind: str, datas: Sequence[bytes]) -> None:
+    def __init__(self, kind: str, streams: Sequence[bytes]) -> None:
         self.kind = kind
-        self.datas = datas
+        self.streams = streams
 
     def __reduce__(self) -> Any:
         return (rebuild.join_segments,
-                (self.kind, *[pickle.PickleBuffer(data) for data in self.datas]))
+                (self.kind, *[pickle.PickleBuffer(data) for data in self.streams]))
 
 
 def joined_stream(state: Segmented) -> tuple[bytes, list[memoryview]]:
@@ -303,5 +303,5 @@ def joined_stream(state: Segmented) -> tuple[bytes, list[memoryview]]:
         return False
 
     kind = "list" if type(state.value) is list else "dict"
-    stream = pickle.dumps((_Joined(kind, state.datas),), protocol=5, buffer_callback=take)
+    stream = pickle.dumps((_Joined(kind, state.streams),), protocol=5, buffer_callback=take)
     return stream, buffers

@@ -10,6 +10,10 @@ A snapshot is a commit whose tree is::
             s.000000     the pickle stream, in chunks (see below)
             b000.000000  out-of-band buffer 0, in chunks
             ...
+            g000000/     or, for a big list or dict stored in segments
+                         (``kernos.serialize.segments``), one tree per segment:
+                sizes.json   its chunk sizes
+                c.000000     its pickle stream, in chunks cut by content
 
 Values are chunked so that an 8-byte edit to a 200 MB array writes one
 1 MiB chunk, not 200 MB.  Buffers (arrays, frames' blocks) are cut at fixed
@@ -81,6 +85,7 @@ MANIFEST = "kernos.json"
 SOURCE = "source.py"
 NAMESPACE = "ns"
 INDEX = "index.json"
+SIZES = "sizes.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +97,8 @@ class StoredPart:
     readonly: bool = False
     by_content: bool = False
     """Cut by content (a long pickle stream), not at fixed offsets."""
+    tree: bytes | None = None
+    """The tree that holds it on its own (a segment), if it has one."""
 
     @property
     def size(self) -> int:
@@ -199,33 +206,50 @@ class SnapshotWriter:
         return StoredPart(chunks=tuple(chunks), sizes=tuple(sizes), readonly=readonly,
                           by_content=by_content)
 
+    def segment(self, data: bytes | memoryview) -> StoredPart:
+        """Store one segment's pickle stream as a tree of its own (see the module docstring)."""
+        part = self.part(data, readonly=True, stream=True)
+        spec: dict[str, Any] = {"sizes": list(part.sizes)}
+        if part.by_content:
+            spec["chunking"] = STREAM_CHUNKING
+        entries = [TreeEntry(BLOB_MODE, SIZES, self.blob(_json(spec)))]
+        entries += [TreeEntry(BLOB_MODE, f"c.{i:06d}", sha) for i, sha in enumerate(part.chunks)]
+        return StoredPart(chunks=part.chunks, sizes=part.sizes, readonly=True,
+                          by_content=part.by_content,
+                          tree=self._write(b"tree", encode_tree(entries)))
+
     def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None) -> StoredGroup:
         """Store one group.  A value stored in segments has pickle streams for buffers:
         they are cut by content, and a segment the last commit wrote keeps its chunks."""
         stream = self.part(pickled.stream, stream=True)
-        segmented = pickled.segmented
-        if segmented is not None and len(names) == 1:
+        segmented = pickled.segmented if len(names) == 1 else None
+        if segmented is not None:
             buffers = tuple(
-                piece.part if piece.part is not None
-                else self.part(view, readonly=True, stream=True)
+                piece.part if piece.part is not None else self.segment(view)
                 for piece, view in zip(segmented.segments, pickled.buffers, strict=True))
         else:
             buffers = tuple(self.part(view, readonly=view.readonly) for view in pickled.buffers)
         unpersisted = tuple(dict(transient.info(), op=op) for transient in pickled.transients)
-        index = {
+        index: dict[str, Any] = {
             "names": list(names),
             "stream": list(stream.sizes),
-            "buffers": [_buffer_spec(part) for part in buffers],
+            "buffers": [] if segmented is not None else [_buffer_spec(part) for part in buffers],
             "code_refs": sorted(pickled.code_refs),
             "unpersisted": list(unpersisted),
         }
+        if segmented is not None:
+            index["segments"] = len(buffers)
         if stream.by_content:  # absent otherwise: groups written before keep their ids
             index["stream_chunking"] = STREAM_CHUNKING
         entries = [TreeEntry(BLOB_MODE, INDEX, self.blob(_json(index)))]
         entries += [TreeEntry(BLOB_MODE, f"s.{i:06d}", sha) for i, sha in enumerate(stream.chunks)]
-        for number, part in enumerate(buffers):
-            entries += [TreeEntry(BLOB_MODE, f"b{number:03d}.{i:06d}", sha)
-                        for i, sha in enumerate(part.chunks)]
+        if segmented is not None:
+            entries += [TreeEntry(TREE_MODE, f"g{number:06d}", part.tree or b"")
+                        for number, part in enumerate(buffers)]
+        else:
+            for number, part in enumerate(buffers):
+                entries += [TreeEntry(BLOB_MODE, f"b{number:03d}.{i:06d}", sha)
+                            for i, sha in enumerate(part.chunks)]
         tree = self._write(b"tree", encode_tree(entries))
         return StoredGroup(
             key=group_key(names), names=tuple(names), tree=tree, stream=stream,
@@ -276,10 +300,7 @@ class SnapshotWriter:
 
 
 def _buffer_spec(part: StoredPart) -> dict[str, Any]:
-    spec: dict[str, Any] = {"sizes": list(part.sizes), "readonly": part.readonly}
-    if part.by_content:  # absent otherwise: groups written before keep their ids
-        spec["chunking"] = STREAM_CHUNKING
-    return spec
+    return {"sizes": list(part.sizes), "readonly": part.readonly}
 
 
 def _bytes_view(data: bytes | memoryview) -> memoryview:
@@ -364,15 +385,28 @@ def read_group(workspace: Workspace, key: str, tree: bytes) -> StoredGroup:
             chunks=tuple(by_name[f"b{n:03d}.{i:06d}"] for i in range(len(spec["sizes"]))),
             sizes=tuple(spec["sizes"]),
             readonly=bool(spec["readonly"]),
-            by_content=spec.get("chunking") == STREAM_CHUNKING,
         )
         for n, spec in enumerate(index["buffers"])
     )
+    if "segments" in index:
+        buffers += tuple(_read_segment(workspace, by_name[f"g{n:06d}"])
+                         for n in range(int(index["segments"])))
     return StoredGroup(
         key=key, names=tuple(index["names"]), tree=tree, stream=stream, buffers=buffers,
         code_refs=frozenset(index.get("code_refs", ())),
         unpersisted=tuple(index.get("unpersisted", ())),
     )
+
+
+def _read_segment(workspace: Workspace, tree: bytes) -> StoredPart:
+    by_name = {entry.name: entry.sha for entry in _tree(workspace, tree)}
+    if SIZES not in by_name:
+        raise WorkspaceCorrupt(str(workspace.path), f"segment tree {tree.hex()} has no sizes")
+    spec = _load_json(workspace, by_name[SIZES])
+    sizes = tuple(spec["sizes"])
+    return StoredPart(chunks=tuple(by_name[f"c.{i:06d}"] for i in range(len(sizes))),
+                      sizes=sizes, readonly=True,
+                      by_content=spec.get("chunking") == STREAM_CHUNKING, tree=tree)
 
 
 def read_part(

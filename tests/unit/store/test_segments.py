@@ -15,7 +15,8 @@ from core_support import CoreEnv
 from kernos.serialize.segments import SEGMENT_ENTRIES, SEGMENTED_FROM
 from kernos.store.snapshots import read_group, read_snapshot
 
-SIZE = SEGMENTED_FROM + 3 * SEGMENT_ENTRIES + 17  # eight segments, the last one partial
+SIZE = SEGMENTED_FROM + 3 * SEGMENT_ENTRIES + 17  # the last segment is partial
+SEGMENTS = SIZE // SEGMENT_ENTRIES + 1
 RECORDS = f"memory = [{{'op': i, 'text': f'record {{i}}'}} for i in range({SIZE})]"
 TABLE = f"table = {{k: {{'v': 0, 'name': f'entry {{k}}'}} for k in range({SIZE})}}"
 
@@ -40,7 +41,7 @@ def segments_pickled(env: CoreEnv, name: str, code: str) -> int:
 def test_appends_pickle_the_tail_only_and_restore_exactly(tmp_path: Path) -> None:
     env = CoreEnv(tmp_path / "ws")
     first = env.run(RECORDS).bytes_written
-    assert len(group_of(env, "memory").buffers) == 8
+    assert len(group_of(env, "memory").buffers) == SEGMENTS
     pickled = [segments_pickled(env, "memory", f"memory.append({{'op': -{n}}})")
                for n in range(5)]
     assert pickled == [1, 1, 1, 1, 1]
