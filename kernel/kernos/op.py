@@ -393,7 +393,9 @@ class _ImageParticipant:
     def tpc_finish(self, txn: Transaction) -> None:
         assert self.writer is not None and self.commit_sha is not None
         started = time.perf_counter()
-        self.writer.publish(self.commit_sha)
+        audit = self.op.image.audit
+        self.writer.publish(self.commit_sha, sync_with=[audit.path] if audit.unsynced else [])
+        audit.unsynced = False
         self._published = True
         image = self.op.image
         image.head = self.commit_sha

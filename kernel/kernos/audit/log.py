@@ -134,6 +134,8 @@ class AuditLog:
         self.payload_dir = self.directory / PAYLOADS
         self.keyring = keyring
         self.durable = durable
+        self.unsynced = False
+        """Whether the last record was appended without an fsync (see :meth:`append`)."""
         self.writable = writable
         self.entries: list[Entry] = []
         self._keys: dict[str, int] = {}
@@ -427,8 +429,13 @@ class AuditLog:
 
     # -- writing ------------------------------------------------------------------
 
-    def append(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Append a record (``type`` and its fields); returns it with index, prev and hash."""
+    def append(self, body: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
+        """Append a record (``type`` and its fields); returns it with index, prev and hash.
+
+        With ``sync=False`` the record is not fsynced here: ``unsynced`` says so,
+        and the caller syncs the log with other files (an op's record is synced
+        with its snapshot, before the ref moves: ``Workspace.set_head``).
+        """
         if not self.writable:
             raise AuditError("this audit log was opened read-only", path=str(self.path))
         index, previous = self.head()
@@ -443,10 +450,11 @@ class AuditLog:
                 os.ftruncate(fd, self._size)
                 raise AuditError(f"the audit log could not be appended to ({written} of "
                                  f"{len(line)} bytes written)", path=str(self.path))
-            if self.durable:
+            if self.durable and sync:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        self.unsynced = self.durable and not sync
         entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
         self._register(entry, record.get("voids"))
         self._size += len(line)

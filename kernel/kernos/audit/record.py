@@ -133,8 +133,9 @@ class AuditParticipant:
     def tpc_vote(self, txn: Transaction) -> None:
         commit = self.op.commit_id()
         # An op kept although its code raised (on_error = keep) says so in ``error``.
+        # Synced with the snapshot when the ref moves (Workspace.set_head), before it does.
         record = self.log.append(self._body(status="committed", commit=commit,
-                                            error=self.op.failure))
+                                            error=self.op.failure), sync=False)
         self.index = record["index"]
         self.record = record
 

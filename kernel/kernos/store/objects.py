@@ -21,10 +21,21 @@ dropped; otherwise every object the journal lists is deleted (none of them
 existed before, so nothing reachable is lost) and the half-written commit is
 gone.  ``git fsck`` then sees neither dangling objects nor temporary files.
 
-Durability: a batch's objects and their directory entries are made durable
-together in :meth:`LooseObjects.seal`, before the ref moves: one ``syncfs`` of
-the workspace's filesystem on Linux (one journal commit), otherwise an fsync
-per object file and per directory.
+Durability (loose writer): a batch's objects and their directory entries are
+made durable together in :meth:`LooseObjects.seal`, before the ref moves: one
+``syncfs`` of the workspace's filesystem on Linux (one journal commit),
+otherwise an fsync per object file and per directory.
+
+Durability (pack writer): :meth:`ObjectStore.seal` syncs nothing itself.  It
+leaves the pack, its index, their directory and the pending journal to
+:meth:`ObjectStore.sync`, which the workspace calls when it moves the ref,
+together with the new ref's temporary file and the op's audit record: every
+file is fsynced at once, from a small thread pool, so the filesystem folds
+them into one journal commit (``syncfs`` would also flush whatever else is
+dirty on the filesystem: another workspace's, a build's).  Then the rename,
+then the ref's directory.  Two sync points per commit, in that order: nothing
+the ref names can be missing after a crash, and the audit record of a
+published commit is always there.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -226,6 +238,11 @@ class LooseObjects:
                 for directory in self._touched_dirs:
                     fsync_dir(directory)
         os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
+
+    def sync(self, *others: Path) -> None:
+        """Sync ``others`` (the batch itself was synced by :meth:`seal`)."""
+        if self.durable:
+            fsync_all(others)
 
     def finish(self) -> None:
         """The ref now names the batch's commit: forget the journal."""
@@ -415,6 +432,8 @@ class ObjectStore(LooseObjects):
         self._journal_open = False
         self._repack: subprocess.Popen[bytes] | None = None
         self._loose_estimate: int | None = None  # counted when a commit first asks
+        self._unsynced: list[Path] = []
+        """What the sealed batch left to :meth:`sync` (paths; the journal is synced by fd)."""
 
     def begin(self) -> None:
         if self._journal_fd is None:
@@ -462,19 +481,26 @@ class ObjectStore(LooseObjects):
         if not self._journal_open or self._journal_fd is None:
             raise RuntimeError("ObjectStore.seal called outside begin()/finish()")
         self._flush()
-        if self.durable and self._written:
-            if _SYNCFS is not None:
-                sync_filesystem(self.pack_dir)
-            else:
-                for pack in self._written:
-                    for path in (pack, pack.with_suffix(".idx")):
-                        fd = os.open(path, os.O_RDONLY)
-                        try:
-                            os.fsync(fd)
-                        finally:
-                            os.close(fd)
-                fsync_dir(self.pack_dir)
         os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
+        if self.durable:
+            self._unsynced = [path for pack in self._written
+                              for path in (pack, pack.with_suffix(".idx"))]
+            if self._written:
+                self._unsynced.append(self.pack_dir)
+
+    def sync(self, *others: Path) -> None:
+        """Make the sealed batch durable, with ``others`` (files or directories), at once.
+
+        Each is fsynced from its own thread: concurrent fsyncs on one
+        filesystem share a journal commit.  The journal goes too, so that
+        recovery reads the commit it names.
+        """
+        if not self.durable:
+            return
+        paths = [*self._unsynced, *others]
+        self._unsynced = []
+        fds = [self._journal_fd] if self._journal_open and self._journal_fd is not None else []
+        fsync_all(paths, fds)
 
     def finish(self) -> None:
         self._end_batch()
@@ -520,6 +546,7 @@ class ObjectStore(LooseObjects):
         if self._journal_fd is not None:
             os.ftruncate(self._journal_fd, 0)
         self._journal_open = False
+        self._unsynced = []
         self._batch.clear()
         self._written.clear()
 
@@ -628,6 +655,50 @@ def sync_filesystem(path: Path) -> None:
             raise OSError(error, f"syncfs failed: {os.strerror(error)}", str(path))
     finally:
         os.close(fd)
+
+
+def fsync_all(paths: Iterable[Path], fds: Iterable[int] = ()) -> None:
+    """fsync every path (a file or a directory) and open fd, concurrently; the first error
+    is raised once all have finished."""
+    jobs: list[Path | int] = [*paths, *fds]
+    if len(jobs) <= 1:
+        for job in jobs:
+            _fsync_one(job)
+        return
+    errors = [error for error in _fsync_pool().map(_fsync_quietly, jobs) if error is not None]
+    if errors:
+        raise errors[0]
+
+
+def _fsync_one(job: Path | int) -> None:
+    if isinstance(job, int):
+        os.fsync(job)
+        return
+    fd = os.open(job, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_quietly(job: Path | int) -> OSError | None:
+    try:
+        _fsync_one(job)
+    except OSError as error:
+        return error
+    return None
+
+
+_fsync_executor: ThreadPoolExecutor | None = None
+_fsync_executor_lock = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    global _fsync_executor
+    with _fsync_executor_lock:
+        if _fsync_executor is None:
+            _fsync_executor = ThreadPoolExecutor(max_workers=6, thread_name_prefix="kernos-fsync")
+        return _fsync_executor
 
 
 def fsync_dir(directory: Path) -> None:

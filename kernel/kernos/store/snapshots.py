@@ -40,6 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -291,9 +292,12 @@ class SnapshotWriter:
         self.workspace.objects.seal(sha)
         return sha
 
-    def publish(self, commit: bytes) -> None:
-        """Move the branch to ``commit``.  After this returns the op is durable."""
-        self.workspace.set_head(commit)
+    def publish(self, commit: bytes, *, sync_with: Iterable[Path] = ()) -> None:
+        """Move the branch to ``commit``.  After this returns the op is durable.
+
+        ``sync_with`` are files synced with the snapshot's objects before the ref moves.
+        """
+        self.workspace.set_head(commit, sync_with=sync_with)
         _faults.point("published")
         self.workspace.objects.finish()
         self.cache.update(self._new_cache_entries.items())

@@ -33,7 +33,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -278,11 +278,28 @@ class Workspace:
                 return sha
         return ""
 
-    def set_head(self, commit: bytes) -> None:
-        """Point the branch at ``commit``: the atomic commit point of an op."""
+    def set_head(self, commit: bytes, *, sync_with: Iterable[Path] = ()) -> None:
+        """Point the branch at ``commit``: the atomic commit point of an op.
+
+        With durability, the sealed objects, the new ref's file and ``sync_with``
+        (the op's audit log) are synced together first (``ObjectStore.sync``),
+        then the ref is renamed into place and its directory synced.
+        """
         ref = self.git_dir / BRANCH
-        replace_file(ref, commit.hex().encode() + b"\n", durable=self.durable,
-                     temporary=ref.with_name(ref.name + ".lock"))
+        temporary = ref.with_name(ref.name + ".lock")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, commit.hex().encode() + b"\n")
+        finally:
+            os.close(fd)
+        try:
+            self.objects.sync(temporary, *sync_with)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
+        os.replace(temporary, ref)
+        if self.durable:
+            fsync_dir(ref.parent)
 
     # -- reading history -------------------------------------------------------
 
