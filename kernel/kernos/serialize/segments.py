@@ -95,7 +95,7 @@ class Segmented:
     owner: dict[int, int] = field(default_factory=dict)
     """id of every object a segment reached -> that segment."""
     objects: dict[int, object] = field(default_factory=dict)
-    """The same objects, by id."""
+    """The same objects, by id, and the container itself."""
     position: dict[Any, int] | None = None
     """A dict's keys -> their position."""
     last: object = None
@@ -172,6 +172,8 @@ def segment(value: list[Any] | dict[Any, Any], dump: Dump, *, use: Use | None,
     state.segments = [piece for piece in segments if piece is not None]
     if _LEN(state.segments) != count:
         return None
+    # The container itself, for the op's sharing record (``alias = memory``), not a segment's.
+    state.objects[id(value)] = value
     if type(value) is list and value:
         state.last = value[-1]
     return state

@@ -128,6 +128,16 @@ def test_sharing_with_another_name_groups_them(tmp_path: Path) -> None:
     assert env.ns["first"] is env.ns["memory"][3] is env.ns["memory"][-1]
 
 
+def test_another_name_holding_the_container_keeps_its_identity(tmp_path: Path) -> None:
+    """Entries that carry no identity (numbers) leave only the container to meet."""
+    env = CoreEnv(tmp_path / "ws")
+    env.run(f"numbers = list(range({SIZE}))\nflat = dict.fromkeys(range({SIZE}), 0)")
+    env.run("alias = numbers")
+    env.run("holder = {'t': flat}")
+    env.reopen()
+    assert env.ns["alias"] is env.ns["numbers"] and env.ns["holder"]["t"] is env.ns["flat"]
+
+
 def test_a_cycle_through_the_container_is_stored_whole(tmp_path: Path) -> None:
     env = CoreEnv(tmp_path / "ws")
     env.run(RECORDS)
