@@ -44,6 +44,7 @@ from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
 from kernos.serialize.unpersisted import Unpersisted
+from kernos.store.objects import fsync_all
 from kernos.store.snapshots import (
     SnapshotWriter,
     StoredGroup,
@@ -91,6 +92,9 @@ class CommitReport:
     """The error its code raised, for an op kept despite it (``on_error = keep``)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """The committed events, as external subscribers receive them."""
+    unchanged: bool = False
+    """The op changed nothing: it has an audit record and no snapshot of its own
+    (``commit`` is the last snapshot, which is still the image)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -293,7 +297,8 @@ class Op:
         return self.abort_report
 
     def commit_id(self) -> str | None:
-        """The id of the commit being written (from the commit phase on)."""
+        """The id of the commit being written (from the commit phase on); for an op that
+        changed nothing, the last snapshot's (it writes none)."""
         sha = self._participant.commit_sha
         return None if sha is None else sha.hex()
 
@@ -372,6 +377,8 @@ class _ImageParticipant:
         self._state: dict[str, Any] = {}
         self._segmented: dict[str, segments.Segmented] = {}
         """Values this commit stored in segments, as it cut them (see tpc_finish)."""
+        self.unchanged = False
+        """The op changed nothing: no snapshot is written (see _prepare)."""
 
     def sort_key(self) -> str:
         return "~kernos.image"  # votes last: its publish is the commit point
@@ -394,12 +401,21 @@ class _ImageParticipant:
         assert self.writer is not None and self.commit_sha is not None
         started = time.perf_counter()
         audit = self.op.image.audit
-        self.writer.publish(self.commit_sha, sync_with=[audit.path] if audit.unsynced else [])
+        if self.unchanged:
+            # Nothing to publish: the objects the analysis wrote again are all stored
+            # already (equal content, equal ids), and the head stays.
+            self.op.image.workspace.objects.discard()
+            if audit.unsynced:
+                fsync_all([audit.path])
+        else:
+            self.writer.publish(self.commit_sha,
+                                sync_with=[audit.path] if audit.unsynced else [])
         audit.unsynced = False
         self._published = True
         image = self.op.image
         image.head = self.commit_sha
-        image.head_op = self.op.id
+        if not self.unchanged:
+            image.head_op = self.op.id
         image.groups = self._state["groups"]
         image.group_of = {name: key for key, state in image.groups.items()
                           for name in state.stored.names}
@@ -525,6 +541,17 @@ class _ImageParticipant:
         if sealed:
             manifest["sealed_for"] = sorted(sealed)
         self.op.report_draft = report
+        if self._changes_nothing(report, final):
+            assert image.head is not None
+            self.unchanged = report.unchanged = True
+            self.commit_sha = image.head
+            report.commit = image.head.hex()
+            report.image_bytes = sum(state.stored.size for state in final.values())
+            report.history_bytes = image.history_bytes()
+            report.timings_ms = timings
+            self._state = {"groups": image.groups, "meta": image.meta, "current": current,
+                           "report": report, "affected": set(affected)}
+            return
         self.commit_sha = writer.commit(
             groups=[state.stored for state in final.values()], manifest=manifest,
             source=_sealed_source(sealed) if sealed and op.source is not None else op.source,
@@ -539,6 +566,23 @@ class _ImageParticipant:
         report.timings_ms = timings
         self._state = {"groups": final, "meta": meta, "current": current, "report": report,
                        "affected": set(affected)}
+
+    def _changes_nothing(self, report: CommitReport, final: dict[str, GroupState]) -> bool:
+        """Whether the op left the image exactly as the last snapshot holds it.
+
+        Such an op writes no snapshot (its audit record says ``unchanged``): no
+        name added, deleted or with other content, every group stored as the same
+        tree, and nothing else for a manifest to say (a failure kept, a checkout,
+        facts other than the audit binding).
+        """
+        op = self.op
+        image = op.image
+        if (image.head is None or report.added or report.changed or report.deleted
+                or op.failure is not None or op.kind == "checkout" or op._adopted
+                or set(op.facts) - {"audit"} or report.unpersisted):
+            return False
+        trees = {key: state.stored.tree for key, state in final.items()}
+        return trees == {key: state.stored.tree for key, state in image.groups.items()}
 
     def _refuse_unstorable_system_state(self, individual: dict[str, Pickled]) -> None:
         """Veto the op if a runtime name (``kernos:*``) would not be stored whole.

@@ -201,7 +201,7 @@ class AuditLog:
                 self._last_commit = None
                 for earlier in reversed(self.entries[:voids]):
                     if (earlier.type == "op" and earlier.status == COMMITTED
-                            and not earlier.voided):
+                            and earlier.commit is not None and not earlier.voided):
                         self._last_commit = earlier.index
                         break
             if voids == self._last_prune:
@@ -216,7 +216,8 @@ class AuditLog:
         if entry.type == "effect" and entry.key is not None:
             self._effects[entry.key] = entry.index
         if entry.type == "op" and entry.status == COMMITTED:
-            self._last_commit = entry.index
+            if entry.commit is not None:  # not an op that changed nothing (no snapshot)
+                self._last_commit = entry.index
             if entry.key is not None:
                 self._keys.setdefault(entry.key, entry.index)
         if entry.type == "prune":
@@ -265,7 +266,7 @@ class AuditLog:
         return self._next_seq
 
     def last_commit_index(self) -> int | None:
-        """The newest committed op record that was not voided."""
+        """The newest committed op record with a snapshot that was not voided."""
         return self._last_commit
 
     def last_prune_index(self) -> int | None:
@@ -531,7 +532,9 @@ def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> E
     return Entry(
         index=index, offset=offset, length=length, type=str(record.get("type")),
         hash=str(record.get("hash")), op=record.get("op"), status=record.get("status"),
-        principal=record.get("principal"), commit=record.get("commit"),
+        principal=record.get("principal"),
+        # An op that changed nothing names the last snapshot, but wrote none.
+        commit=None if record.get("unchanged") is True else record.get("commit"),
         first_seq=first_seq, events=len(events),
         topics=frozenset(str(event.get("topic")) for event in events),
         key=record.get("key") if type(record.get("key")) is str else None,

@@ -112,6 +112,8 @@ class AuditParticipant:
         }
         if committed and report is not None:  # absent otherwise, like ``key``
             body["sizes"] = {"image": report.image_bytes, "history": report.history_bytes}
+        if committed and report is not None and report.unchanged:
+            body["unchanged"] = True  # no snapshot: ``commit`` is the last one, still the image
         if op.clock:  # absent otherwise, like ``key``
             body["clock"] = list(op.clock)
         if op.environ:

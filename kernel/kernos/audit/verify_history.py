@@ -131,6 +131,11 @@ class HistoryChecks(Checks):
             if record.get("type") != "op" or record.get("status") != "committed":
                 continue
             commit = record.get("commit")
+            if record.get("unchanged") is True:  # it changed nothing and wrote no snapshot
+                if head != _UNKNOWN and commit != head:
+                    self.bad(index, f"it changed nothing, so it must name the last snapshot "
+                                    f"{(head or 'nothing')[:12]}, not {str(commit)[:12]}")
+                continue
             if not isinstance(commit, str):
                 self.bad(index, "a committed op without a commit id")
                 continue

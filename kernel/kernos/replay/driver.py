@@ -318,6 +318,11 @@ class _Replayer:
                               "originally")
         if status != "committed":
             return step, None
+        if record.get("unchanged") is True:  # no snapshot originally: none in the replay
+            if self.image.head_op == op:  # the replayed op wrote a snapshot
+                return step, Divergence(op=op, reason="it changed the image in the replay, "
+                                                      "and nothing originally")
+            return step, None
         assert commit is not None
         recorded = str(record.get("commit"))
         self.commits[recorded] = commit

@@ -334,7 +334,8 @@ class Workspace:
             sha = commit.parents[0] if commit.parents else None
 
     def resolve(self, ref: str) -> bytes:
-        """A commit id for ``HEAD``, ``HEAD~N``, ``@N`` (op N), or a commit id or prefix."""
+        """A commit id for ``HEAD``, ``HEAD~N``, ``@N`` (the image after op N), or a commit id
+        or prefix."""
         text = ref.strip()
         if re.fullmatch(r"[0-9a-fA-F]{40}", text):
             with contextlib.suppress(KernosError):  # any snapshot in the store, by full id
@@ -352,9 +353,12 @@ class Workspace:
                     return sha
             raise UnknownRef(ref, str(self.path))
         if re.fullmatch(r"@\d+", text):
+            # The image as op N left it: its snapshot, or, for an op that wrote none
+            # (it changed nothing, or it rolled back), the newest one before it.
             op = int(text[1:])
             for sha, commit in self.history(head):
-                if op_of(commit) == op:
+                found = op_of(commit)
+                if found is not None and found <= op:
                     return sha
             raise UnknownRef(ref, str(self.path))
         if re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
