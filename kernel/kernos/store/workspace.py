@@ -357,8 +357,8 @@ class Workspace:
             # (it changed nothing, or it rolled back), the newest one before it.
             op = int(text[1:])
             for sha, commit in self.history(head):
-                found = op_of(commit)
-                if found is not None and found <= op:
+                number = op_of(commit)
+                if number is not None and number <= op:
                     return sha
             raise UnknownRef(ref, str(self.path))
         if re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
