@@ -71,7 +71,8 @@ def test_second_kernel_is_refused_and_takes_over_after_the_owner_dies(
     # The second kernel retries attaching at its next cell: it restores the
     # owner's last acknowledged commit and works.
     assert second.value("(x, shared['x'] is x)") == acknowledged
-    assert history_length(owner.workspace) == length + 1  # the probe itself committed
+    # The probe committed, and changed nothing: no new snapshot.
+    assert history_length(owner.workspace) == length
     committed(second, "x.append(3)\ny = 'second'")
     assert second.value("(x, y)") == ([1, 2, 3], "second")
 
@@ -104,7 +105,7 @@ def test_cli_offline_writes_are_refused_while_a_kernel_holds_the_workspace(
     assert "Traceback" not in refused.stderr
     assert history_length(kernel.workspace) == length
     assert kernel.value("v") == "second"  # the kernel never noticed
-    length = history_length(kernel.workspace)  # the probe committed
+    length = history_length(kernel.workspace)  # the probe committed (no snapshot: a read)
 
     kernel.kill9()
     done = kernos("checkout", "-w", workspace, "@1")

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from core_support import CoreEnv
 from kernos.audit.canonical import canonical
 from kernos.audit.log import record_hash
 from kernos.audit.verify import verify
+from kernos.errors import UnknownRef
 from kernos.replay import replay
 
 
@@ -49,17 +52,18 @@ def test_an_op_that_changes_anything_still_writes_a_snapshot(tmp_path: Path) -> 
     assert env.ns["other"] is env.ns["memory"]
 
 
-def test_at_op_names_the_image_after_an_op_that_wrote_no_snapshot(tmp_path: Path) -> None:
+def test_an_op_without_a_snapshot_is_replayed_from_the_image_it_left(tmp_path: Path) -> None:
     env = CoreEnv(tmp_path / "ws")
     first = env.run("x = 1")
     quiet = env.run("x")
     env.run("x = 2")
     assert env.workspace is not None
-    assert env.workspace.resolve(f"@{quiet.op}").hex() == first.commit
-    op = env.image.begin(source="checkout", kind="checkout")
-    op.checkout(f"@{quiet.op}")
-    op.commit()
-    assert env.ns["x"] == 1
+    with pytest.raises(UnknownRef):  # op N's own snapshot: it has none
+        env.workspace.resolve(f"@{quiet.op}")
+    assert env.workspace.snapshot_of_op(quiet.op, exact=False).hex() == first.commit
+    env.close()
+    report = replay(tmp_path / "ws", start=f"@{quiet.op}", into=tmp_path / "replayed")
+    assert report.ok and [step.op for step in report.steps] == [quiet.op + 1], report.summary()
 
 
 def test_a_restart_and_a_replay_agree_with_an_unchanged_op(tmp_path: Path) -> None:

@@ -110,7 +110,9 @@ class Entry:
     principal: str | None = None
     """Who ran the op."""
     commit: str | None = None
-    """The snapshot a committed op wrote."""
+    """The snapshot a committed op wrote (or, ``unchanged``, the one it left as it was)."""
+    unchanged: bool = False
+    """A committed op that changed nothing and wrote no snapshot."""
     first_seq: int = 0
     """The sequence number of its first event."""
     events: int = 0
@@ -201,7 +203,7 @@ class AuditLog:
                 self._last_commit = None
                 for earlier in reversed(self.entries[:voids]):
                     if (earlier.type == "op" and earlier.status == COMMITTED
-                            and earlier.commit is not None and not earlier.voided):
+                            and not earlier.unchanged and not earlier.voided):
                         self._last_commit = earlier.index
                         break
             if voids == self._last_prune:
@@ -216,7 +218,7 @@ class AuditLog:
         if entry.type == "effect" and entry.key is not None:
             self._effects[entry.key] = entry.index
         if entry.type == "op" and entry.status == COMMITTED:
-            if entry.commit is not None:  # not an op that changed nothing (no snapshot)
+            if not entry.unchanged:  # an op that changed nothing wrote no snapshot
                 self._last_commit = entry.index
             if entry.key is not None:
                 self._keys.setdefault(entry.key, entry.index)
@@ -532,9 +534,8 @@ def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> E
     return Entry(
         index=index, offset=offset, length=length, type=str(record.get("type")),
         hash=str(record.get("hash")), op=record.get("op"), status=record.get("status"),
-        principal=record.get("principal"),
-        # An op that changed nothing names the last snapshot, but wrote none.
-        commit=None if record.get("unchanged") is True else record.get("commit"),
+        principal=record.get("principal"), commit=record.get("commit"),
+        unchanged=record.get("unchanged") is True,
         first_seq=first_seq, events=len(events),
         topics=frozenset(str(event.get("topic")) for event in events),
         key=record.get("key") if type(record.get("key")) is str else None,

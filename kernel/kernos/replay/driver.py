@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -248,12 +249,14 @@ class _Replayer:
             keep_going: bool) -> ReplayReport:
         first = 0
         if start is not None:
-            commit = self.original.resolve(start)
+            commit = self._resolve(start)
             first = op_of(self.original.read_commit(commit)) or 0
             self._base(commit, first)
+            first = max(first, _op_named(start))  # @N: the ops after N (N wrote no snapshot)
         last = None
         if end is not None:
-            last = op_of(self.original.read_commit(self.original.resolve(end)))
+            last = op_of(self.original.read_commit(self._resolve(end)))
+            last = max(last or 0, _op_named(end)) or last
         report = ReplayReport(source=str(self.original.path), into=str(self.workspace.path),
                               steps=[])
         for record in self._records(first, last):
@@ -293,6 +296,18 @@ class _Replayer:
         if "text" in code:
             return str(code["text"])
         return self.source_audit.code(int(record["op"]))
+
+    def _resolve(self, ref: str) -> bytes:
+        """A ref of the source; ``@N`` of an op that wrote no snapshot (it changed nothing,
+        or rolled back, as its audit record says) is the image it left: the snapshot before."""
+        op = _op_named(ref)
+        if op:
+            entries = [entry for entry in self.source_audit.entries
+                       if entry.type == "op" and entry.op == op and not entry.voided]
+            wrote = any(entry.status == "committed" and not entry.unchanged for entry in entries)
+            if entries and not wrote:
+                return self.original.snapshot_of_op(op, exact=False, ref=ref)
+        return self.original.resolve(ref)
 
     def _step(self, record: dict[str, Any]) -> tuple[Step, Divergence | None]:
         op = int(record["op"])
@@ -559,3 +574,9 @@ def _transform(code: str) -> str:
     transformed: str = TransformerManager().transform_cell(code)  # type: ignore[no-untyped-call]
     return transformed
 
+
+
+def _op_named(ref: str) -> int:
+    """N for a ref ``@N`` (the image after op N, which may have no snapshot of its own)."""
+    match = re.fullmatch(r"\s*@(\d+)\s*", ref)
+    return int(match.group(1)) if match else 0

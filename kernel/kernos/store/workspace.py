@@ -333,9 +333,20 @@ class Workspace:
             yield sha, commit
             sha = commit.parents[0] if commit.parents else None
 
+    def snapshot_of_op(self, op: int, *, exact: bool, ref: str | None = None) -> bytes:
+        """Op ``op``'s snapshot; or, unless ``exact``, the newest one before it (for an op
+        that wrote none because it changed nothing or rolled back, which only its caller,
+        reading the audit log, can know: a prune deletes snapshots too)."""
+        head = self.head()
+        for sha, commit in self.history(head) if head is not None else ():
+            number = op_of(commit)
+            if number is not None and (number == op or (not exact and number < op)):
+                return sha
+        raise UnknownRef(ref or f"@{op}", str(self.path))
+
     def resolve(self, ref: str) -> bytes:
-        """A commit id for ``HEAD``, ``HEAD~N``, ``@N`` (the image after op N), or a commit id
-        or prefix."""
+        """A commit id for ``HEAD``, ``HEAD~N``, ``@N`` (op N's snapshot), or a commit id or
+        prefix."""
         text = ref.strip()
         if re.fullmatch(r"[0-9a-fA-F]{40}", text):
             with contextlib.suppress(KernosError):  # any snapshot in the store, by full id
@@ -353,14 +364,7 @@ class Workspace:
                     return sha
             raise UnknownRef(ref, str(self.path))
         if re.fullmatch(r"@\d+", text):
-            # The image as op N left it: its snapshot, or, for an op that wrote none
-            # (it changed nothing, or it rolled back), the newest one before it.
-            op = int(text[1:])
-            for sha, commit in self.history(head):
-                number = op_of(commit)
-                if number is not None and number <= op:
-                    return sha
-            raise UnknownRef(ref, str(self.path))
+            return self.snapshot_of_op(int(text[1:]), exact=True, ref=ref)
         if re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
             prefix = text.lower()
             found = [sha for sha, _ in self.history(head) if sha.hex().startswith(prefix)]
