@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import operator
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -144,10 +145,6 @@ def segment(value: list[Any] | dict[Any, Any], dump: Dump, *, use: Use | None,
         state = Segmented(value=value, length=_LEN(value), segments=[],
                           owner=previous.owner, objects=previous.objects,
                           position=previous.position)
-        for index in dirty:
-            old = segments[index] if index < len(previous.segments) else None
-            if old is not None:
-                _forget(state, old)
     if type(value) is dict:
         keys = _dict_keys(value, state, previous, dirty, count)
     for index in sorted(dirty):
@@ -162,7 +159,15 @@ def segment(value: list[Any] | dict[Any, Any], dump: Dump, *, use: Use | None,
             return None
         data, objects = dumped
         kept = [obj for obj in objects if obj is not piece]
-        for obj in kept:
+        old = segments[index]
+        fresh = kept
+        if old is not None:
+            known = _LEN(old.objects)
+            if known <= _LEN(kept) and all(map(operator.is_, kept[:known], old.objects)):
+                fresh = kept[known:]  # entries appended after the same ones: only theirs are new
+            else:
+                _forget(state, old, index)
+        for obj in fresh:
             key = id(obj)
             if obj is value or state.owner.get(key, index) != index:
                 return None  # shared across segments, or a cycle through the container
@@ -264,11 +269,12 @@ def _last_keys(value: dict[Any, Any], count: int) -> list[Any]:
     return found
 
 
-def _forget(state: Segmented, piece: Segment) -> None:
-    for obj in piece.objects:
-        key = id(obj)
-        state.owner.pop(key, None)
-        state.objects.pop(key, None)
+def _forget(state: Segmented, piece: Segment, index: int) -> None:
+    owner = state.owner
+    for key in map(id, piece.objects):
+        if owner.get(key) == index:
+            del owner[key]
+            state.objects.pop(key, None)
 
 
 def dump_with(dump_one: Callable[[object, SharingRecord], Any]) -> Dump:
