@@ -44,7 +44,6 @@ from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
 from kernos.serialize.unpersisted import Unpersisted
-from kernos.store.objects import fsync_all
 from kernos.store.snapshots import (
     SnapshotWriter,
     StoredGroup,
@@ -405,8 +404,7 @@ class _ImageParticipant:
             # Nothing to publish: the objects the analysis wrote again are all stored
             # already (equal content, equal ids), and the head stays.
             self.op.image.workspace.objects.discard()
-            if audit.unsynced:
-                fsync_all([audit.path])
+            audit.sync()
         else:
             self.writer.publish(self.commit_sha,
                                 sync_with=[audit.path] if audit.unsynced else [])
@@ -541,28 +539,25 @@ class _ImageParticipant:
         if sealed:
             manifest["sealed_for"] = sorted(sealed)
         self.op.report_draft = report
-        if self._changes_nothing(report, final):
+        self.unchanged = report.unchanged = self._changes_nothing(report, final)
+        if self.unchanged:  # no snapshot: the image is still the head's
             assert image.head is not None
-            self.unchanged = report.unchanged = True
             self.commit_sha = image.head
-            report.commit = image.head.hex()
-            report.image_bytes = sum(state.stored.size for state in final.values())
+            final, meta = image.groups, image.meta
             report.history_bytes = image.history_bytes()
-            report.timings_ms = timings
-            self._state = {"groups": image.groups, "meta": image.meta, "current": current,
-                           "report": report, "affected": set(affected)}
-            return
-        self.commit_sha = writer.commit(
-            groups=[state.stored for state in final.values()], manifest=manifest,
-            source=_sealed_source(sealed) if sealed and op.source is not None else op.source,
-            parent=image.head,
-            message=_message(op), author=f"{op.principal} <{op.principal}@kernos.invalid>",
-        )
-        timings["write"] = (time.perf_counter() - clock) * 1000
+        else:
+            self.commit_sha = writer.commit(
+                groups=[state.stored for state in final.values()], manifest=manifest,
+                source=(_sealed_source(sealed) if sealed and op.source is not None
+                        else op.source),
+                parent=image.head,
+                message=_message(op), author=f"{op.principal} <{op.principal}@kernos.invalid>",
+            )
+            timings["write"] = (time.perf_counter() - clock) * 1000
+            report.bytes_written = writer.bytes_written
+            report.history_bytes = image.history_grew(writer.bytes_written)
         report.commit = self.commit_sha.hex()
-        report.bytes_written = writer.bytes_written
         report.image_bytes = sum(state.stored.size for state in final.values())
-        report.history_bytes = image.history_grew(writer.bytes_written)
         report.timings_ms = timings
         self._state = {"groups": final, "meta": meta, "current": current, "report": report,
                        "affected": set(affected)}

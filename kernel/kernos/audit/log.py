@@ -463,6 +463,14 @@ class AuditLog:
         self._size += len(line)
         return record
 
+    def sync(self) -> None:
+        """fsync a record appended with ``sync=False`` that nothing has synced since."""
+        if self.unsynced:
+            from kernos.store.objects import fsync_dir
+
+            fsync_dir(self.path)  # the log file (any path is opened read-only to sync)
+            self.unsynced = False
+
     def ensure_genesis(self, head: str | None) -> None:
         if not self.entries:
             self.append({"type": "genesis", "adopts": head})

@@ -256,7 +256,8 @@ class _Replayer:
         last = None
         if end is not None:
             last = op_of(self.original.read_commit(self._resolve(end)))
-            last = max(last or 0, _op_named(end)) or last
+            if _op_named(end):  # @N: up to op N, which may have no snapshot of its own
+                last = max(last or 0, _op_named(end))
         report = ReplayReport(source=str(self.original.path), into=str(self.workspace.path),
                               steps=[])
         for record in self._records(first, last):
@@ -575,8 +576,7 @@ def _transform(code: str) -> str:
     return transformed
 
 
-
 def _op_named(ref: str) -> int:
-    """N for a ref ``@N`` (the image after op N, which may have no snapshot of its own)."""
+    """N for a ref ``@N``, else 0."""
     match = re.fullmatch(r"\s*@(\d+)\s*", ref)
     return int(match.group(1)) if match else 0

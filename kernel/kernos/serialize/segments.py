@@ -9,11 +9,12 @@ the size of its change.
 least :data:`SEGMENTED_FROM` entries is stored as segments of
 :data:`SEGMENT_ENTRIES` consecutive entries (by position, in the container's
 order), each pickled on its own, plus a short stream that joins them on load
-(``rebuild.join_segments``).  Each segment is one out-of-band buffer of the
-group, cut by content like a long stream, so the history shares the chunks of
-unchanged segments.  The layout is a function of the value alone (the same
-list is cut the same way whether it was written whole or piece by piece), so
-a replay writes the same snapshot hashes.
+(``rebuild.join_segments``).  Each segment is stored as a tree of its own in
+the group's tree (``kernos.store.snapshots``), its stream cut by content, so
+an unchanged segment keeps its tree and the history shares it.  The layout
+is a function of the value alone (the same list is cut the same way whether
+it was written whole or piece by piece), so a replay writes the same snapshot
+hashes.
 
 **When a segment is written again.**  Only where the op's own code can have
 changed it: the op's reach says how the code uses the name
@@ -41,8 +42,9 @@ value is stored whole (which is always correct):
   code named.
 
 Sharing with *other* variables is found as for any value: the segments'
-objects join the op's sharing record (``SharingRecord.add_known``), and a
-value that shares is grouped with its sharers and stored whole.
+objects and the container join the op's sharing record (``SharingRecord.add``
+with the ids they are indexed by), and a value that shares is grouped with its
+sharers and stored whole.
 
 The cache of segments (:class:`Segmented`) lives as long as the image's
 session; a restart, a rollback or a checkout drops it, and the next op that

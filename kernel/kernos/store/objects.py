@@ -673,12 +673,8 @@ def fsync_all(paths: Iterable[Path], fds: Iterable[int] = ()) -> None:
 def _fsync_one(job: Path | int) -> None:
     if isinstance(job, int):
         os.fsync(job)
-        return
-    fd = os.open(job, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    else:
+        fsync_dir(job)  # any path: a directory or a file
 
 
 def _fsync_quietly(job: Path | int) -> OSError | None:
@@ -702,6 +698,7 @@ def _fsync_pool() -> ThreadPoolExecutor:
 
 
 def fsync_dir(directory: Path) -> None:
+    """fsync a directory (its entries), or any path opened read-only."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -234,7 +234,8 @@ class SnapshotWriter:
         index: dict[str, Any] = {
             "names": list(names),
             "stream": list(stream.sizes),
-            "buffers": [] if segmented is not None else [_buffer_spec(part) for part in buffers],
+            "buffers": [] if segmented is not None else [
+                {"sizes": list(part.sizes), "readonly": part.readonly} for part in buffers],
             "code_refs": sorted(pickled.code_refs),
             "unpersisted": list(unpersisted),
         }
@@ -301,10 +302,6 @@ class SnapshotWriter:
         _faults.point("published")
         self.workspace.objects.finish()
         self.cache.update(self._new_cache_entries.items())
-
-
-def _buffer_spec(part: StoredPart) -> dict[str, Any]:
-    return {"sizes": list(part.sizes), "readonly": part.readonly}
 
 
 def _bytes_view(data: bytes | memoryview) -> memoryview:
