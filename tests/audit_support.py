@@ -29,6 +29,7 @@ from typing import Any
 
 from kernos.audit import record_hash
 from kernos.audit.canonical import canonical
+from support import git_view_current
 
 __all__ = [
     "Hit", "Verdict", "chain_lines", "cli", "files_of", "git", "git_dirs", "git_succeeds",
@@ -136,6 +137,7 @@ def resealed(record: dict[str, Any]) -> bytes:
 # -- the history with git itself -------------------------------------------------------------
 
 def git(workspace: Path, *args: str, check: bool = True) -> str:
+    git_view_current(workspace)
     done = subprocess.run(["git", f"--git-dir={workspace / 'history.git'}", *args],
                           capture_output=True, text=True, timeout=CLI_TIMEOUT)
     if check:
@@ -144,6 +146,7 @@ def git(workspace: Path, *args: str, check: bool = True) -> str:
 
 
 def git_succeeds(workspace: Path, *args: str) -> bool:
+    git_view_current(workspace)
     return subprocess.run(["git", f"--git-dir={workspace / 'history.git'}", *args],
                           capture_output=True, timeout=CLI_TIMEOUT).returncode == 0
 

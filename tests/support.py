@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,29 @@ def canon(kernel: Any) -> str:
     return str(result.stdout)
 
 
+def git_view_current(workspace: Path, timeout: float = 10) -> None:
+    """Wait until git's own view of the workspace holds every commit.
+
+    Ops commit to the tail (``kernos.store.tail``), which a running kernel
+    folds into git once it has been idle for 50 ms, and a starting one at
+    once.  Tests that ask git itself (not Kernos) call this first.  A dead
+    kernel folds nothing: the wait then ends at ``timeout`` and git shows
+    what it has.
+    """
+    tail = workspace / "tail"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if tail.stat().st_size == 0:
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
+
+
 def history_length(workspace: Path) -> int:
     """How many snapshots the workspace's branch holds."""
+    git_view_current(workspace)
     done = subprocess.run(["git", "-C", str(workspace / "history.git"), "rev-list", "--count",
                            "main"], capture_output=True, text=True, check=True)
     return int(done.stdout)

@@ -7,11 +7,17 @@ Unset (always, outside tests), a point costs one dictionary lookup.
 
 Points, in the order a commit passes them: ``serialize`` (values pickled,
 nothing written), ``objects`` (the values' chunks and trees added to the
-batch, not yet the manifest, root tree and commit), ``pack`` (the batch's
-pack renamed into place, its index not: a pack half there), ``sealed`` (all objects and the op's
-audit record written, ref not moved), ``published`` (ref moved, journal not
-yet removed, reply not sent), ``notify`` (in the kernel: committed, its
-events not yet sent to external subscribers).
+batch, not yet the manifest, root tree and commit), ``pack`` (a pack renamed
+into place, its index not: a pack half there; reached by a commit too big for
+the tail and by a fold), ``sealed`` (all objects and the op's audit record
+written, nothing synced), ``frame`` (a small commit: its audit record synced,
+its frame not yet written to the tail), ``published`` (the commit point
+passed: the frame synced or the ref moved; reply not sent), ``notify`` (in
+the kernel: committed, its events not yet sent to external subscribers).
+
+A fold of the tail (``Workspace.fold``) adds ``fold.packed`` (its pack
+durable, the ref not moved) and ``fold.published`` (the ref moved, the tail
+not yet emptied).
 
 Effects (``kernos.effects``) add, in order: ``effect.before`` (nothing
 journaled), ``effect.started`` (journaled as started, not executed),

@@ -17,6 +17,7 @@ from typing import Any
 
 from kernos._time import utc_now
 from kernos.errors import UsageError
+from kernos.store.objects import CommitData, decode_tree
 from kernos.store.snapshots import (
     MANIFEST,
     ChunkCache,
@@ -65,30 +66,35 @@ def log(workspace: Workspace, *, limit: int | None = None) -> list[LogEntry]:
     """The history, newest first, from the manifests of the commits."""
     if workspace.head() is None:
         return []
-    repo = workspace.repo
-    entries = []
-    for commit in repo.iter_commits("main", max_count=limit):
-        known = _ENTRIES.get(commit.hexsha)
+    entries: list[LogEntry] = []
+    # Kernos's own reader, not git's: it reads the commits of the tail too.
+    for sha, commit in workspace.history():
+        if limit is not None and len(entries) >= limit:
+            break
+        hexsha = sha.hex()
+        known = _ENTRIES.get(hexsha)
         if known is not None:
-            _ENTRIES.move_to_end(commit.hexsha)
+            _ENTRIES.move_to_end(hexsha)
             entries.append(known)
             continue
-        entries.append(_entry(commit))
-        _ENTRIES[commit.hexsha] = entries[-1]
+        entries.append(_entry(workspace, hexsha, commit))
+        _ENTRIES[hexsha] = entries[-1]
         if len(_ENTRIES) > _MAX_ENTRIES:
             _ENTRIES.popitem(last=False)
     return entries
 
 
-def _entry(commit: Any) -> LogEntry:
-    manifest = json.loads(commit.tree[MANIFEST].data_stream.read())
+def _entry(workspace: Workspace, hexsha: str, commit: CommitData) -> LogEntry:
+    root = decode_tree(workspace.read_object(commit.tree)[1])
+    found = [entry.sha for entry in root if entry.name == MANIFEST]
+    manifest = json.loads(workspace.read_object(found[0])[1]) if found else {}
     return LogEntry(
-        commit=commit.hexsha,
+        commit=hexsha,
         op=manifest.get("op"),
         principal=manifest.get("principal", "?"),
         kind=manifest.get("kind", "?"),
         committed_at=manifest.get("committed_at", ""),
-        headline=str(commit.message).split("\n", 1)[0].partition(": ")[2],
+        headline=commit.message.split("\n", 1)[0].partition(": ")[2],
         changes=manifest.get("changes", {}),
         bytes=sum(int(meta.get("size") or 0) for meta in manifest.get("names", {}).values()
                   if isinstance(meta, dict)),

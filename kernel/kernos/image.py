@@ -186,6 +186,16 @@ class Image:
         self._history_bytes = self.history_bytes() + written
         return self._history_bytes
 
+    def fold(self, *, blocking: bool = True) -> int | None:
+        """Fold the commits of the workspace's tail into git (``kernos.store.tail``)
+        between ops; how many there were, or None if an op runs and ``blocking`` is off."""
+        if not self._busy.acquire(blocking=blocking):
+            return None
+        try:
+            return self.workspace.fold()
+        finally:
+            self._busy.release()
+
     # -- restore ---------------------------------------------------------------
 
     def restore(self, progress: Progress | None = None) -> RestoreReport:

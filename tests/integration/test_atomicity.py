@@ -224,13 +224,18 @@ def assert_commit_failed(result: Any) -> None:
     assert result.reply["content"]["ename"] == "CommitFailed", result.reply["content"]
 
 
+# A small commit goes to the commit tail, a file the kernel keeps open; a value too
+# big for a frame makes the commit write packs (and fold the tail first), which fails.
+BIG_MUTATIONS = MUTATIONS + "\nimport os\nnoise = os.urandom(1_500_000)\n"
+
+
 def test_failed_commit_to_read_only_objects_rolls_back(kernel_factory: Any) -> None:
     kernel = kernel_factory()
     before = setup_state(kernel)
     length = history_length(kernel.workspace)
 
     with objects_unwritable(kernel.workspace, kernel.manager.provisioner.pid):
-        result = kernel.run(MUTATIONS)
+        result = kernel.run(BIG_MUTATIONS)
         assert "MUTATED" in result.stdout
         assert_commit_failed(result)
         assert history_length(kernel.workspace) == length
@@ -239,7 +244,7 @@ def test_failed_commit_to_read_only_objects_rolls_back(kernel_factory: Any) -> N
     assert canon(kernel) == before
     assert kernel.value(SHARING) == (True,) * 5
     assert_workspace_sound(kernel.workspace)
-    result = kernel.run(MUTATIONS)  # the cause is gone: the same cell commits
+    result = kernel.run(BIG_MUTATIONS)  # the cause is gone: the same cell commits
     assert result.committed, (result.errors, result.kernos)
     after = canon(kernel)
     assert after != before

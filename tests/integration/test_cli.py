@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from support import git_view_current
+
 if TYPE_CHECKING:
     from conftest import Kernel
 
@@ -44,6 +46,7 @@ def cli(*args: str, workspace_env: str | None = None) -> subprocess.CompletedPro
 
 
 def git_commits(workspace: Path) -> list[str]:
+    git_view_current(workspace)
     return subprocess.run(["git", "-C", str(workspace / "history.git"), "rev-list", "main"],
                           check=True, capture_output=True, text=True,
                           timeout=60).stdout.split()

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from support import git_view_current
+
 if TYPE_CHECKING:
     from conftest import Kernel
 
@@ -28,6 +30,7 @@ CELLS = [
 
 
 def git(workspace: Path, *args: str) -> str:
+    git_view_current(workspace)
     return subprocess.run(["git", "-C", str(workspace / "history.git"), *args],
                           check=True, capture_output=True, text=True, timeout=60).stdout
 

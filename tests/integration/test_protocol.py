@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from support import git_view_current
+
 if TYPE_CHECKING:
     from conftest import Kernel
 
@@ -27,6 +29,7 @@ TIMEOUT = 60
 
 
 def commit_count(workspace: Path) -> int:
+    git_view_current(workspace)
     result = subprocess.run(["git", "-C", str(workspace / "history.git"), "rev-list",
                              "--count", "main"], capture_output=True, text=True, timeout=60)
     return int(result.stdout) if result.returncode == 0 else 0

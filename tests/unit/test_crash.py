@@ -3,6 +3,10 @@
 The child process builds state with one committed op, then runs a second op
 with ``KERNOS_CRASH_AT`` set, which SIGKILLs it at that point of the commit.
 The parent then opens the workspace as the next kernel would.
+
+Three paths are crashed: a small commit (its frame goes to the tail), the
+fold of the tail into a pack and the ref (the op was acknowledged before
+it), and a commit too big for a frame (written as a pack, ``big``).
 """
 
 from __future__ import annotations
@@ -32,41 +36,63 @@ CHILD = textwrap.dedent("""
         run("import numpy\\nbig = numpy.arange(3_000_000, dtype=float)\\nitems = [1, 2]\\n"
             "alias = {'items': items}")
     else:
-        os.environ["KERNOS_CRASH_AT"] = sys.argv[2]
+        phase, path = sys.argv[2], sys.argv[3]
+        os.environ["KERNOS_CRASH_AT"] = phase
         import kernos._faults
-        kernos._faults._armed = sys.argv[2]
-        run("items.append(3)\\nbig[7] = -1.0\\nfresh = 'new'")
+        kernos._faults._armed = phase
+        extra = "\\nimport os\\nblob = os.urandom(1_500_000)" if path == "big" else ""
+        run("items.append(3)\\nbig[7] = -1.0\\nfresh = 'new'" + extra)
+        print("acknowledged", flush=True)
+        if path == "fold":
+            workspace.fold()
         print("survived")
 """)
 
-PHASES = ["serialize", "objects", "pack", "sealed", "published"]
+CASES = [
+    # (crash point, path, what the recovery says or None, whether op 2 is kept)
+    ("serialize", "small", "rolled back", False),
+    ("objects", "small", "rolled back", False),  # objects still in memory: nothing to delete
+    ("sealed", "small", "voided", False),  # audit record written, nothing synced
+    ("frame", "small", "voided", False),  # audit record synced, frame never written
+    ("published", "small", "folded", True),  # frame synced: committed, never acknowledged
+    ("pack", "fold", "folded", True),  # the fold's pack half there: the tail folds again
+    ("fold.packed", "fold", "folded", True),  # pack written, ref not moved
+    ("fold.published", "fold", None, True),  # ref moved, tail not emptied: nothing to fold
+    ("pack", "big", "discarded", False),  # the batch's pack was on disk: recovery deleted it
+    ("sealed", "big", "discarded", False),
+    ("published", "big", "completed", True),  # the ref moved: committed
+]
+IDS = [f"{point}-{path}" for point, path, _said, _kept in CASES]
 
 
-def child(workspace: Path, phase: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", CHILD, str(workspace), phase],
+def child(workspace: Path, phase: str, path: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CHILD, str(workspace), phase, path],
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize(("phase", "path", "said", "kept"), CASES, ids=IDS)
 def test_kill_at_each_point_of_a_commit_leaves_a_consistent_workspace(
-    workspace_dir: Path, reopen, phase: str,
+    workspace_dir: Path, reopen, phase: str, path: str, said: str | None, kept: bool,
 ) -> None:  # type: ignore[no-untyped-def]
     assert child(workspace_dir, "setup").returncode == 0
-    crashed = child(workspace_dir, phase)
+    crashed = child(workspace_dir, phase, path)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert "survived" not in crashed.stdout
+    assert ("acknowledged" in crashed.stdout) == (path == "fold")
 
     session = reopen()
     ns = session.namespace
-    if phase == "published":  # the ref moved: the op is committed, though never acknowledged
+    if kept:
         assert ns["items"] == [1, 2, 3] and ns["big"][7] == -1.0 and ns["fresh"] == "new"
-        assert "completed" in (session.restore_report.recovery or "")
     else:
         assert ns["items"] == [1, 2] and ns["big"][7] == 7.0 and "fresh" not in ns
-        if phase in ("pack", "sealed"):  # the batch's pack was on disk: recovery deleted it
-            assert "discarded" in (session.restore_report.recovery or "")
-        elif phase == "objects":  # the objects were still in memory: nothing to delete
-            assert "rolled back" in (session.restore_report.recovery or "")
+    if said is None:
+        assert session.restore_report.recovery is None
+    else:
+        assert said in (session.restore_report.recovery or "")
+    assert not session.image.workspace.tail.frames  # folded at the open
+    tail = session.image.workspace.path / "tail"
+    assert not tail.exists() or tail.stat().st_size == 0
     assert ns["alias"]["items"] is ns["items"]
     workspace = session.image.workspace
     journal = workspace.path / "pending"  # no batch pending: the journal is empty or gone
@@ -79,23 +105,23 @@ def test_kill_at_each_point_of_a_commit_leaves_a_consistent_workspace(
     assert session.run("items.append(4)").changed == ["alias", "items"]
 
 
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize(("phase", "path", "said", "kept"), CASES, ids=IDS)
 def test_the_audit_tells_the_truth_after_a_kill_at_each_point(
-    workspace_dir: Path, reopen, phase: str,
+    workspace_dir: Path, reopen, phase: str, path: str, said: str | None, kept: bool,
 ) -> None:  # type: ignore[no-untyped-def]
     """Every op has one final word in the chain, which verifies, whatever the crash point."""
     from kernos.audit import verify
 
     assert child(workspace_dir, "setup").returncode == 0
-    assert child(workspace_dir, phase).returncode == -signal.SIGKILL
+    assert child(workspace_dir, phase, path).returncode == -signal.SIGKILL
     session = reopen()
     log = session.image.audit
     ops = [record for record in log.records(limit=None) if record.get("op") == 2]
     final = {record["type"]: record for record in ops}
-    if phase == "published":  # committed: its record was written before the ref moved
+    if kept:  # committed: its record was durable before the commit point
         assert [r["type"] for r in ops] == ["op"] and final["op"]["status"] == "committed"
         assert final["op"]["commit"] == session.image.head.hex()
-    elif phase == "sealed":  # record written, commit point never reached: voided
+    elif phase in ("sealed", "frame"):  # record written, commit point never reached: voided
         assert [r["type"] for r in ops] == ["op", "void"]
         assert final["void"]["voids"] == final["op"]["index"]
         assert "voided" in (session.restore_report.recovery or "")

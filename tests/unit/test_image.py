@@ -17,6 +17,7 @@ def git(workspace_path: Path, *args: str) -> str:
 
 
 def commits(session) -> int:  # type: ignore[no-untyped-def]
+    session.image.workspace.fold()  # git itself sees the commits of the tail once folded
     return int(git(session.image.workspace.path, "rev-list", "--count", "main").strip() or 0)
 
 

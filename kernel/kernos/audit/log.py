@@ -55,6 +55,7 @@ commit the branch has reached.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -152,6 +153,10 @@ class AuditLog:
         """Index of the newest op record whose commit is visible."""
         self._size = 0
         self.notes: list[str] = []
+        self._file: io.FileIO | None = None
+        """The chain, open for appending between records (closed with the log)."""
+        self._inflight_file: io.FileIO | None = None
+        self._inflight_size = 0
         self._load()
 
     # -- reading ------------------------------------------------------------------
@@ -445,18 +450,14 @@ class AuditLog:
         record = {"v": FORMAT, "at": utc_now(), **body, "index": index + 1, "prev": previous}
         record["hash"] = record_hash(record)
         line = canonical(record) + b"\n"
-        self.directory.mkdir(exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            written = os.write(fd, line)
-            if written != len(line):
-                os.ftruncate(fd, self._size)
-                raise AuditError(f"the audit log could not be appended to ({written} of "
-                                 f"{len(line)} bytes written)", path=str(self.path))
-            if self.durable and sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        handle = self._chain()
+        written = handle.write(line) or 0
+        if written != len(line):
+            handle.truncate(self._size)
+            raise AuditError(f"the audit log could not be appended to ({written} of "
+                             f"{len(line)} bytes written)", path=str(self.path))
+        if self.durable and sync:
+            os.fsync(handle.fileno())
         self.unsynced = self.durable and not sync
         entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
         self._register(entry, record.get("voids"))
@@ -466,10 +467,29 @@ class AuditLog:
     def sync(self) -> None:
         """fsync a record appended with ``sync=False`` that nothing has synced since."""
         if self.unsynced:
-            from kernos.store.objects import fsync_dir
-
-            fsync_dir(self.path)  # the log file (any path is opened read-only to sync)
+            os.fsync(self.sync_target)
             self.unsynced = False
+
+    @property
+    def sync_target(self) -> int:
+        """What to fsync to make the records appended durable: the open chain's fd."""
+        return self._chain().fileno()
+
+    def _chain(self) -> io.FileIO:
+        if self._file is None:
+            self.directory.mkdir(exist_ok=True)
+            self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (kept open)
+        return self._file
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A value that refers to the workspace copies the log; open files stay here.
+        return {**self.__dict__, "_file": None, "_inflight_file": None}
+
+    def close(self) -> None:
+        for handle in (self._file, self._inflight_file):
+            if handle is not None:
+                handle.close()
+        self._file = self._inflight_file = None
 
     def ensure_genesis(self, head: str | None) -> None:
         if not self.entries:
@@ -480,12 +500,17 @@ class AuditLog:
         """Remember the op that is starting (no sync: it only has to survive the process)."""
         data = json.dumps({"op": op, "principal": principal, "kind": kind,
                            "code": code_sha256, "started_at": utc_now()}).encode()
-        self.directory.mkdir(exist_ok=True)
-        fd = os.open(self.directory / INFLIGHT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        if self._inflight_file is None:
+            self.directory.mkdir(exist_ok=True)
+            self._inflight_file = open(self.directory / INFLIGHT, "wb",  # noqa: SIM115
+                                       buffering=0)
+            self._inflight_size = 0
+        # Written over in place, padded with spaces (JSON allows them), not truncated:
+        # freeing and allocating blocks costs more than the rest of this.
+        padded = data.ljust(self._inflight_size)
+        self._inflight_file.seek(0)
+        self._inflight_file.write(padded)
+        self._inflight_size = len(padded)
 
     def recover(self, head: str | None, is_commit: Any) -> list[str]:
         """After the workspace's own recovery: void unpublished commits, record dead ops.

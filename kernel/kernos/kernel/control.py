@@ -121,6 +121,7 @@ class Control:
         async with kernel._op_lock:
             handled = kernel.serve(content, size=size, progress=kernel.progress_reporter(parent))
         self._send(stream, ident, parent, handled.reply)
+        kernel.fold_when_idle()
         await asyncio.sleep(0)
 
     def _send(self, stream: Any, ident: Any, parent: dict[str, Any],

@@ -52,6 +52,7 @@ from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CommitReport, Op
 from kernos.personal import personal
+from kernos.store.tail import FOLD_IDLE
 from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
 
@@ -96,6 +97,7 @@ class KernosKernel(IPythonKernel):
         self.max_source_bytes = int(
             os.environ.get("KERNOS_MAX_SOURCE_BYTES", DEFAULT_MAX_SOURCE_BYTES))
         self._op_lock = asyncio.Lock()
+        self._fold_timer: asyncio.TimerHandle | None = None
         self._restore_done = threading.Event()
         self._last_report: dict[str, Any] | None = None
         for message_type in ("comm_open", "comm_msg", "comm_close"):
@@ -388,6 +390,7 @@ class KernosKernel(IPythonKernel):
             self._notify_finished(op, outcome, why)
             if isinstance(outcome, CommitReport):
                 self._settle_effects()
+        self.fold_when_idle()
         if isinstance(outcome, BaseException):
             return self._error_reply(outcome, reply)
         if failure is not None:
@@ -508,13 +511,40 @@ class KernosKernel(IPythonKernel):
         async def serialized(*args: Any) -> Any:
             parent = args[2] if len(args) > 2 and isinstance(args[2], dict) else None
             await self.wait_for_restore(parent)
-            async with self._op_lock:
-                result = handler(*args)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                return result
+            try:
+                async with self._op_lock:
+                    result = handler(*args)
+                    if asyncio.iscoroutine(result):
+                        result = await result
+                    return result
+            finally:
+                self.fold_when_idle()
 
         return serialized
+
+    def fold_when_idle(self) -> None:
+        """Fold the tail into git once no request has come for ``FOLD_IDLE`` seconds.
+
+        Ops commit to the tail (``kernos.store.tail``); this keeps git's own
+        view (``git log`` by hand, a copy of the directory) a moment behind at
+        most while the kernel idles, at no cost to the ops themselves.
+        """
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+        self._fold_timer = asyncio.get_running_loop().call_later(FOLD_IDLE, self._fold_now)
+
+    def _fold_now(self) -> None:
+        self._fold_timer = None
+        image = self.image
+        if image is None or not image.workspace.tail.frames:
+            return
+        try:
+            folded = None if self._op_lock.locked() else image.fold(blocking=False)
+        except OSError as error:  # the frames are durable: the next fold (or start) retries
+            self.log.warning("Kernos: folding the commit tail into git failed: %s", error)
+            return
+        if folded is None:
+            self.fold_when_idle()  # an op is running: after it
 
     @property
     def kernel_info(self) -> dict[str, Any]:

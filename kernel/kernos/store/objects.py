@@ -26,6 +26,11 @@ made durable together in :meth:`LooseObjects.seal`, before the ref moves: one
 ``syncfs`` of the workspace's filesystem on Linux (one journal commit),
 otherwise an fsync per object file and per directory.
 
+A small batch, sealed with its commit's parent, is not written here at all:
+it becomes a frame of the commit tail (:mod:`kernos.store.tail`,
+:meth:`ObjectStore.append_frame`), which the workspace folds into a pack
+later.  What follows is the path of a batch too big for a frame, and of a fold.
+
 Durability (pack writer): :meth:`ObjectStore.seal` syncs nothing itself.  It
 leaves the pack, its index, their directory and the pending journal to
 :meth:`ObjectStore.sync`, which the workspace calls when it moves the ref,
@@ -55,7 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, compresses
+from kernos import _faults
+from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, compresses, inflate_entry
+from kernos.store.tail import FRAME_MAX, Frame, Tail, encode_frame
 
 if TYPE_CHECKING:
     from git.db import GitCmdObjectDB
@@ -180,6 +187,10 @@ class LooseObjects:
         self._touched_dirs: set[Path] = set()
         self._fallback: GitCmdObjectDB | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A value that refers to the workspace copies the store; the open journal stays here.
+        return {**self.__dict__, "_journal_fd": None}
+
     # -- writing -----------------------------------------------------------
 
     def begin(self) -> None:
@@ -239,7 +250,7 @@ class LooseObjects:
                     fsync_dir(directory)
         os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
 
-    def sync(self, *others: Path) -> None:
+    def sync(self, *others: Path | int) -> None:
         """Sync ``others`` (the batch itself was synced by :meth:`seal`)."""
         if self.durable:
             fsync_all(others)
@@ -422,14 +433,20 @@ class ObjectStore(LooseObjects):
     wait for it: the packs it replaces stay readable until the next rescan.
     """
 
-    def __init__(self, git_dir: Path, *, journal: Path, scratch: Path, durable: bool) -> None:
+    def __init__(self, git_dir: Path, *, journal: Path, scratch: Path, durable: bool,
+                 tail: Tail | None = None) -> None:
         super().__init__(git_dir, journal=journal, scratch=scratch, durable=durable)
+        self.tail = tail
+        """Small commits go here instead of into a pack (:mod:`kernos.store.tail`)."""
+        self._framed: tuple[bytes, bytes | None] | None = None
+        """``(commit, parent)`` of a sealed batch kept in memory for the tail."""
         self.pack_dir = self.objects / "pack"
         self.packs = PackSet(self.pack_dir)
         self._builder = PackBuilder()
         self._batch: set[bytes] = set()
         self._written: list[Path] = []
         self._journal_open = False
+        self._journal_dirty = False
         self._repack: subprocess.Popen[bytes] | None = None
         self._loose_estimate: int | None = None  # counted when a commit first asks
         self._unsynced: list[Path] = []
@@ -439,10 +456,14 @@ class ObjectStore(LooseObjects):
         if self._journal_fd is None:
             self.scratch.mkdir(exist_ok=True)
             self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.ftruncate(self._journal_fd, 0)
-        os.lseek(self._journal_fd, 0, os.SEEK_SET)
+            self._journal_dirty = True
+        if self._journal_dirty:  # a batch kept for the tail writes nothing to it
+            os.ftruncate(self._journal_fd, 0)
+            os.lseek(self._journal_fd, 0, os.SEEK_SET)
+            self._journal_dirty = False
         self._journal_open = True
         self._builder = PackBuilder()
+        self._framed = None
         self._batch.clear()
         self._written.clear()
 
@@ -474,22 +495,83 @@ class ObjectStore(LooseObjects):
 
     def _announce(self, pack: Path) -> None:
         assert self._journal_fd is not None
+        self._journal_dirty = True
         os.write(self._journal_fd, f"pack {pack.name}\n".encode())
         self._written.append(pack)
 
-    def seal(self, commit: bytes) -> None:
+    def seal(self, commit: bytes, *, parent: bytes | object | None = ...) -> None:
+        """End the batch: its objects are complete, ``commit`` the last of them.
+
+        Given the commit's ``parent``, a batch small enough is kept in memory
+        for the tail (:meth:`append_frame`) instead of being written as a pack.
+        """
         if not self._journal_open or self._journal_fd is None:
             raise RuntimeError("ObjectStore.seal called outside begin()/finish()")
+        if (self.tail is not None and self.tail.writable and parent is not ...
+                and not self._written and self._builder.size <= FRAME_MAX):
+            self._framed = (commit, parent if isinstance(parent, bytes) else None)
+            return  # nothing is written before the frame: the journal has nothing to name
         self._flush()
+        self._name_commit(commit)
+
+    def _name_commit(self, commit: bytes) -> None:
+        assert self._journal_fd is not None
+        self._journal_dirty = True
         os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
+        self._note_unsynced()
+
+    def _note_unsynced(self) -> None:
         if self.durable:
             self._unsynced = [path for pack in self._written
                               for path in (pack, pack.with_suffix(".idx"))]
             if self._written:
                 self._unsynced.append(self.pack_dir)
 
-    def sync(self, *others: Path) -> None:
-        """Make the sealed batch durable, with ``others`` (files or directories), at once.
+    @property
+    def framed_parent(self) -> bytes | object | None:
+        """The parent of the sealed batch kept for the tail, or ``...`` if there is none."""
+        return ... if self._framed is None else self._framed[1]
+
+    def unframe(self) -> None:
+        """Write the sealed batch kept for the tail as a pack after all."""
+        if self._framed is not None:
+            commit = self._framed[0]
+            self._framed = None
+            self._flush()
+            self._name_commit(commit)
+
+    def append_frame(self, *others: Path | int) -> None:
+        """Commit the sealed batch to the tail: ``others`` (the op's audit record) are
+        synced first, then the frame is appended and synced (the tail's rule 1)."""
+        assert self.tail is not None and self._framed is not None
+        commit, parent = self._framed
+        if self.durable and others:
+            fsync_all(others)
+        _faults.point("frame")
+        objects = dict(self._builder.raw_entries())
+        self.tail.append(Frame(commit, parent, objects), encode_frame(commit, parent,
+                                                                      objects.items()))
+        self._builder = PackBuilder()
+        self._framed = None
+
+    def pack_tail(self) -> None:
+        """Write the objects of the tail's frames as one pack, durably (a fold's first step)."""
+        assert self.tail is not None
+        builder = PackBuilder()
+        seen: set[bytes] = set()
+        for frame in self.tail.frames:
+            for sha, raw in frame.objects.items():
+                if sha not in seen:
+                    seen.add(sha)
+                    builder.add_raw(sha, raw)
+        self.pack_dir.mkdir(parents=True, exist_ok=True)
+        pack = builder.write(self.pack_dir, lambda _path: None)
+        self.packs.add(pack)
+        if self.durable:
+            fsync_all([pack, pack.with_suffix(".idx"), self.pack_dir])
+
+    def sync(self, *others: Path | int) -> None:
+        """Make the sealed batch durable, with ``others`` (paths or open fds), at once.
 
         Each is fsynced from its own thread: concurrent fsyncs on one
         filesystem share a journal commit.  The journal goes too, so that
@@ -499,7 +581,8 @@ class ObjectStore(LooseObjects):
             return
         paths = [*self._unsynced, *others]
         self._unsynced = []
-        fds = [self._journal_fd] if self._journal_open and self._journal_fd is not None else []
+        fds = ([self._journal_fd] if self._journal_open and self._journal_fd is not None
+               and self._journal_dirty else [])
         fsync_all(paths, fds)
 
     def finish(self) -> None:
@@ -539,12 +622,15 @@ class ObjectStore(LooseObjects):
 
     def discard(self) -> None:
         self._builder = PackBuilder()
+        self._framed = None
         self._delete_written(self._written)
         self._end_batch()
 
     def _end_batch(self) -> None:
-        if self._journal_fd is not None:
+        if self._journal_fd is not None and self._journal_dirty:
             os.ftruncate(self._journal_fd, 0)
+            os.lseek(self._journal_fd, 0, os.SEEK_SET)
+            self._journal_dirty = False
         self._journal_open = False
         self._unsynced = []
         self._batch.clear()
@@ -552,6 +638,8 @@ class ObjectStore(LooseObjects):
 
     def close(self) -> None:
         self._close_journal()
+        if self.tail is not None:
+            self.tail.close()
         self.packs.close()
 
     def _delete_written(self, packs: list[Path]) -> int:
@@ -589,22 +677,47 @@ class ObjectStore(LooseObjects):
             raise FileNotFoundError(f"object {sha.hex()} is missing")
         return found
 
+    def _from_tail(self, sha: bytes, *, refresh: bool) -> tuple[bytes, bytes] | None:
+        tail = self.tail
+        if tail is None:
+            return None
+        if refresh and not tail.writable:
+            tail.refresh()  # a reader: the writer may have appended (or folded) since
+        raw = tail.objects.get(sha)
+        return None if raw is None else inflate_entry(raw)
+
     def read(self, sha: bytes) -> tuple[bytes, bytes]:
-        found = self.packs.read(sha, rescan=False)
-        return found if found is not None else super().read(sha)
+        found = self._from_tail(sha, refresh=False) or self.packs.read(sha, rescan=False)
+        if found is not None:
+            return found
+        try:
+            return super().read(sha)
+        except FileNotFoundError:
+            found = self._from_tail(sha, refresh=True)
+            if found is None:
+                raise
+            return found
 
     def read_blob_into(self, sha: bytes, out: memoryview) -> None:
-        found = self.packs.read(sha, rescan=False)
+        found = self._from_tail(sha, refresh=False) or self.packs.read(sha, rescan=False)
         if found is None:
-            super().read_blob_into(sha, out)
-        else:
-            _copy_blob(sha.hex(), found[0], found[1], out)
+            try:
+                super().read_blob_into(sha, out)
+                return
+            except FileNotFoundError:
+                found = self._from_tail(sha, refresh=True)
+                if found is None:
+                    raise
+        _copy_blob(sha.hex(), found[0], found[1], out)
 
     def exists(self, sha: bytes) -> bool:
+        if self.tail is not None and sha in self.tail.objects:
+            return True
         if self.packs.locate(sha) is not None or os.path.exists(self._loose_path(sha.hex())):
             return True
         self.packs.refresh()
-        return self.packs.locate(sha) is not None
+        return (self.packs.locate(sha) is not None
+                or self._from_tail(sha, refresh=True) is not None)
 
 
 def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = 0o644,
@@ -657,7 +770,7 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_all(paths: Iterable[Path], fds: Iterable[int] = ()) -> None:
+def fsync_all(paths: Iterable[Path | int], fds: Iterable[int] = ()) -> None:
     """fsync every path (a file or a directory) and open fd, concurrently; the first error
     is raised once all have finished."""
     jobs: list[Path | int] = [*paths, *fds]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kernos import _faults
 
-__all__ = ["SPILL_BYTES", "Pack", "PackBuilder", "PackSet"]
+__all__ = ["SPILL_BYTES", "Pack", "PackBuilder", "PackSet", "inflate_entry"]
 
 SPILL_BYTES = 64 << 20
 
@@ -71,6 +71,26 @@ def _entry_header(kind: int, size: int) -> bytes:
     return bytes(out)
 
 
+def inflate_entry(raw: bytes) -> tuple[bytes, bytes]:
+    """``(kind, data)`` of a whole (not delta) object encoded as a pack entry."""
+    byte = raw[0]
+    kind = (byte >> 4) & 7
+    size = byte & 0x0F
+    shift = 4
+    position = 1
+    while byte & 0x80:
+        byte = raw[position]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+        position += 1
+    if kind not in _NAMES:
+        raise ValueError(f"a pack entry of type {kind} is not a whole object")
+    data = zlib.decompress(memoryview(raw)[position:])
+    if len(data) != size:
+        raise ValueError(f"a pack entry is damaged ({len(data)} of {size} bytes)")
+    return _NAMES[kind], data
+
+
 class PackBuilder:
     """The objects of one batch, compressed, in the order they will be packed."""
 
@@ -91,6 +111,17 @@ class PackBuilder:
         self._pieces.append(raw)
         self.size += len(raw)
         return len(raw)
+
+    def add_raw(self, sha: bytes, raw: bytes) -> None:
+        """Append an object already encoded as a pack entry (see :meth:`raw_entries`)."""
+        self._entries.append((sha, zlib.crc32(raw), self.size))
+        self._pieces.append(raw)
+        self.size += len(raw)
+
+    def raw_entries(self) -> Iterator[tuple[bytes, bytes]]:
+        """``(id, entry)`` of every object added, as the pack will hold it."""
+        for (sha, _crc, _offset), raw in zip(self._entries, self._pieces, strict=True):
+            yield sha, raw
 
     def write(self, directory: Path, announce: Callable[[Path], None]) -> Path:
         """Write the pack and its index into ``directory``; return the pack's path.

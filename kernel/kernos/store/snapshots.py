@@ -290,10 +290,10 @@ class SnapshotWriter:
             timestamp=int(time.time()), message=message,
         )
         sha = self._write(b"commit", encode_commit(commit))
-        self.workspace.objects.seal(sha)
+        self.workspace.objects.seal(sha, parent=parent)
         return sha
 
-    def publish(self, commit: bytes, *, sync_with: Iterable[Path] = ()) -> None:
+    def publish(self, commit: bytes, *, sync_with: Iterable[Path | int] = ()) -> None:
         """Move the branch to ``commit``.  After this returns the op is durable.
 
         ``sync_with`` are files synced with the snapshot's objects before the ref moves.

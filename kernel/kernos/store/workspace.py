@@ -7,6 +7,7 @@ Layout::
         settings.json     the user's settings for this workspace (``on_error``)
         lock              held by the one process that may write (see lock.py)
         history.git/      a bare git repository: one commit per committed op
+        tail              small commits not yet folded into git (see tail.py)
         pending           exists only while a commit is being written
         pruning           exists only while a ``kernos prune`` is not finished
         tmp/              temporary object files, renamed into history.git
@@ -33,10 +34,11 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernos import _faults
 from kernos._version import __version__
 from kernos.errors import (
     KernosError,
@@ -50,9 +52,11 @@ from kernos.store.objects import (
     CommitData,
     ObjectStore,
     decode_commit,
+    fsync_all,
     fsync_dir,
     replace_file,
 )
+from kernos.store.tail import FOLD_BYTES, FOLD_FRAMES, Tail
 
 if TYPE_CHECKING:
     import git
@@ -100,8 +104,11 @@ class Workspace:
         self.git_dir = path / "history.git"
         self.lock = lock
         self.durable = durable
+        self.tail = Tail(path / "tail", ref=self._ref, writable=lock is not None,
+                         durable=durable)
         self.objects = ObjectStore(
-            self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable
+            self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable,
+            tail=self.tail,
         )
         self.recovery_note: str | None = None
         self._repo: git.Repo | None = None
@@ -147,12 +154,14 @@ class Workspace:
         workspace = cls(root, lock=lock, durable=durable)
         if writable:
             try:
+                folded = workspace._recover_tail()
                 note = workspace.objects.recover(workspace.head())
                 # A prune that a crash interrupted is finished (or forgotten) next.
                 from kernos.store.retention import finish_interrupted
 
                 pruned = finish_interrupted(workspace)
-                workspace.recovery_note = "; ".join(n for n in (note, pruned) if n) or None
+                workspace.recovery_note = "; ".join(
+                    n for n in (folded, note, pruned) if n) or None
             except BaseException:
                 workspace.close()
                 raise
@@ -200,6 +209,10 @@ class Workspace:
             raise WorkspaceCorrupt(str(root), "history.git/objects is missing")
 
     def close(self) -> None:
+        if self.writable and self.tail.frames:
+            # The frames are durable already: a fold that fails here is done at the next open.
+            with contextlib.suppress(OSError):
+                self.fold()
         self.objects.close()
         if self._repo is not None:
             self._repo.close()
@@ -251,7 +264,13 @@ class Workspace:
     # -- the branch ------------------------------------------------------------
 
     def head(self) -> bytes | None:
-        """The commit the branch names, or None for an empty history."""
+        """The commit the branch names (with the commits of the tail), or None if empty."""
+        if not self.tail.writable:
+            self.tail.refresh()  # a reader: the writer may have appended or folded since
+        return self.tail.head or self._ref()
+
+    def _ref(self) -> bytes | None:
+        """The commit git's own ref names (the tail may hold newer commits)."""
         ref = self.git_dir / BRANCH
         try:
             text = ref.read_text().strip()
@@ -278,13 +297,61 @@ class Workspace:
                 return sha
         return ""
 
-    def set_head(self, commit: bytes, *, sync_with: Iterable[Path] = ()) -> None:
-        """Point the branch at ``commit``: the atomic commit point of an op.
+    def set_head(self, commit: bytes, *, sync_with: Iterable[Path | int] = ()) -> None:
+        """Make ``commit`` the branch's head: the atomic commit point of an op.
 
-        With durability, the sealed objects, the new ref's file and ``sync_with``
-        (the op's audit log) are synced together first (``ObjectStore.sync``),
-        then the ref is renamed into place and its directory synced.
+        A batch the objects kept for the tail, continuing the head, becomes a
+        frame: ``sync_with`` (the op's audit log) is synced, then the frame is
+        appended and synced (:mod:`kernos.store.tail`).  Otherwise the tail is
+        folded first, and with durability the sealed objects, the new ref's file
+        and ``sync_with`` are synced together (``ObjectStore.sync``), then the
+        ref is renamed into place and its directory synced.
         """
+        objects = self.objects
+        parent = objects.framed_parent
+        if parent is not ...:
+            if parent == self.head():
+                objects.append_frame(*sync_with)
+                if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
+                    self.fold()
+                return
+            objects.unframe()
+        if self.tail.frames:
+            self.fold()
+        others = tuple(sync_with)
+        self._move_ref(commit, lambda temporary: objects.sync(temporary, *others))
+
+    def fold(self) -> int:
+        """Fold the tail's commits into git: one pack, then the ref; how many there were.
+
+        Each step is durable before the next, and the tail is emptied last, so a
+        crash at any point loses nothing (the tail's rule 4).
+        """
+        tail = self.tail
+        if not tail.writable or not tail.frames:
+            return 0
+        count = len(tail.frames)
+        head = tail.frames[-1].commit
+        self.objects.pack_tail()
+        _faults.point("fold.packed")
+        self._move_ref(head, lambda temporary: fsync_all([temporary]) if self.durable
+                       else None)
+        _faults.point("fold.published")
+        tail.clear()
+        return count
+
+    def _recover_tail(self) -> str | None:
+        """At a writable open: fold what the tail holds; cut off what it must not."""
+        stale = self.tail.load()
+        folded = self.fold()
+        if stale:
+            self.tail.clear()
+        if folded:
+            return f"folded {folded} commit(s) from the tail into the history"
+        return None
+
+    def _move_ref(self, commit: bytes, sync: Callable[[Path], None]) -> None:
+        """Replace the branch's ref by ``rename``; ``sync(temporary)`` before it."""
         ref = self.git_dir / BRANCH
         temporary = ref.with_name(ref.name + ".lock")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -293,7 +360,7 @@ class Workspace:
         finally:
             os.close(fd)
         try:
-            self.objects.sync(temporary, *sync_with)
+            sync(temporary)
         except OSError:
             temporary.unlink(missing_ok=True)
             raise
@@ -376,7 +443,12 @@ class Workspace:
 
     @property
     def repo(self) -> git.Repo:
-        """A GitPython ``Repo`` for the history, for tools that want one."""
+        """A GitPython ``Repo`` for the history, for tools that want one.
+
+        git reads only what it has: a writer folds the tail first.
+        """
+        if self.writable:
+            self.fold()
         if self._repo is None:
             import git
 

@@ -285,11 +285,11 @@ def rewrite_loose_object(path: Path, sha: str, old: bytes, new: bytes) -> None:
 
 
 def test_a_modified_git_object_names_the_first_snapshot_that_reaches_it(built: Env) -> None:
+    built.close()  # git itself reads the history once the tail is folded
     first = built.records()[1]
     sha = blob_of(built.path, first["commit"], "ns/x/s.000000")
     last = built.records()[5]["commit"]
     assert blob_of(built.path, last, "ns/x/s.000000") == sha  # later snapshots share it
-    built.close()
     rewrite_loose_object(built.path, sha, b"MARKER-of-op-one", b"MARKER-of-op-ONE")
     report = verify(built.path)
     assert report.first_bad == 1
@@ -299,10 +299,10 @@ def test_a_modified_git_object_names_the_first_snapshot_that_reaches_it(built: E
 
 
 def test_a_modified_object_only_the_last_snapshot_reaches_names_its_record(built: Env) -> None:
+    built.close()  # git itself reads the history once the tail is folded
     last = built.records()[5]["commit"]
     sha = blob_of(built.path, last, "ns/items/s.000000")
     assert blob_of(built.path, built.records()[3]["commit"], "ns/items/s.000000") != sha
-    built.close()
     loosen(built.path / "history.git")
     file = built.path / "history.git" / "objects" / sha[:2] / sha[2:]
     raw = zlib.decompress(file.read_bytes())
@@ -314,8 +314,8 @@ def test_a_modified_object_only_the_last_snapshot_reaches_names_its_record(built
 
 
 def test_verify_skips_objects_when_asked(built: Env) -> None:
+    built.close()  # git itself reads the history once the tail is folded
     sha = blob_of(built.path, built.records()[1]["commit"], "ns/x/s.000000")
-    built.close()
     rewrite_loose_object(built.path, sha, b"MARKER-of-op-one", b"MARKER-of-op-ONE")
     quick = verify(built.path, objects=False)
     assert quick.ok and quick.objects == 0

@@ -1,10 +1,17 @@
 """What a durable commit syncs, and in which order (``Workspace.set_head``).
 
 A crash of the machine loses what was written but not synced, so the order
-of the syncs is the promise: before the branch's ref is renamed into place,
-the commit's pack and index, their directory, the pending journal, the new
-ref's file and the op's audit record must all be synced; the ref's directory
-after the rename.  The syscalls are recorded as they happen.
+of the syncs is the promise.  The syscalls are recorded as they happen.
+
+* A small commit goes to the tail (``kernos.store.tail``): the op's audit
+  record is synced before its frame is even written, and the frame is synced
+  before the op returns.  Nothing else is written.
+* A fold: the tail's pack, its index and their directory are synced before
+  the ref's file is renamed into place, the ref's directory after it, and the
+  tail is emptied only then.
+* A commit too big for a frame: before the ref is renamed, the commit's pack
+  and index, their directory, the pending journal, the new ref's file and the
+  op's audit record must all be synced; the ref's directory after the rename.
 """
 
 from __future__ import annotations
@@ -20,18 +27,28 @@ from core_support import CoreEnv
 
 
 class Syscalls:
-    """Records fsync (by the path of the fd, from /proc) and rename, in order."""
+    """Records fsync, fdatasync, write and ftruncate (by the path of the fd, from /proc)
+    and rename, in order."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         real_fsync, real_replace = os.fsync, os.replace
+        real_fdatasync, real_write, real_ftruncate = os.fdatasync, os.write, os.ftruncate
 
-        def fsynced(fd: int) -> None:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            real_fsync(fd)
-            with self._lock:
-                self.events.append(("fsync", path))
+        def recorded(kind: str, real: Any) -> Any:
+            def call(fd: int, *args: Any) -> Any:
+                path = os.readlink(f"/proc/self/fd/{fd}")
+                result = real(fd, *args)
+                with self._lock:
+                    self.events.append((kind, path))
+                return result
+            return call
+
+        fsynced = recorded("fsync", real_fsync)
+        monkeypatch.setattr(os, "fdatasync", recorded("fdatasync", real_fdatasync))
+        monkeypatch.setattr(os, "write", recorded("write", real_write))
+        monkeypatch.setattr(os, "ftruncate", recorded("ftruncate", real_ftruncate))
 
         def replaced(source: Any, target: Any) -> None:
             real_replace(source, target)
@@ -44,8 +61,18 @@ class Syscalls:
     def clear(self) -> None:
         self.events.clear()
 
+    def index(self, kind: str, path: Path | str) -> int:
+        found = [number for number, event in enumerate(self.events)
+                 if event == (kind, str(path))]
+        assert len(found) == 1, (kind, path, self.events)
+        return found[0]
 
-def test_everything_a_commit_needs_is_synced_before_the_ref_moves(
+
+BIG = "x = bytes(range(256)) * 8192 + os.urandom(2_000_000)"
+"""A value too big for a frame (``FRAME_MAX``): its commit is written as a pack."""
+
+
+def test_a_small_commit_syncs_its_audit_record_before_writing_its_frame(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
     env = CoreEnv(tmp_path / "ws")
@@ -53,10 +80,49 @@ def test_everything_a_commit_needs_is_synced_before_the_ref_moves(
     env.run("x = 0")
     calls = Syscalls(monkeypatch)
     env.run("x += 1")
+    tail = tmp_path / "ws" / "tail"
+    audit = tmp_path / "ws" / "audit" / "chain.jsonl"
+    assert calls.index("fsync", audit) < calls.index("write", tail) \
+        < calls.index("fdatasync", tail), calls.events
+    assert not [event for event in calls.events if event[0] == "rename"], calls.events
+    assert env.workspace.tail.frames and env.workspace.head() == env.workspace.tail.head
+
+
+def test_a_fold_syncs_the_pack_before_the_ref_and_empties_the_tail_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
+    env = CoreEnv(tmp_path / "ws")
+    assert env.workspace is not None
+    env.run("x = 0")
+    env.run("x += 1")
+    head = env.workspace.head()
+    calls = Syscalls(monkeypatch)
+    assert env.workspace.fold() == 2
+    ref = tmp_path / "ws" / "history.git" / "refs" / "heads" / "main"
+    renamed = calls.index("rename", ref)
+    before = {Path(path).name for kind, path in calls.events[:renamed] if kind == "fsync"}
+    assert any(name.startswith("pack-") and name.endswith(".pack") for name in before)
+    assert any(name.startswith("pack-") and name.endswith(".idx") for name in before)
+    assert "pack" in before and "main.lock" in before, calls.events
+    assert calls.index("fsync", ref.parent) > renamed
+    assert calls.index("ftruncate", tmp_path / "ws" / "tail") > renamed
+    assert env.workspace.head() == head and not env.workspace.tail.frames
+    assert ref.read_text().strip() == head.hex()
+
+
+def test_everything_a_big_commit_needs_is_synced_before_the_ref_moves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
+    env = CoreEnv(tmp_path / "ws")
+    assert env.workspace is not None and env.workspace.durable
+    env.run("import os\nx = 0")
+    calls = Syscalls(monkeypatch)
+    env.run(BIG)
     ref = str(tmp_path / "ws" / "history.git" / "refs" / "heads" / "main")
     renames = [index for index, (kind, path) in enumerate(calls.events)
                if kind == "rename" and path == ref]
-    assert len(renames) == 1, calls.events
+    assert len(renames) == 2, calls.events  # the fold of "x = 0", then this commit
+    renames = renames[1:]
     before = {path for kind, path in calls.events[: renames[0]] if kind == "fsync"}
     after = {path for kind, path in calls.events[renames[0] :] if kind == "fsync"}
     names = {Path(path).name for path in before}
@@ -70,12 +136,41 @@ def test_everything_a_commit_needs_is_synced_before_the_ref_moves(
     assert str(Path(ref).parent) in after
 
 
-def test_a_failed_sync_leaves_the_ref_and_rolls_the_op_back(
+def test_a_failed_frame_sync_leaves_the_head_and_rolls_the_op_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
     env = CoreEnv(tmp_path / "ws")
     env.run("x = 0")
     assert env.workspace is not None
+    head = env.workspace.head()
+    tail = tmp_path / "ws" / "tail"
+    size = tail.stat().st_size
+    real_fdatasync = os.fdatasync
+    failing = {"on": True}
+
+    def broken(fd: int) -> None:
+        if failing["on"] and os.readlink(f"/proc/self/fd/{fd}") == str(tail):
+            raise OSError(5, "Input/output error")
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(Exception, match=r"Input/output error|could not be committed"):
+        env.run("x += 1")
+    failing["on"] = False
+    assert env.workspace.head() == head and env.ns["x"] == 0
+    assert tail.stat().st_size == size  # the frame written is cut off again
+    env.run("x += 2")
+    env.reopen()
+    assert env.ns["x"] == 2
+
+
+def test_a_failed_sync_leaves_the_ref_and_rolls_the_op_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
+    env = CoreEnv(tmp_path / "ws")
+    env.run("import os\nx = 0")
+    assert env.workspace is not None
+    env.workspace.fold()  # so that the sync that fails is this commit's, not a fold's
     head = env.workspace.head()
     real_fsync = os.fsync
     failing = {"on": True}
@@ -87,7 +182,7 @@ def test_a_failed_sync_leaves_the_ref_and_rolls_the_op_back(
 
     monkeypatch.setattr(os, "fsync", broken)
     with pytest.raises(Exception, match=r"Input/output error|could not be committed"):
-        env.run("x += 1")
+        env.run(BIG)
     failing["on"] = False
     assert env.workspace.head() == head and env.ns["x"] == 0
     assert not (tmp_path / "ws" / "history.git" / "refs" / "heads" / "main.lock").exists()
