@@ -32,6 +32,12 @@ it from ``uses``, and the whole value is checked.  The same known limit
 applies: a change made through a path that does not name the variable (an
 alias outside the namespace) is saved by the next op that checks the whole
 value (``%kernos scan``).
+
+A reach also says which names the code only *reads* (``reads``): every
+occurrence a chain of attribute reads, subscripts and a few methods, ending
+in a sink that keeps no reference (``arr[5] == 1.0``, ``print(d['k']['v'])``,
+``len(d)``, ``f"{df.shape}"``).  For the value types ``kernos.readonly``
+knows, such a name is neither re-pickled nor re-hashed.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ from dataclasses import dataclass, field
 
 from kernos.serialize.pickler import code_names
 
-__all__ = ["DYNAMIC_NAMES", "Reach", "Use", "reach_of_code", "reach_of_names", "reach_of_source",
+__all__ = ["DYNAMIC_NAMES", "NONCONSTANT", "READ_ATTRS", "READ_METHODS", "SINK_CALLS", "Reach",
+           "Read", "Use", "reach_of_code", "reach_of_names", "reach_of_source", "reads_of_tree",
            "uses_of_tree"]
 
 #: Names through which code can read or write the namespace without naming a variable.
@@ -74,6 +81,29 @@ class Use:
                    calls_len=self.calls_len or other.calls_len)
 
 
+NONCONSTANT = "<not a constant>"
+"""The key of a ``Read`` step whose subscript is not a constant."""
+
+
+@dataclass(frozen=True)
+class Read:
+    """One place where the op's code only reads a name: a chain of steps, then a sink.
+
+    ``steps``: ``("attr", name)`` (an attribute of :data:`READ_ATTRS`),
+    ``("item", key)`` (a subscript, ``key`` its constant or :data:`NONCONSTANT`),
+    ``("call", method)`` (a method of :data:`READ_METHODS` called with constant
+    arguments only).  ``sink``: what consumes the result, which keeps no
+    reference to it: ``compare`` or ``arith`` (with constants only), ``format``
+    (an f-string), ``test`` (``if``, ``while``, ``assert``), ``discard`` (an
+    expression statement) or ``call:F`` (the builtin ``F`` of
+    :data:`SINK_CALLS`).  Whether the chain indeed changes nothing depends on
+    the value's type, which only the image knows (``kernos.readonly``).
+    """
+
+    steps: tuple[tuple[str, object], ...]
+    sink: str
+
+
 @dataclass(frozen=True)
 class Reach:
     """The global names an op may touch, or everything."""
@@ -83,6 +113,8 @@ class Reach:
     why: str = ""
     uses: Mapping[str, Use] = field(default_factory=dict, compare=False)
     """Names of ``names`` that the code uses only in the ways a :class:`Use` lists."""
+    reads: Mapping[str, frozenset[Read]] = field(default_factory=dict, compare=False)
+    """Names of ``names`` that the code only reads, each through these chains."""
 
     @classmethod
     def all(cls, why: str) -> Reach:
@@ -93,14 +125,27 @@ class Reach:
             return self
         if other.everything:
             return other
-        return Reach(self.names | other.names, uses=_merge_uses(self, other))
+        return Reach(self.names | other.names, uses=_merge_uses(self, other),
+                     reads=_merge_reads(self, other))
 
     def without_uses(self, names: frozenset[str] | set[str]) -> Reach:
         """This reach, with ``names`` used in unknown ways."""
-        if self.everything or not names & self.uses.keys():
+        if self.everything or not names & (self.uses.keys() | self.reads.keys()):
             return self
         return Reach(self.names, uses={name: use for name, use in self.uses.items()
-                                       if name not in names})
+                                       if name not in names},
+                     reads={name: reads for name, reads in self.reads.items()
+                            if name not in names})
+
+
+def _merge_reads(one: Reach, other: Reach) -> dict[str, frozenset[Read]]:
+    """A name keeps its reads only if each side that reaches it only reads it."""
+    merged: dict[str, frozenset[Read]] = {}
+    for name in one.names | other.names:
+        reads = [side.reads.get(name) for side in (one, other) if name in side.names]
+        if all(found is not None for found in reads):
+            merged[name] = frozenset().union(*(found for found in reads if found is not None))
+    return merged
 
 
 def _merge_uses(one: Reach, other: Reach) -> dict[str, Use]:
@@ -142,8 +187,10 @@ def reach_of_source(source: str | ast.Module, filename: str = "<op>") -> Reach:
     if reach.everything:
         return reach
     uses = uses_of_tree(tree)
+    reads = reads_of_tree(tree)
     return Reach(reach.names, uses={name: use for name, use in uses.items()
-                                    if name in reach.names})
+                                    if name in reach.names},
+                 reads={name: chains for name, chains in reads.items() if name in reach.names})
 
 
 _APPENDS = frozenset({"append", "extend"})
@@ -211,3 +258,112 @@ def _constant_key(node: ast.AST) -> object:
         items = tuple(_constant_key(item) for item in node.elts)
         return _NOT_CONSTANT if any(item is _NOT_CONSTANT for item in items) else items
     return _NOT_CONSTANT
+
+
+#: Attributes whose reading changes nothing on the types ``kernos.readonly`` accepts.
+READ_ATTRS = frozenset({
+    "shape", "dtype", "dtypes", "ndim", "size", "nbytes", "itemsize", "T", "real", "imag",
+    "columns", "index", "values", "empty", "iloc", "loc", "iat", "at", "name",
+})
+#: Methods that return a new value (or a view) and change nothing, called with constants only.
+READ_METHODS = frozenset({
+    "sum", "mean", "min", "max", "std", "var", "prod", "any", "all", "argmax", "argmin",
+    "median", "count", "nunique", "unique", "head", "tail", "describe", "copy", "tolist",
+    "to_list", "to_numpy", "item", "isna", "notna", "abs", "equals", "value_counts", "cumsum",
+    "get", "keys", "values", "items",
+})
+#: Keywords those methods may be given (never ``out`` or ``inplace``).
+_READ_KEYWORDS = frozenset({"axis", "dtype", "ddof", "skipna", "numeric_only", "keepdims",
+                            "decimals", "ascending", "n", "normalize", "dropna"})
+#: Builtins that read their one argument and keep no reference to it.
+SINK_CALLS = frozenset({"print", "len", "bool", "int", "float", "str", "repr", "abs", "round",
+                        "min", "max", "sum", "type"})
+
+
+def reads_of_tree(tree: ast.AST) -> dict[str, frozenset[Read]]:
+    """The names that ``tree`` only reads (every occurrence a :class:`Read`), with the reads."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    found: dict[str, set[Read]] = {}
+    unknown: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in unknown:
+            read = _read_of(node, parents)
+            if read is None:
+                unknown.add(node.id)
+            else:
+                found.setdefault(node.id, set()).add(read)
+    return {name: frozenset(reads) for name, reads in found.items() if name not in unknown}
+
+
+def _read_of(node: ast.Name, parents: dict[int, ast.AST]) -> Read | None:
+    if not isinstance(node.ctx, ast.Load):
+        return None
+    steps: list[tuple[str, object]] = []
+    top: ast.AST = node
+    while True:
+        parent = parents.get(id(top))
+        if (isinstance(parent, ast.Attribute) and parent.value is top
+                and isinstance(parent.ctx, ast.Load)):
+            grand = parents.get(id(parent))
+            if isinstance(grand, ast.Call) and grand.func is parent:
+                if parent.attr not in READ_METHODS or not _constant_arguments(grand):
+                    return None
+                steps.append(("call", parent.attr))
+                top = grand
+            elif parent.attr in READ_ATTRS:
+                steps.append(("attr", parent.attr))
+                top = parent
+            else:
+                return None
+        elif (isinstance(parent, ast.Subscript) and parent.value is top
+              and isinstance(parent.ctx, ast.Load)):
+            key = _constant_key(parent.slice)
+            steps.append(("item", NONCONSTANT if key is _NOT_CONSTANT else key))
+            top = parent
+        else:
+            break
+    sink = _sink(top, parents)
+    return None if sink is None else Read(tuple(steps), sink)
+
+
+def _sink(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
+    """What consumes ``node``'s value, if it is a sink that keeps no reference to it."""
+    parent = parents.get(id(node))
+    # ``a and b``, ``a if c else b``: the value passes through to what consumes them.
+    while isinstance(parent, ast.BoolOp) or (isinstance(parent, ast.IfExp)
+                                             and parent.test is not node):
+        node, parent = parent, parents.get(id(parent))
+    if isinstance(parent, ast.Compare):
+        others = [parent.left, *parent.comparators]
+        return "compare" if all(_inert(other) for other in others if other is not node) else None
+    if isinstance(parent, ast.BinOp):
+        other = parent.right if parent.left is node else parent.left
+        return "arith" if _inert(other) else None
+    if isinstance(parent, ast.UnaryOp):
+        return "arith"
+    if isinstance(parent, ast.FormattedValue) and parent.value is node:
+        return "format"
+    if isinstance(parent, ast.Expr):
+        return "discard"
+    if isinstance(parent, ast.If | ast.While | ast.Assert | ast.IfExp) and parent.test is node:
+        return "test"
+    if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)
+            and parent.func.id in SINK_CALLS and any(arg is node for arg in parent.args)):
+        if parent.func.id != "print" and (len(parent.args) != 1 or parent.keywords):
+            return None  # min(x, y), max(x, key=f): other code would see the value
+        return "call:" + parent.func.id
+    return None
+
+
+def _inert(node: ast.AST) -> bool:
+    """A constant operand: nothing it runs can be handed the other operand."""
+    return _constant_key(node) is not _NOT_CONSTANT
+
+
+def _constant_arguments(call: ast.Call) -> bool:
+    return (all(_inert(arg) for arg in call.args)
+            and all(keyword.arg in _READ_KEYWORDS and _inert(keyword.value)
+                    for keyword in call.keywords))

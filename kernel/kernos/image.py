@@ -421,7 +421,8 @@ class Image:
                     frontier.append(ref)
         # Stored code may use a name in any way: only the op's own uses are known.
         uses = {name: use for name, use in reach.uses.items() if name not in referenced}
-        return Reach(frozenset(names), uses=uses)
+        reads = {name: found for name, found in reach.reads.items() if name not in referenced}
+        return Reach(frozenset(names), uses=uses, reads=reads)
 
     def transients(self) -> list[dict[str, Any]]:
         """Every value a restore would (or did) replace by a placeholder.

@@ -33,7 +33,7 @@ import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernos import _faults, determinism
+from kernos import _faults, determinism, readonly
 from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
@@ -457,6 +457,15 @@ class _ImageParticipant:
                    if name in committed and current[name] is not committed[name]}
         reach = image.expand(op.reach, current)
         touched = set(current) if reach.everything else reach.names & current.keys()
+        if not reach.everything:
+            # Names the code only read, holding values that such reads cannot change
+            # (kernos.readonly): neither re-pickled nor re-hashed.
+            touched -= {name for name in touched
+                        if name in committed and current[name] is committed[name]
+                        and (type(current[name]) in readonly.IMMUTABLE
+                             or (name in reach.reads
+                                 and readonly.unchanged_by(current[name], reach.reads[name],
+                                                           current)))}
         dirty = set(added) | rebound | touched
 
         final: dict[str, GroupState] = {}
