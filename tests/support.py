@@ -68,24 +68,34 @@ def canon(kernel: Any) -> str:
     return str(result.stdout)
 
 
-def git_view_current(workspace: Path, timeout: float = 10) -> None:
-    """Wait until git's own view of the workspace holds every commit.
+def git_view_current(workspace: Path, timeout: float = 30) -> None:
+    """Make git's own view of the workspace hold every commit, then return.
 
     Ops commit to the tail (``kernos.store.tail``), which a running kernel
-    folds into git once it has been idle for 50 ms, and a starting one at
-    once.  Tests that ask git itself (not Kernos) call this first.  A dead
-    kernel folds nothing: the wait then ends at ``timeout`` and git shows
-    what it has.
+    folds into git once it has been idle for 50 ms, and the next process to
+    open the workspace writable folds at once.  Tests that ask git itself
+    (not Kernos) call this first: it waits for a live kernel's fold, and
+    opens the workspace (folding it) when no kernel holds it.
     """
+    from kernos import Workspace
+    from kernos.errors import WorkspaceLocked
+
     tail = workspace / "tail"
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         try:
             if tail.stat().st_size == 0:
                 return
         except FileNotFoundError:
             return
-        time.sleep(0.01)
+        try:
+            with Workspace.open(workspace, create=False, purpose="a test reading git"):
+                return  # the open folded what a stopped kernel left
+        except WorkspaceLocked:
+            if time.monotonic() > deadline:
+                raise AssertionError("the kernel holding the workspace never folded its "
+                                     "tail") from None
+            time.sleep(0.01)
 
 
 def history_length(workspace: Path) -> int:

@@ -100,7 +100,7 @@ BEFORE = ([1, 2, 3], 0, ["k"], False, True)
 AFTER = ([1, 2, 3, 4], 1, ["j", "k"], True, True)
 
 
-@pytest.mark.parametrize("point", ["serialize", "objects", "pack", "sealed", "published"])
+@pytest.mark.parametrize("point", ["serialize", "objects", "sealed", "frame", "published"])
 def test_crash_at_each_point_of_a_commit(kernel_factory: Any, point: str) -> None:
     kernel = kernel_factory()
     committed(kernel, SETUP)
@@ -115,7 +115,7 @@ def test_crash_at_each_point_of_a_commit(kernel_factory: Any, point: str) -> Non
     doomed.client.stop_channels()
     assert doomed.manager.provisioner.process.returncode == -signal.SIGKILL
     on_disk = history_length(kernel.workspace)
-    # The ref is the commit point: it moves only at "published".
+    # The synced frame is the commit point: the history grows only at "published".
     assert on_disk == (length + 1 if point == "published" else length)
 
     survivor = kernel_factory(kernel.workspace)
@@ -130,6 +130,31 @@ def test_crash_at_each_point_of_a_commit(kernel_factory: Any, point: str) -> Non
     else:
         assert state == BEFORE
     # The survivor goes on committing on top of whatever was recovered.
+    committed(survivor, "a.append(100)")
+    assert survivor.value("a[-1]") == 100
+    assert_workspace_sound(survivor.workspace)
+
+
+@pytest.mark.parametrize("point", ["pack", "fold.packed", "fold.published"])
+def test_crash_while_folding_the_tail_loses_nothing(kernel_factory: Any, point: str) -> None:
+    """The op is acknowledged; the kernel dies in the fold it starts once idle (50 ms)."""
+    kernel = kernel_factory()
+    committed(kernel, SETUP)
+    kernel.stop()
+    length = history_length(kernel.workspace)
+
+    doomed = kernel_factory(kernel.workspace, env={"KERNOS_CRASH_AT": point})
+    msg_id = doomed.client.execute(IN_FLIGHT)
+    wait_for_death(doomed)
+    reply = reply_arrived(doomed, msg_id)
+    assert reply is not None and reply["content"]["status"] == "ok"  # acknowledged
+    doomed.client.stop_channels()
+    assert doomed.manager.provisioner.process.returncode == -signal.SIGKILL
+
+    survivor = kernel_factory(kernel.workspace)
+    assert_workspace_sound(survivor.workspace)
+    assert history_length(survivor.workspace) == length + 1
+    assert survivor.value(STATE) == AFTER
     committed(survivor, "a.append(100)")
     assert survivor.value("a[-1]") == 100
     assert_workspace_sound(survivor.workspace)
