@@ -407,7 +407,8 @@ class _ImageParticipant:
             audit.sync()
         else:
             self.writer.publish(self.commit_sha,
-                                sync_with=[audit.sync_target] if audit.unsynced else [])
+                                sync_with=[audit.sync_target] if audit.unsynced else [],
+                                record=audit.last_line if audit.unsynced else b"")
         audit.unsynced = False
         self._published = True
         image = self.op.image

@@ -69,7 +69,7 @@ from kernos.audit.canonical import canonical, digest
 from kernos.errors import AuditError
 from kernos.personal import Keyring
 
-__all__ = ["GENESIS_PREV", "AuditLog", "Entry", "record_hash"]
+__all__ = ["GENESIS_PREV", "AuditLog", "Entry", "record_hash", "restore_records"]
 
 FORMAT = 1
 DIRECTORY = "audit"
@@ -157,6 +157,8 @@ class AuditLog:
         """The chain, open for appending between records (closed with the log)."""
         self._inflight_file: io.FileIO | None = None
         self._inflight_size = 0
+        self.last_line = b""
+        """The last record appended, as its line (a commit's frame carries a copy)."""
         self._load()
 
     # -- reading ------------------------------------------------------------------
@@ -441,8 +443,9 @@ class AuditLog:
         """Append a record (``type`` and its fields); returns it with index, prev and hash.
 
         With ``sync=False`` the record is not fsynced here: ``unsynced`` says so,
-        and the caller syncs the log with other files (an op's record is synced
-        with its snapshot, before the ref moves: ``Workspace.set_head``).
+        and the caller makes it durable otherwise (an op's record goes with its
+        snapshot: ``Workspace.set_head``; ``last_line`` is the copy a tail frame
+        carries).
         """
         if not self.writable:
             raise AuditError("this audit log was opened read-only", path=str(self.path))
@@ -459,6 +462,7 @@ class AuditLog:
         if self.durable and sync:
             os.fsync(handle.fileno())
         self.unsynced = self.durable and not sync
+        self.last_line = line
         entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
         self._register(entry, record.get("voids"))
         self._size += len(line)
@@ -573,3 +577,47 @@ def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> E
         topics=frozenset(str(event.get("topic")) for event in events),
         key=record.get("key") if type(record.get("key")) is str else None,
     )
+
+
+def restore_records(path: Path, lines: Sequence[bytes], *, durable: bool = True) -> int:
+    """Put back records the chain at ``path`` lost in a crash, from the copies the
+    commit tail's frames carry (``kernos.store.tail``); return how many.
+
+    A line is appended only if it is the chain's next record (its index and
+    ``prev`` continue the last whole line); a torn last line is cut off first,
+    as :class:`AuditLog` would.  Anything else is left for ``verify`` to judge.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    with open(path, "a+b") as handle:
+        handle.seek(max(0, size - (1 << 20)))
+        end = handle.read()
+        whole = end[: end.rfind(b"\n") + 1] if b"\n" in end else b""
+        start = size - len(end)
+        if len(whole) != len(end):
+            handle.truncate(start + len(whole))
+        lines_before = whole.splitlines()
+        if lines_before:
+            last = json.loads(lines_before[-1])
+            index, previous = int(last["index"]), str(last["hash"])
+        elif start == 0:
+            index, previous = -1, GENESIS_PREV
+        else:
+            return 0  # a last line longer than the window read: leave it to verify
+        restored = 0
+        for line in lines:
+            record = json.loads(line)
+            if type(record) is not dict or record.get("index") != index + 1:
+                continue  # the chain holds it already (or it is not the next one)
+            if record.get("prev") != previous:
+                break
+            handle.seek(0, os.SEEK_END)
+            handle.write(line)
+            index, previous = index + 1, str(record.get("hash"))
+            restored += 1
+        if restored and durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    return restored

@@ -135,7 +135,8 @@ class AuditParticipant:
     def tpc_vote(self, txn: Transaction) -> None:
         commit = self.op.commit_id()
         # An op kept although its code raised (on_error = keep) says so in ``error``.
-        # Synced with the snapshot when the ref moves (Workspace.set_head), before it does.
+        # Made durable with the snapshot (Workspace.set_head): a copy in its tail frame,
+        # or synced with its pack before the ref moves.
         record = self.log.append(self._body(status="committed", commit=commit,
                                             error=self.op.failure), sync=False)
         self.index = record["index"]

@@ -540,17 +540,15 @@ class ObjectStore(LooseObjects):
             self._flush()
             self._name_commit(commit)
 
-    def append_frame(self, *others: Path | int) -> None:
-        """Commit the sealed batch to the tail: ``others`` (the op's audit record) are
-        synced first, then the frame is appended and synced (the tail's rule 1)."""
+    def append_frame(self, record: bytes = b"") -> None:
+        """Commit the sealed batch to the tail, with a copy of the op's audit ``record``:
+        one append and one sync (the tail's rule 1)."""
         assert self.tail is not None and self._framed is not None
         commit, parent = self._framed
-        if self.durable and others:
-            fsync_all(others)
         _faults.point("frame")
         objects = dict(self._builder.raw_entries())
-        self.tail.append(Frame(commit, parent, objects), encode_frame(commit, parent,
-                                                                      objects.items()))
+        self.tail.append(Frame(commit, parent, objects, record),
+                         encode_frame(commit, parent, objects.items(), record))
         self._builder = PackBuilder()
         self._framed = None
 

@@ -293,12 +293,15 @@ class SnapshotWriter:
         self.workspace.objects.seal(sha, parent=parent)
         return sha
 
-    def publish(self, commit: bytes, *, sync_with: Iterable[Path | int] = ()) -> None:
+    def publish(self, commit: bytes, *, sync_with: Iterable[Path | int] = (),
+                record: bytes = b"") -> None:
         """Move the branch to ``commit``.  After this returns the op is durable.
 
-        ``sync_with`` are files synced with the snapshot's objects before the ref moves.
+        ``sync_with`` (the audit log) is synced with the snapshot's objects before
+        the ref moves, unless the commit goes to the tail with a copy of ``record``
+        (``Workspace.set_head``).
         """
-        self.workspace.set_head(commit, sync_with=sync_with)
+        self.workspace.set_head(commit, sync_with=sync_with, record=record)
         _faults.point("published")
         self.workspace.objects.finish()
         self.cache.update(self._new_cache_entries.items())

@@ -9,19 +9,24 @@ small commit one ``write`` to a file that stays open and one ``fdatasync``.
 The file ``<workspace>/tail`` is a sequence of frames, one per commit::
 
     frame   = b"KTF1" length:u32 crc32:u32 payload        (big-endian)
-    payload = commit:20 parent:20 count:u32 entry*count   (parent: 20 zero bytes if none)
+    payload = commit:20 parent:20 count:u32 entry*count size:u32 record
+                                                          (parent: 20 zero bytes if none)
     entry   = object:20 size:u32 raw                       (raw: the object as a pack
                                                             entry, git's header + zlib)
 
-Every new object of the commit is in its frame, the commit object last.
+Every new object of the commit is in its frame, the commit object last, and
+so is the op's audit record (its line in ``audit/chain.jsonl``, or nothing).
 
 Rules.
 
-1. A frame is appended only once the op's audit record is durable, and it is
-   durable before the op is acknowledged (``Workspace.set_head``).  So a frame
-   that survives a crash always has its audit record; an audit record whose
-   frame did not survive names a commit that never became visible, which the
-   audit recovery voids as it voids an unpublished commit.
+1. The frame is the commit point: it is durable (one ``fdatasync``) before
+   the op is acknowledged (``Workspace.set_head``).  The op's audit record is
+   appended to the chain without a sync of its own: the frame carries a copy,
+   and the chain is synced before a fold empties the tail.  So after a crash
+   the open puts back a record the chain lost (``restore_records``) before it
+   folds; an audit record whose frame did not survive names a commit that
+   never became visible, which the audit recovery voids as it voids an
+   unpublished commit.
 2. A frame counts only whole: a torn or zeroed end fails its length, magic or
    CRC, and it is cut off there with everything after it.
 3. The branch is the ref followed by the frames that continue it: skip the
@@ -72,10 +77,12 @@ class Frame:
     parent: bytes | None
     objects: dict[bytes, bytes] = field(default_factory=dict)
     """Object id -> its raw pack entry (header and zlib stream), in the order written."""
+    record: bytes = b""
+    """The op's audit record, as its line in the chain (empty if none came with it)."""
 
 
-def encode_frame(commit: bytes, parent: bytes | None, objects: Iterable[tuple[bytes, bytes]]
-                 ) -> bytes:
+def encode_frame(commit: bytes, parent: bytes | None, objects: Iterable[tuple[bytes, bytes]],
+                 record: bytes = b"") -> bytes:
     parts = [commit, parent or _NONE, b""]
     count = 0
     for sha, raw in objects:
@@ -83,6 +90,8 @@ def encode_frame(commit: bytes, parent: bytes | None, objects: Iterable[tuple[by
         parts.append(raw)
         count += 1
     parts[2] = struct.pack(">I", count)
+    parts.append(struct.pack(">I", len(record)))
+    parts.append(record)
     payload = b"".join(parts)
     return _HEAD.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
@@ -96,7 +105,7 @@ def decode_frames(data: bytes) -> tuple[list[Frame], int]:
         magic, length, crc = _HEAD.unpack_from(data, position)
         start = position + _HEAD.size
         end = start + length
-        if magic != MAGIC or end > len(data) or length < 44:
+        if magic != MAGIC or end > len(data) or length < 48:
             break
         payload = view[start:end]
         if zlib.crc32(payload) != crc:
@@ -114,11 +123,15 @@ def decode_frames(data: bytes) -> tuple[list[Frame], int]:
                     raise ValueError("entry past the frame")
                 objects[sha] = bytes(payload[offset : offset + size])
                 offset += size
+            (size,) = struct.unpack_from(">I", payload, offset)
+            offset += 4
+            record = bytes(payload[offset : offset + size])
+            offset += size
         except (struct.error, ValueError):
             break
         if offset != length or commit not in objects:
             break
-        frames.append(Frame(commit, None if parent == _NONE else parent, objects))
+        frames.append(Frame(commit, None if parent == _NONE else parent, objects, record))
         position = end
     return frames, position
 

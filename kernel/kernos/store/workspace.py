@@ -65,6 +65,8 @@ __all__ = ["FORMAT", "SETTINGS", "Workspace", "default_workspace"]
 
 FORMAT = 1
 BRANCH = "refs/heads/main"
+AUDIT_CHAIN = "audit/chain.jsonl"
+"""The audit chain (``kernos.audit.log``), which a fold syncs for the records frames carry."""
 SETTINGS: dict[str, tuple[str, ...]] = {
     "on_error": ("rollback", "keep"),
 }
@@ -297,21 +299,23 @@ class Workspace:
                 return sha
         return ""
 
-    def set_head(self, commit: bytes, *, sync_with: Iterable[Path | int] = ()) -> None:
+    def set_head(self, commit: bytes, *, sync_with: Iterable[Path | int] = (),
+                 record: bytes = b"") -> None:
         """Make ``commit`` the branch's head: the atomic commit point of an op.
 
         A batch the objects kept for the tail, continuing the head, becomes a
-        frame: ``sync_with`` (the op's audit log) is synced, then the frame is
-        appended and synced (:mod:`kernos.store.tail`).  Otherwise the tail is
-        folded first, and with durability the sealed objects, the new ref's file
-        and ``sync_with`` are synced together (``ObjectStore.sync``), then the
-        ref is renamed into place and its directory synced.
+        frame carrying a copy of the op's audit ``record``, appended and synced
+        (:mod:`kernos.store.tail`); ``sync_with`` (the audit log) is synced
+        later, by a fold.  Otherwise the tail is folded first, and with
+        durability the sealed objects, the new ref's file and ``sync_with`` are
+        synced together (``ObjectStore.sync``), then the ref is renamed into
+        place and its directory synced.
         """
         objects = self.objects
         parent = objects.framed_parent
         if parent is not ...:
             if parent == self.head():
-                objects.append_frame(*sync_with)
+                objects.append_frame(record)
                 if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
                     self.fold()
                 return
@@ -334,7 +338,9 @@ class Workspace:
         head = tail.frames[-1].commit
         self.objects.pack_tail()
         _faults.point("fold.packed")
-        self._move_ref(head, lambda temporary: fsync_all([temporary]) if self.durable
+        chain = self.path / AUDIT_CHAIN  # the frames' records: synced before they go
+        synced = [chain] if any(frame.record for frame in tail.frames) and chain.exists() else []
+        self._move_ref(head, lambda temporary: fsync_all([temporary, *synced]) if self.durable
                        else None)
         _faults.point("fold.published")
         tail.clear()
@@ -343,12 +349,21 @@ class Workspace:
     def _recover_tail(self) -> str | None:
         """At a writable open: fold what the tail holds; cut off what it must not."""
         stale = self.tail.load()
+        records = [frame.record for frame in self.tail.frames if frame.record]
+        restored = 0
+        if records:
+            from kernos.audit.log import restore_records
+
+            restored = restore_records(self.path / AUDIT_CHAIN, records, durable=self.durable)
         folded = self.fold()
         if stale:
             self.tail.clear()
+        notes = []
         if folded:
-            return f"folded {folded} commit(s) from the tail into the history"
-        return None
+            notes.append(f"folded {folded} commit(s) from the tail into the history")
+        if restored:
+            notes.append(f"put back {restored} audit record(s) from the tail")
+        return "; ".join(notes) or None
 
     def _move_ref(self, commit: bytes, sync: Callable[[Path], None]) -> None:
         """Replace the branch's ref by ``rename``; ``sync(temporary)`` before it."""

@@ -72,7 +72,7 @@ BIG = "x = bytes(range(256)) * 8192 + os.urandom(2_000_000)"
 """A value too big for a frame (``FRAME_MAX``): its commit is written as a pack."""
 
 
-def test_a_small_commit_syncs_its_audit_record_before_writing_its_frame(
+def test_a_small_commit_is_one_synced_frame_carrying_its_audit_record(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
     env = CoreEnv(tmp_path / "ws")
@@ -81,11 +81,37 @@ def test_a_small_commit_syncs_its_audit_record_before_writing_its_frame(
     calls = Syscalls(monkeypatch)
     env.run("x += 1")
     tail = tmp_path / "ws" / "tail"
-    audit = tmp_path / "ws" / "audit" / "chain.jsonl"
-    assert calls.index("fsync", audit) < calls.index("write", tail) \
-        < calls.index("fdatasync", tail), calls.events
+    assert calls.index("write", tail) < calls.index("fdatasync", tail), calls.events
+    syncs = [event for event in calls.events if event[0] in ("fsync", "fdatasync")]
+    assert syncs == [("fdatasync", str(tail))], calls.events  # one sync, nothing else
     assert not [event for event in calls.events if event[0] == "rename"], calls.events
     assert env.workspace.tail.frames and env.workspace.head() == env.workspace.tail.head
+    record = env.image.audit.last_line
+    assert env.workspace.tail.frames[-1].record == record and b'"op":2' in record
+
+
+def test_the_open_puts_back_an_audit_record_only_a_frame_kept(tmp_path: Path) -> None:
+    """A power cut after the frame's sync can lose the chain's unsynced end."""
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 0")
+    env.run("x += 1")
+    env.run("x += 1")
+    assert env.workspace is not None and len(env.workspace.tail.frames) == 3
+    chain = tmp_path / "ws" / "audit" / "chain.jsonl"
+    whole = chain.read_bytes()
+    lines = whole.splitlines(keepends=True)
+    last_two = b"".join(lines[-2:])
+    env.workspace.objects.close()  # the process dies: no fold, no close
+    env.workspace.lock.release()  # type: ignore[union-attr]
+    env.workspace = None
+    chain.write_bytes(whole[: -len(last_two)] + lines[-2][:10])  # lost, and torn
+    env.reopen()
+    assert env.ns["x"] == 2
+    assert chain.read_bytes() == whole
+    assert "put back 2 audit record(s)" in (env.restore_report.recovery or "")
+    from kernos.audit import verify
+
+    assert verify(tmp_path / "ws").ok
 
 
 def test_a_fold_syncs_the_pack_before_the_ref_and_empties_the_tail_last(
@@ -105,7 +131,10 @@ def test_a_fold_syncs_the_pack_before_the_ref_and_empties_the_tail_last(
     assert any(name.startswith("pack-") and name.endswith(".idx") for name in before)
     assert "pack" in before and "main.lock" in before, calls.events
     assert calls.index("fsync", ref.parent) > renamed
-    assert calls.index("ftruncate", tmp_path / "ws" / "tail") > renamed
+    emptied = calls.index("ftruncate", tmp_path / "ws" / "tail")
+    assert emptied > renamed
+    # The frames' audit records, which the chain has not synced, are synced before.
+    assert calls.index("fsync", tmp_path / "ws" / "audit" / "chain.jsonl") < emptied
     assert env.workspace.head() == head and not env.workspace.tail.frames
     assert ref.read_text().strip() == head.hex()
 
