@@ -35,15 +35,21 @@ pruned).
 
 ``<point>@N`` crashes the Nth time the point is reached (``sealed@2``: in
 the second commit), so a test can crash a later op of the same process.
+
+``KERNOS_PAUSE_AT=<point>:<seconds>`` makes the process sleep there instead
+(``restore.background``: before a background restore loads the big values),
+so a test can act while it waits.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 _armed, _, _nth = os.environ.get("KERNOS_CRASH_AT", "").partition("@")
 _left = int(_nth) if _nth.isdigit() else 1
+_paused, _, _seconds = os.environ.get("KERNOS_PAUSE_AT", "").partition(":")
 
 
 def point(name: str) -> None:
@@ -52,3 +58,8 @@ def point(name: str) -> None:
         _left -= 1
         if _left <= 0:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause(name: str) -> None:
+    if _paused and _paused == name:
+        time.sleep(float(_seconds or 1))

@@ -37,7 +37,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernos import determinism
+from kernos import _faults, determinism
 from kernos.analysis import DYNAMIC_NAMES, Reach, reach_of_source
 from kernos.audit.erasure import finish_erasures
 from kernos.audit.log import AuditLog
@@ -114,6 +114,10 @@ class RestoreReport:
     recovery: str | None = None
 
 
+EARLY_BYTES = 1 << 20
+"""A background restore loads groups up to this size before any op runs (and the rest after)."""
+
+
 class Image:
     """A namespace whose every op commits to, or rolls back from, a snapshot history."""
 
@@ -159,6 +163,11 @@ class Image:
         self.last_op = 0
         self._busy = threading.Lock()
         self.restored = threading.Event()
+        self.pending: dict[str, StoredGroup] = {}
+        """Groups a background restore has not loaded yet (see :meth:`restore`)."""
+        self.pending_names: frozenset[str] = frozenset()
+        self._restore_bytes = (0, 0)
+        """Bytes a background restore loaded before ops could run, and of the whole snapshot."""
         self._history_bytes: int | None = None
         self.unreset: set[str] = set()
         """Names a rollback could not reset (they hold live resources): the next commit
@@ -198,8 +207,17 @@ class Image:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, progress: Progress | None = None) -> RestoreReport:
-        """Load the head snapshot into the namespace (before any op runs)."""
+    def restore(self, progress: Progress | None = None, *,
+                background: bool = False) -> RestoreReport:
+        """Load the head snapshot into the namespace (before any op runs).
+
+        With ``background``, only the runtime's own state and the groups of up
+        to :data:`EARLY_BYTES` are loaded here; the others stay in
+        :attr:`pending` until :meth:`finish_restore` loads them, each put in
+        place between ops.  Meanwhile ops whose reach names none of
+        :attr:`pending_names` (:meth:`needs_pending`) can run and commit: the
+        pending groups are kept as they are stored.
+        """
         started = time.perf_counter()
         with self._busy:
             try:
@@ -207,7 +225,8 @@ class Image:
                 if head is None:
                     report = RestoreReport(commit=None, op=0, names=0, bytes=0, seconds=0.0)
                 else:
-                    report = self._restore(read_snapshot(self.workspace, head), progress)
+                    report = self._restore(read_snapshot(self.workspace, head), progress,
+                                           background=background)
                 # The generators continue from the snapshot's state (numpy's once imported).
                 determinism.apply_state(self.committed.get(determinism.STATE_NAME),
                                         self.identity)
@@ -219,7 +238,50 @@ class Image:
                     note for note in [self.workspace.recovery_note, *notes] if note) or None
                 return report
             finally:
-                self.restored.set()
+                if not self.pending:
+                    self.restored.set()
+
+    def finish_restore(self, progress: Progress | None = None) -> int:
+        """Load what a background restore left, smallest group first; how many names.
+
+        Each group is unpickled without the op lock, then put in place under
+        it, between ops.  A group that fails gets placeholders, as in a restore.
+        """
+        _faults.pause("restore.background")
+        try:
+            done, total = self._restore_bytes
+            names = 0
+            for key, group in sorted(self.pending.items(), key=lambda item: item[1].size):
+
+                def advance(done_here: int, _total: int, base: int = done) -> None:
+                    if progress is not None:
+                        progress(base + done_here, total)
+
+                values, failed = self.load_groups({key: group}, advance)
+                done += group.size
+                with self._busy:
+                    for name, value in values.items():
+                        self.bind(name, value)
+                    self.committed.update(values)
+                    if failed and key in self.groups:
+                        self.groups[key].load_error = getattr(
+                            values[next(iter(failed))], "reason", "could not be restored")
+                    del self.pending[key]
+                    self.pending_names = frozenset(
+                        name for pending in self.pending.values() for name in pending.names)
+                names += len(values)
+            return names
+        finally:
+            self.restored.set()
+
+    def needs_pending(self, reach: Reach) -> bool:
+        """Whether an op of ``reach`` must wait for groups a background restore is loading."""
+        if not self.pending:
+            return False
+        if reach.everything:
+            return True
+        expanded = self.expand(reach, self.persisted_names())
+        return expanded.everything or bool(expanded.names & self.pending_names)
 
     def _exists(self, commit: str) -> bool:
         try:
@@ -228,13 +290,31 @@ class Image:
             return False
         return True
 
-    def _restore(self, snapshot: Snapshot, progress: Progress | None) -> RestoreReport:
+    def _restore(self, snapshot: Snapshot, progress: Progress | None, *,
+                 background: bool = False) -> RestoreReport:
         groups = {key: read_group(self.workspace, key, tree)
                   for key, tree in snapshot.group_trees.items()}
-        loaded, failed = self.load_groups(groups, progress)
+        now = groups
+        if background:
+            now = {key: group for key, group in groups.items()
+                   if group.size <= EARLY_BYTES
+                   or any(name.startswith(SYSTEM_PREFIX) for name in group.names)}
+            # Progress counts the whole snapshot, across both parts of the restore.
+            total = sum(group.size for group in groups.values())
+            self._restore_bytes = (sum(group.size for group in now.values()), total)
+            if progress is not None:
+                report_progress = progress
+
+                def progress(done: int, _total: int) -> None:
+                    report_progress(done, total)
+
+        loaded, failed = self.load_groups(now, progress)
         for name, value in loaded.items():
             self.bind(name, value)
         self._adopt_snapshot(snapshot, groups, loaded, failed)
+        self.pending = {key: group for key, group in groups.items() if key not in now}
+        self.pending_names = frozenset(
+            name for group in self.pending.values() for name in group.names)
         return RestoreReport(
             commit=snapshot.commit.hex(), op=self.head_op, names=len(loaded),
             bytes=sum(group.size for group in groups.values()), seconds=0.0,

@@ -691,6 +691,9 @@ class _ImageParticipant:
         meta: dict[str, NameMeta] = {}
         changed: set[str] = set()
         now = utc_now()
+        for name in image.pending_names:  # not loaded yet (a background restore): as stored
+            if name in old and name in group_of:
+                meta[name] = old[name]
         for name, value in current.items():
             if name in new_parts:
                 pickled, stored = new_parts[name]

@@ -99,6 +99,8 @@ class KernosKernel(IPythonKernel):
         self._op_lock = asyncio.Lock()
         self._fold_timer: asyncio.TimerHandle | None = None
         self._restore_done = threading.Event()
+        self._cells_ready = threading.Event()
+        """Set once the start-up restore has loaded all but the big values (see do_execute)."""
         self._last_report: dict[str, Any] | None = None
         for message_type in ("comm_open", "comm_msg", "comm_close"):
             handler = self.shell_handlers.get(message_type)
@@ -180,17 +182,23 @@ class KernosKernel(IPythonKernel):
             self._restore_done.set()
             return
         self._restore_done.clear()
+        self._cells_ready.clear()
         self.control.advertise(Path(workspace.path), workspace.durable)
         threading.Thread(target=self._restore, name="kernos-restore", daemon=True).start()
 
     def _restore(self) -> None:
         assert self.image is not None
+        started = time.perf_counter()
         try:
             def progress(done: int, total: int) -> None:
                 self.restore_progress = (done, total)
 
-            self.restore_report = self.image.restore(progress)
+            self.restore_report = self.image.restore(progress, background=True)
+            self._cells_ready.set()  # cells that name none of the values still loading run
+            self.image.finish_restore(progress)
             report = self.restore_report
+            report.names = len(self.image.committed)
+            report.seconds = time.perf_counter() - started
             self.log.info("Kernos: restored %d names (%d bytes) from %s in %.2fs",
                           report.names, report.bytes, report.commit, report.seconds)
             self._settle_effects()  # effects a crash left queued or in doubt
@@ -289,13 +297,37 @@ class KernosKernel(IPythonKernel):
             "changed": report.changed, "deleted": report.deleted,
             "events": len(report.events)})
 
+    async def _runs_before_restored(self, code: str) -> bool:
+        """Whether a cell can run while the start-up restore still loads big values.
+
+        It can once the runtime's state and the small values are in place, if
+        its reach (widened through stored code) names none of the values still
+        loading and it runs no magic or shell command (they may read anything).
+        """
+        if self._restore_done.is_set():
+            return False
+        while not self._cells_ready.is_set():
+            if self._restore_done.is_set():
+                return False
+            await asyncio.sleep(0.005)
+        image = self.image
+        if image is None or self.restore_error is not None or self.attach_error is not None:
+            return False
+        try:
+            transformed = self.ipython.transform_cell(code)
+        except Exception:
+            return False
+        if "get_ipython" in transformed:
+            return False
+        return not image.needs_pending(self._reach(code))
+
     async def _ready(self) -> KernosError | None:
         """Wait for the restore (showing progress); return the reason ops cannot run, if any."""
         if self.image is None and self._restore_done.is_set():
             self._attach()  # the workspace may have been released since
         shown = False
         started = time.perf_counter()
-        while not self._restore_done.is_set():
+        while not (self._restore_done.is_set() or self._cells_ready.is_set()):
             await asyncio.sleep(0.05)
             if time.perf_counter() - started > 0.5:
                 done, total = self.restore_progress
@@ -349,7 +381,8 @@ class KernosKernel(IPythonKernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         self._last_report = None
-        await self.wait_for_restore(self.get_parent())
+        if not await self._runs_before_restored(code):
+            await self.wait_for_restore(self.get_parent())
         problem = await self._ready()
         if problem is None and len(code.encode("utf-8", "surrogatepass")) > self.max_source_bytes:
             problem = RequestRejected.oversized_source(

@@ -1,0 +1,42 @@
+"""A restarted kernel runs cells that name none of the big values while they still load.
+
+``KERNOS_PAUSE_AT=restore.background:SECONDS`` holds the background part of
+the start-up restore, so the test knows the big value is not loaded yet when
+its first cells run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from support import assert_workspace_sound
+
+pytestmark = pytest.mark.kernel
+
+SETUP = ("import numpy as np\nbig = np.arange(2_000_000, dtype=float)\nsmall = [1, 2]\n"
+         "def total():\n    return float(big.sum())")
+
+
+def test_cells_that_need_no_big_value_run_while_it_loads(kernel_factory: Any) -> None:
+    kernel = kernel_factory()
+    assert kernel.run(SETUP).committed
+    kernel.kill9()
+
+    paused = kernel_factory(kernel.workspace, env={"KERNOS_PAUSE_AT": "restore.background:8"})
+    started = time.monotonic()
+    early = paused.run("fresh = small + [3]\nprint('big' in dir(), fresh)")
+    assert early.committed, (early.errors, early.kernos)
+    assert early.stdout.strip() == "False [1, 2, 3]"  # ran before big was in place
+    assert time.monotonic() - started < 6
+    waited = paused.run("print(total(), big[1])")  # stored code names big: it waits
+    assert waited.status == "ok", waited.errors
+    assert waited.stdout.split() == [str(float(sum(range(2_000_000)))), "1.0"]
+    assert paused.run("%kernos status").status == "ok"
+    paused.kill9()
+
+    again = kernel_factory(kernel.workspace)
+    assert again.value("(fresh, small, float(big[-1]))") == ([1, 2, 3], [1, 2], 1_999_999.0)
+    assert_workspace_sound(again.workspace)
