@@ -49,11 +49,14 @@ class CellResult:
 
     @property
     def commit_ms(self) -> float | None:
-        """The op's commit work (analyze + serialize + write + publish), or None."""
+        """The op's commit work (analyze + serialize + write + publish), or None.
+
+        An op that changed nothing writes no snapshot and reports no ``write``.
+        """
         timings = self.timings
-        if not all(key in timings for key in TIMING_KEYS):
+        if not all(key in timings for key in TIMING_KEYS if key != "write"):
             return None
-        return sum(timings[key] for key in TIMING_KEYS)
+        return sum(timings.get(key, 0.0) for key in TIMING_KEYS)
 
     @property
     def total_ms(self) -> float | None:

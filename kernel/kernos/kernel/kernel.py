@@ -58,6 +58,9 @@ from kernos.transaction import Status
 
 __all__ = ["KernosKernel"]
 
+LOOP_SETTLES = 0.1
+"""Seconds after the kernel's loop starts before a restore loads the big values."""
+
 DEFAULT_MAX_SOURCE_BYTES = 4 * 1024 * 1024
 _IPYTHON_CACHE = re.compile(r"_+|_i+|_i?\d+")
 _ALIASES = frozenset({"_", "__", "___", "Out", "_oh"})
@@ -99,6 +102,8 @@ class KernosKernel(IPythonKernel):
         self._op_lock = asyncio.Lock()
         self._fold_timer: asyncio.TimerHandle | None = None
         self._restore_done = threading.Event()
+        self._serving = threading.Event()
+        """Set shortly after the kernel's loop started serving requests."""
         self._cells_ready = threading.Event()
         """Set once the start-up restore has loaded all but the big values (see do_execute)."""
         self._last_report: dict[str, Any] | None = None
@@ -134,6 +139,10 @@ class KernosKernel(IPythonKernel):
     def start(self) -> None:
         super().start()
         self._attach()
+        # The big values load once the kernel serves requests: loading them beside
+        # its start-up would slow the start-up (and kernel_info) down, not the load.
+        loop = asyncio.get_event_loop()
+        loop.call_soon(loop.call_later, LOOP_SETTLES, self._serving.set)
 
     # -- the workspace ---------------------------------------------------------
 
@@ -195,6 +204,8 @@ class KernosKernel(IPythonKernel):
 
             self.restore_report = self.image.restore(progress, background=True)
             self._cells_ready.set()  # cells that name none of the values still loading run
+            if self.image.pending:
+                self._serving.wait(LOOP_SETTLES + 5)
             self.image.finish_restore(progress)
             report = self.restore_report
             report.names = len(self.image.committed)

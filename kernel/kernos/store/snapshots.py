@@ -419,13 +419,16 @@ def read_part(
     *,
     writable: bool = False,
     on_chunk: Callable[[int], None] | None = None,
+    populate: bool = True,
 ) -> bytes | bytearray | mmap.mmap | memoryview:
     """The bytes of a part, as an object that supports the buffer protocol.
 
     A part meant to back a mutable value (``writable``) comes back writable.
     Large parts land in anonymous memory that the kernel maps already zeroed,
     and their chunks are copied in by two threads (file reads and checksums
-    release the GIL).
+    release the GIL).  Without ``populate`` that memory is mapped page by page
+    as it is written instead of all at once, which holds the interpreter lock
+    for less than a chunk at a time (a background restore's choice).
     """
     if len(part.chunks) == 1 and part.size < _LARGE and not writable:
         data = _read_blob(workspace, part.chunks[0])
@@ -435,7 +438,7 @@ def read_part(
         if on_chunk:
             on_chunk(len(data))
         return data
-    out: bytearray | mmap.mmap = _allocate(part.size)
+    out: bytearray | mmap.mmap = _allocate(part.size, populate=populate)
     view = memoryview(out)
     offsets = []
     position = 0
@@ -473,10 +476,14 @@ def _pool() -> ThreadPoolExecutor:
     return _executor
 
 
-def _allocate(size: int) -> bytearray | mmap.mmap:
+def _allocate(size: int, *, populate: bool = True) -> bytearray | mmap.mmap:
+    """Zeroed memory for a part.  ``populate`` maps every page at once, which is faster
+    in all but it holds the interpreter lock meanwhile (a third of a second per GB)."""
     if size < _LARGE:
         return bytearray(size)
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    if populate:
+        flags |= getattr(mmap, "MAP_POPULATE", 0)
     return mmap.mmap(-1, size, flags=flags)
 
 
