@@ -315,9 +315,14 @@ class Workspace:
         parent = objects.framed_parent
         if parent is not ...:
             if parent == self.head():
+                others = tuple(sync_with)
+                if others and not record and self.durable:
+                    fsync_all(others)  # no copy in the frame: durable before it
                 objects.append_frame(record)
                 if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
-                    self.fold()
+                    # The op is durable already: a fold that fails is retried by the next.
+                    with contextlib.suppress(OSError):
+                        self.fold()
                 return
             objects.unframe()
         if self.tail.frames:

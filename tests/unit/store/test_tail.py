@@ -112,3 +112,28 @@ def test_the_tail_folds_by_itself_when_it_grows(tmp_path: Path, frames: int,
     ref = (tmp_path / "ws" / "history.git" / "refs" / "heads" / "main").read_text().strip()
     assert ref == env.workspace.head().hex()
     env.close()
+
+
+def test_a_fold_that_fails_after_a_commit_does_not_fail_the_op(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernos.store.workspace as workspace_module
+
+    monkeypatch.setattr(workspace_module, "FOLD_FRAMES", 2)
+    env = CoreEnv(tmp_path / "ws")
+    assert env.workspace is not None
+    objects = env.workspace.objects
+    real = objects.pack_tail
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objects, "pack_tail", full_disk)
+    for number in range(4):
+        assert env.run(f"x = {number}").commit  # committed: the frames are durable
+    assert len(env.workspace.tail.frames) == 4
+    monkeypatch.setattr(objects, "pack_tail", real)
+    env.run("x = 9")  # the next commit over the threshold folds them all
+    assert not env.workspace.tail.frames
+    env.reopen()
+    assert env.ns["x"] == 9
+    env.close()
