@@ -142,9 +142,12 @@ class KernelProcess:
         return peak_rss_bytes(self.pid)
 
     def history_bytes(self) -> int | None:
+        """The history on disk: ``history.git`` and the commit tail not yet folded into it."""
         if self.workspace is None:
             return None
-        return directory_bytes(self.workspace / "history.git")
+        tail = self.workspace / "tail"
+        return directory_bytes(self.workspace / "history.git") + (
+            tail.stat().st_size if tail.exists() else 0)
 
     def run(self, code: str, *, label: str = "", expect_ok: bool = True) -> CellResult:
         """Run one cell; measure its round trip and the history's growth across it."""
