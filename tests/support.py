@@ -108,6 +108,7 @@ def history_length(workspace: Path) -> int:
 
 def assert_workspace_sound(workspace: Path) -> None:
     """git fsck is clean (no dangling or unreachable object) and no commit is half-written."""
+    git_view_current(workspace)  # not in the middle of a fold: its pack is there, its ref not yet
     done = subprocess.run(["git", "-C", str(workspace / "history.git"), "fsck", "--full",
                            "--strict", "--unreachable"], capture_output=True, text=True)
     output = done.stdout + done.stderr

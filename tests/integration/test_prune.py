@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from audit_support import files_of, git, key_needles, scan, verify
+from support import git_view_current
 
 if TYPE_CHECKING:
     from conftest import Kernel
@@ -100,6 +101,7 @@ def ops_on_branch(path: Path, ref: str = "main") -> dict[int, tuple[str, str]]:
 
 
 def fsck_clean(path: Path) -> None:
+    git_view_current(path)
     done = subprocess.run(["git", f"--git-dir={path / 'history.git'}", "fsck", "--full",
                            "--strict", "--dangling", "--no-reflogs"],
                           capture_output=True, text=True, timeout=120)
