@@ -3,7 +3,7 @@
 The kernel already keeps the packs few (a geometric repack in the
 background, :class:`kernos.store.objects.ObjectStore`); this is the full
 repack a person runs before copying a workspace, or after a long life.  It
-uses git's own ``repack -a -d``, which writes the new pack durably before it
+uses git's own ``repack -a -d --keep-unreachable``, which writes the new pack durably before it
 deletes what it replaces, so it is safe under ``kill -9`` and safe beside a
 running kernel: a pack the kernel writes meanwhile is left alone.  Nothing
 reachable or unreachable is deleted (an erasure in Kernos destroys keys, not
@@ -60,7 +60,9 @@ def gc(path: Path, *, timeout: float = 3600) -> tuple[Footprint, Footprint]:
     with Workspace.open(path, writable=False) as workspace:
         git_dir = workspace.git_dir
     before = footprint(git_dir)
-    for command in (["repack", "-a", "-d", "-q"], ["prune-packed", "-q"]):
+    # --keep-unreachable: a kernel may be between writing a pack (a commit's, a fold's)
+    # and moving its ref; without it `-a -d` would drop that pack's objects.
+    for command in (["repack", "-a", "-d", "-q", "--keep-unreachable"], ["prune-packed", "-q"]):
         done = subprocess.run(["git", *GIT_FSYNC, f"--git-dir={git_dir}", *command],
                               capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:

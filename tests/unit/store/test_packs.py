@@ -260,3 +260,22 @@ def test_kernos_gc_leaves_one_pack_and_the_same_history(tmp_path: Path) -> None:
                               str(tmp_path / "nowhere")], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode != 0 and "does not exist" in missing.stderr
+
+
+def test_kernos_gc_keeps_a_pack_whose_ref_has_not_moved_yet(tmp_path: Path) -> None:
+    """A kernel between writing a pack (a commit's, a fold's) and moving its ref."""
+    from kernos.store.maintenance import gc
+
+    path = tmp_path / "ws"
+    run_ops(path, 2)
+    with Workspace.open(path, purpose="test") as workspace:
+        objects = workspace.objects
+        objects.begin()
+        blob = b"written, its commit not yet published"
+        sha = object_id(b"blob", blob)
+        objects.write(b"blob", blob, sha)
+        objects.seal(b"\x02" * 20)  # a pack, and the ref not moved
+        gc(path)
+        assert git(path / "history.git", "cat-file", "blob", sha.hex()) == blob
+        assert len(list((path / "history.git" / "objects" / "pack").glob("*.pack"))) == 1
+        objects.discard()
