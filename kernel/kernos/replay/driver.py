@@ -545,6 +545,10 @@ def _fetch(workspace: Workspace, original: Workspace) -> None:
     """Bring the source's history objects into the new workspace (not its branch)."""
     if original.head() is None:
         return
+    # Commits the source's kernel has not folded into git yet (kernos.store.tail).
+    workspace.objects.add_packed(original.tail.objects.items())
+    if original.git_ref() is None:
+        return  # every commit is still in the tail
     completed = subprocess.run(
         # Loose objects, as Kernos writes them: packed ones are read through one git
         # process, one at a time, far more slowly.

@@ -555,13 +555,19 @@ class ObjectStore(LooseObjects):
     def pack_tail(self) -> None:
         """Write the objects of the tail's frames as one pack, durably (a fold's first step)."""
         assert self.tail is not None
+        self.add_packed(sha_raw for frame in self.tail.frames
+                        for sha_raw in frame.objects.items())
+
+    def add_packed(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        """Write objects given as pack entries (id, raw) as one pack, durably."""
         builder = PackBuilder()
         seen: set[bytes] = set()
-        for frame in self.tail.frames:
-            for sha, raw in frame.objects.items():
-                if sha not in seen:
-                    seen.add(sha)
-                    builder.add_raw(sha, raw)
+        for sha, raw in entries:
+            if sha not in seen:
+                seen.add(sha)
+                builder.add_raw(sha, raw)
+        if not seen:
+            return
         self.pack_dir.mkdir(parents=True, exist_ok=True)
         pack = builder.write(self.pack_dir, lambda _path: None)
         self.packs.add(pack)

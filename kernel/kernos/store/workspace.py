@@ -106,7 +106,7 @@ class Workspace:
         self.git_dir = path / "history.git"
         self.lock = lock
         self.durable = durable
-        self.tail = Tail(path / "tail", ref=self._ref, writable=lock is not None,
+        self.tail = Tail(path / "tail", ref=self.git_ref, writable=lock is not None,
                          durable=durable)
         self.objects = ObjectStore(
             self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable,
@@ -269,9 +269,9 @@ class Workspace:
         """The commit the branch names (with the commits of the tail), or None if empty."""
         if not self.tail.writable:
             self.tail.refresh()  # a reader: the writer may have appended or folded since
-        return self.tail.head or self._ref()
+        return self.tail.head or self.git_ref()
 
-    def _ref(self) -> bytes | None:
+    def git_ref(self) -> bytes | None:
         """The commit git's own ref names (the tail may hold newer commits)."""
         ref = self.git_dir / BRANCH
         try:

@@ -137,3 +137,26 @@ def test_a_fold_that_fails_after_a_commit_does_not_fail_the_op(
     env.reopen()
     assert env.ns["x"] == 9
     env.close()
+
+
+@pytest.mark.parametrize("folded_before", [0, 2])
+def test_a_replay_reads_commits_a_dead_kernel_left_in_the_tail(tmp_path: Path,
+                                                                folded_before: int) -> None:
+    from kernos.replay import replay
+
+    env = CoreEnv(tmp_path / "ws")
+    for number in range(folded_before):
+        env.run(f"x = {number}")
+    assert env.workspace is not None
+    env.workspace.fold()
+    env.run("items = [1, 2]")
+    env.run("items.append(3)")
+    assert len(env.workspace.tail.frames) == 2
+    env.workspace.objects.close()  # the process dies: no fold
+    env.workspace.lock.release()  # type: ignore[union-attr]
+    env.workspace = None
+    report = replay(tmp_path / "ws", into=tmp_path / "replayed")
+    assert report.ok, report.divergence
+    committed = [step for step in report.steps if step.status == "committed"]
+    assert len(committed) == folded_before + 2
+    assert all(step.digest == step.original for step in committed)
