@@ -284,7 +284,8 @@ class Image:
                 names += len(values)
             return names
         finally:
-            _lower_priority(niceness)
+            if niceness is not None:
+                _lower_priority(niceness)
             self._loading_behind = False
             sys.setswitchinterval(interval)
             self.restored.set()
