@@ -186,8 +186,9 @@ def reach_of_source(source: str | ast.Module, filename: str = "<op>") -> Reach:
     reach = reach_of_code(code)
     if reach.everything:
         return reach
-    uses = uses_of_tree(tree)
-    reads = reads_of_tree(tree)
+    parents = parents_of(tree)
+    uses = uses_of_tree(tree, parents)
+    reads = reads_of_tree(tree, parents)
     return Reach(reach.names, uses={name: use for name, use in uses.items()
                                     if name in reach.names},
                  reads={name: chains for name, chains in reads.items() if name in reach.names})
@@ -198,16 +199,23 @@ _KEYED = frozenset({"get", "setdefault"})
 _KEY_TYPES = (int, str, bytes, float, type(None))
 
 
-def uses_of_tree(tree: ast.AST) -> dict[str, Use]:
-    """The names that ``tree`` uses only in the ways a :class:`Use` lists, with those uses.
-
-    Every ``Name`` node counts, in any scope (a local that happens to share
-    the name only makes the answer more cautious).
-    """
+def parents_of(tree: ast.AST) -> dict[int, ast.AST]:
+    """Every node's parent, by the child's id (one walk, shared by the analyses below)."""
     parents: dict[int, ast.AST] = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             parents[id(child)] = node
+    return parents
+
+
+def uses_of_tree(tree: ast.AST, parents: dict[int, ast.AST] | None = None) -> dict[str, Use]:
+    """The names that ``tree`` uses only in the ways a :class:`Use` lists, with those uses.
+
+    Every ``Name`` node counts, in any scope (a local that happens to share
+    the name only makes the answer more cautious).  ``parents``: the tree's
+    :func:`parents_of`, if the caller has it.
+    """
+    parents = parents_of(tree) if parents is None else parents
     found: dict[str, Use] = {}
     unknown: set[str] = set()
     for node in ast.walk(tree):
@@ -280,12 +288,10 @@ SINK_CALLS = frozenset({"print", "len", "bool", "int", "float", "str", "repr", "
                         "min", "max", "sum", "type"})
 
 
-def reads_of_tree(tree: ast.AST) -> dict[str, frozenset[Read]]:
+def reads_of_tree(tree: ast.AST, parents: dict[int, ast.AST] | None = None
+                  ) -> dict[str, frozenset[Read]]:
     """The names that ``tree`` only reads (every occurrence a :class:`Read`), with the reads."""
-    parents: dict[int, ast.AST] = {}
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            parents[id(child)] = node
+    parents = parents_of(tree) if parents is None else parents
     found: dict[str, set[Read]] = {}
     unknown: set[str] = set()
     for node in ast.walk(tree):

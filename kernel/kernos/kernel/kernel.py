@@ -333,7 +333,7 @@ class KernosKernel(IPythonKernel):
             return False
         if "get_ipython" in transformed:
             return False
-        return not image.needs_pending(self._reach(code))
+        return not image.needs_pending(cell_reach(transformed, self.ipython.transform_cell))
 
     async def _ready(self) -> KernosError | None:
         """Wait for the restore (showing progress); return the reason ops cannot run, if any."""

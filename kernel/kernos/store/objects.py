@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernos import _faults
 from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, compresses, inflate_entry
-from kernos.store.tail import FRAME_MAX, Frame, Tail, encode_frame
+from kernos.store.tail import FRAME_MAX, Frame, Tail
 
 if TYPE_CHECKING:
     from git.db import GitCmdObjectDB
@@ -546,9 +546,7 @@ class ObjectStore(LooseObjects):
         assert self.tail is not None and self._framed is not None
         commit, parent = self._framed
         _faults.point("frame")
-        objects = dict(self._builder.raw_entries())
-        self.tail.append(Frame(commit, parent, objects, record),
-                         encode_frame(commit, parent, objects.items(), record))
+        self.tail.append(Frame(commit, parent, dict(self._builder.raw_entries()), record))
         self._builder = PackBuilder()
         self._framed = None
 
@@ -583,11 +581,11 @@ class ObjectStore(LooseObjects):
         """
         if not self.durable:
             return
-        paths = [*self._unsynced, *others]
+        journal = ([self._journal_fd] if self._journal_open and self._journal_fd is not None
+                   and self._journal_dirty else [])
+        jobs = [*self._unsynced, *others, *journal]
         self._unsynced = []
-        fds = ([self._journal_fd] if self._journal_open and self._journal_fd is not None
-               and self._journal_dirty else [])
-        fsync_all(paths, fds)
+        fsync_all(jobs)
 
     def finish(self) -> None:
         self._end_batch()
@@ -681,13 +679,19 @@ class ObjectStore(LooseObjects):
             raise FileNotFoundError(f"object {sha.hex()} is missing")
         return found
 
-    def _from_tail(self, sha: bytes, *, refresh: bool) -> tuple[bytes, bytes] | None:
+    def _raw_in_tail(self, sha: bytes, *, refresh: bool) -> bytes | None:
         tail = self.tail
         if tail is None:
             return None
         if refresh and not tail.writable:
             tail.refresh()  # a reader: the writer may have appended (or folded) since
-        raw = tail.objects.get(sha)
+        return tail.objects.get(sha)
+
+    def _in_tail(self, sha: bytes, *, refresh: bool) -> bool:
+        return self._raw_in_tail(sha, refresh=refresh) is not None
+
+    def _from_tail(self, sha: bytes, *, refresh: bool) -> tuple[bytes, bytes] | None:
+        raw = self._raw_in_tail(sha, refresh=refresh)
         return None if raw is None else inflate_entry(raw)
 
     def read(self, sha: bytes) -> tuple[bytes, bytes]:
@@ -715,13 +719,12 @@ class ObjectStore(LooseObjects):
         _copy_blob(sha.hex(), found[0], found[1], out)
 
     def exists(self, sha: bytes) -> bool:
-        if self.tail is not None and sha in self.tail.objects:
+        if self._in_tail(sha, refresh=False):
             return True
         if self.packs.locate(sha) is not None or os.path.exists(self._loose_path(sha.hex())):
             return True
         self.packs.refresh()
-        return (self.packs.locate(sha) is not None
-                or self._from_tail(sha, refresh=True) is not None)
+        return self.packs.locate(sha) is not None or self._in_tail(sha, refresh=True)
 
 
 def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = 0o644,
@@ -774,10 +777,10 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_all(paths: Iterable[Path | int], fds: Iterable[int] = ()) -> None:
-    """fsync every path (a file or a directory) and open fd, concurrently; the first error
+def fsync_all(paths: Iterable[Path | int]) -> None:
+    """fsync every path (a file or a directory) or open fd, concurrently; the first error
     is raised once all have finished."""
-    jobs: list[Path | int] = [*paths, *fds]
+    jobs = list(paths)
     if len(jobs) <= 1:
         for job in jobs:
             _fsync_one(job)

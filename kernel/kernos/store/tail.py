@@ -202,8 +202,9 @@ class Tail:
             self.load()
             self._seen = key
 
-    def append(self, frame: Frame, data: bytes) -> None:
-        """Append an encoded frame and make it durable (rule 1: its audit record is)."""
+    def append(self, frame: Frame) -> None:
+        """Append a frame and make it durable: the op's commit point (rule 1)."""
+        data = encode_frame(frame.commit, frame.parent, frame.objects.items(), frame.record)
         fd = self._open()
         written = os.write(fd, data)
         try:

@@ -312,10 +312,10 @@ class Workspace:
         place and its directory synced.
         """
         objects = self.objects
+        others = tuple(sync_with)
         parent = objects.framed_parent
         if parent is not ...:
             if parent == self.head():
-                others = tuple(sync_with)
                 if others and not record and self.durable:
                     fsync_all(others)  # no copy in the frame: durable before it
                 objects.append_frame(record)
@@ -327,7 +327,6 @@ class Workspace:
             objects.unframe()
         if self.tail.frames:
             self.fold()
-        others = tuple(sync_with)
         self._move_ref(commit, lambda temporary: objects.sync(temporary, *others))
 
     def fold(self) -> int:
