@@ -54,6 +54,7 @@ from kernos.store.snapshots import (
     read_group,
     read_part,
     read_snapshot,
+    trim_buffer_cache,
 )
 from kernos.store.workspace import Workspace
 
@@ -117,6 +118,10 @@ class RestoreReport:
 
 EARLY_BYTES = 1 << 20
 """A background restore loads groups up to this size before any op runs (and the rest after)."""
+
+BETWEEN_OPS_WAIT = 1.0
+"""How long a non-blocking :meth:`Image.begin` waits for work done between ops (values a
+background restore puts in place hold the op lock for a moment)."""
 
 
 class Image:
@@ -310,6 +315,7 @@ class Image:
                  background: bool = False) -> RestoreReport:
         groups = {key: read_group(self.workspace, key, tree)
                   for key, tree in snapshot.group_trees.items()}
+        trim_buffer_cache(self.workspace, groups.values())
         now = groups
         if background:
             now = {key: group for key, group in groups.items()
@@ -426,10 +432,15 @@ class Image:
     def begin(self, *, source: str | None = None, principal: str = "human",
               kind: str = "cell", reach: Reach | None = None,
               blocking: bool = True) -> Op:
-        """Start an op.  Only one op runs at a time; the next one waits."""
+        """Start an op.  Only one op runs at a time; the next one waits.
+
+        Without ``blocking``, another op running is an error; the short work
+        done between ops (values a background restore puts in place) is waited
+        for, up to :data:`BETWEEN_OPS_WAIT` seconds.
+        """
         from kernos.op import Op  # op.py builds on this module
 
-        if not self._busy.acquire(blocking=blocking):
+        if not self._busy.acquire(timeout=-1 if blocking else BETWEEN_OPS_WAIT):
             raise UsageError("another op is running on this image; wait for it to finish")
         try:
             if reach is None:

@@ -40,3 +40,25 @@ def test_cells_that_need_no_big_value_run_while_it_loads(kernel_factory: Any) ->
     again = kernel_factory(kernel.workspace)
     assert again.value("(fresh, small, float(big[-1]))") == ([1, 2, 3], [1, 2], 1_999_999.0)
     assert_workspace_sound(again.workspace)
+
+
+def test_a_restarted_kernel_maps_big_buffers_from_the_buffer_cache(kernel_factory: Any) -> None:
+    """After ``kill -9`` the new kernel maps the big array's chunks (copy on write) from
+    ``<workspace>/buffers`` instead of copying them out of git, with the same values."""
+    kernel = kernel_factory()
+    assert kernel.run("import numpy as np\nbig = np.random.default_rng(3).random(1_500_000)\n"
+                      "check = float(big.sum())").committed
+    assert kernel.run("big[7] = -2.0\ncheck = float(big.sum())").committed
+    kernel.kill9()
+
+    again = kernel_factory(kernel.workspace)
+    assert again.value("(float(big.sum()) == check, float(big[7]))") == (True, -2.0)
+    cache = str(kernel.workspace / "buffers")
+    with open(f"/proc/{again.pid}/maps") as maps:
+        mapped = [line for line in maps if line.rstrip().endswith(cache)]
+    assert len(mapped) >= 10  # 11 whole chunks of 1 MiB, each mapped where it belongs
+    assert again.run("big[:] = 1.0\ncheck = float(big.sum())").committed  # copy on write
+    again.kill9()
+    last = kernel_factory(kernel.workspace)
+    assert last.value("(float(big.sum()), check)") == (1_500_000.0, 1_500_000.0)
+    assert_workspace_sound(last.workspace)

@@ -50,6 +50,7 @@ from pyfastcdc import FastCDC
 from kernos import _faults
 from kernos.errors import WorkspaceCorrupt
 from kernos.serialize.pickler import Pickled
+from kernos.store.buffers import PAGE
 from kernos.store.objects import (
     BLOB_MODE,
     TREE_MODE,
@@ -201,9 +202,12 @@ class SnapshotWriter:
         by_content = stream and len(view) >= STREAM_CDC_FROM
         chunks = []
         sizes = []
+        cached = self.workspace.buffers if _cacheable(len(view), by_content) else None
         for piece in _pieces(view, by_content):
             chunks.append(self.blob(piece))
             sizes.append(len(piece))
+            if cached is not None and cached.accepting and len(piece) % PAGE == 0:
+                cached.add(chunks[-1], piece)  # for the next restore to map (buffers.py)
         return StoredPart(chunks=tuple(chunks), sizes=tuple(sizes), readonly=readonly,
                           by_content=by_content)
 
@@ -413,6 +417,10 @@ def _read_segment(workspace: Workspace, tree: bytes) -> StoredPart:
                       by_content=spec.get("chunking") == STREAM_CHUNKING, tree=tree)
 
 
+def _check_in_pool(indexes: Iterable[int], check: Callable[[int], bool]) -> list[bool]:
+    return list(_pool().map(check, indexes))
+
+
 def read_part(
     workspace: Workspace,
     part: StoredPart,
@@ -438,7 +446,17 @@ def read_part(
         if on_chunk:
             on_chunk(len(data))
         return data
-    out: bytearray | mmap.mmap = _allocate(part.size, populate=populate)
+    # Chunks the workspace's buffer cache holds are mapped, not copied (see buffers.py).
+    mapped = None
+    if _cacheable(part.size, part.by_content):
+        mapped = workspace.buffers.map_part(part.sizes, part.chunks, _check_in_pool)
+    out: bytearray | mmap.mmap
+    if mapped is not None:
+        out, missing = mapped
+        if on_chunk:
+            on_chunk(part.size - sum(part.sizes[index] for index in missing))
+    else:
+        out, missing = _allocate(part.size, populate=populate), list(range(len(part.chunks)))
     view = memoryview(out)
     offsets = []
     position = 0
@@ -446,18 +464,22 @@ def read_part(
         offsets.append(position)
         position += size
 
+    cached = workspace.buffers if _cacheable(part.size, part.by_content) else None
+
     def copy(index: int) -> int:
         size = part.sizes[index]
         start = offsets[index]
         workspace.read_blob_into(part.chunks[index], view[start : start + size])
+        if cached is not None and cached.accepting and size % PAGE == 0:
+            cached.add(part.chunks[index], view[start : start + size])  # for the next restore
         return size
 
-    if len(part.chunks) > 1:
-        for size in _pool().map(copy, range(len(part.chunks))):
+    if len(missing) > 1:
+        for size in _pool().map(copy, missing):
             if on_chunk:
                 on_chunk(size)
-    else:
-        size = copy(0)
+    elif missing:
+        size = copy(missing[0])
         if on_chunk:
             on_chunk(size)
     if part.readonly:
@@ -466,6 +488,31 @@ def read_part(
 
 
 _LARGE = 1 << 20
+
+CACHED_BUFFER_BYTES = 1 << 20
+"""Buffers of at least this size are kept in the workspace's buffer cache for restores to map."""
+
+CACHE_SLACK_BYTES = 64 << 20
+"""A restore deletes (and refills) a buffer cache that holds more than twice what it needs
+plus this."""
+
+
+def _cacheable(size: int, by_content: bool) -> bool:
+    return not by_content and size >= CACHED_BUFFER_BYTES
+
+
+def trim_buffer_cache(workspace: Workspace, groups: Iterable[StoredGroup]) -> None:
+    """Delete the workspace's buffer cache if it holds more than twice what these groups
+    need (plus :data:`CACHE_SLACK_BYTES`): old chunks pile up as big buffers change.
+    The restore that loads the groups then copies them from git and refills it."""
+    cache = workspace.buffers
+    if not cache.accepting:
+        return
+    needed = {sha: size for group in groups for part in group.buffers
+              if _cacheable(part.size, part.by_content)
+              for sha, size in zip(part.chunks, part.sizes, strict=True) if size % PAGE == 0}
+    if cache.size > 2 * sum(needed.values()) + CACHE_SLACK_BYTES:
+        cache.drop()
 _executor: ThreadPoolExecutor | None = None
 
 

@@ -8,6 +8,8 @@ Layout::
         lock              held by the one process that may write (see lock.py)
         history.git/      a bare git repository: one commit per committed op
         tail              small commits not yet folded into git (see tail.py)
+        buffers           a raw copy of the head's big buffers, for restores to map
+                          (see buffers.py; delete it at will)
         pending           exists only while a commit is being written
         pruning           exists only while a ``kernos prune`` is not finished
         tmp/              temporary object files, renamed into history.git
@@ -47,6 +49,7 @@ from kernos.errors import (
     WorkspaceCorrupt,
     WorkspaceFormatError,
 )
+from kernos.store.buffers import BufferCache
 from kernos.store.lock import WorkspaceLock
 from kernos.store.objects import (
     CommitData,
@@ -112,6 +115,7 @@ class Workspace:
             self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable,
             tail=self.tail,
         )
+        self.buffers = BufferCache(path / "buffers", writable=lock is not None)
         self.recovery_note: str | None = None
         self._repo: git.Repo | None = None
 
@@ -216,6 +220,7 @@ class Workspace:
             with contextlib.suppress(OSError):
                 self.fold()
         self.objects.close()
+        self.buffers.close()
         if self._repo is not None:
             self._repo.close()
             self._repo = None
