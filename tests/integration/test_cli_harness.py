@@ -222,14 +222,33 @@ def test_events_follow_streams_committed_events_until_ctrl_c(
             assert follow.stderr is not None
             raise AssertionError("`kernos events --follow` did not end within 60 s of "
                                  f"SIGINT; its threads:\n{follow.stderr.read()}") from None
-        assert follow.returncode == 0
+        assert follow.stderr is not None
+        errors = follow.stderr.read()
+        assert (follow.returncode, errors) == (0, "")
         with pytest.raises(AssertionError):
             lines.next(seconds=0.5)
-        assert follow.stderr is not None and follow.stderr.read() == ""
     finally:
         if follow.poll() is None:
             follow.kill()
             follow.wait()
+
+    # Ctrl-C at any instant, once or twice, ends it cleanly (it only sets a flag).
+    for delay, twice in ((0.0, False), (0.05, True), (0.13, False), (0.21, True), (0.4, False)):
+        again = subprocess.Popen([*kernos_command(), "events", *ws, "--follow", "--json"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=environment())
+        try:
+            assert again.stdout is not None
+            assert json.loads(Lines(again.stdout).next())["seq"] == 1
+            time.sleep(delay)
+            again.send_signal(signal.SIGINT)
+            if twice:
+                again.send_signal(signal.SIGINT)
+            assert again.wait(timeout=60) == 0, (delay, twice, again.communicate())
+        finally:
+            if again.poll() is None:
+                again.kill()
+                again.wait()
 
     # -n ends the stream by itself; --topic and --since filter it like the durable log.
     counted = cli("events", *ws, "--follow", "--json", "--topic", "ledger.*", "-n", "1")

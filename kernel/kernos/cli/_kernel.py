@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -346,21 +348,26 @@ def events(args: argparse.Namespace, path: Path) -> int:
     printed = 0
     last = args.since
     code = Exit.OK  # how the process ends if closing the connection stalls
+    # Ctrl-C is how --follow ends.  It only sets a flag, which the loop reads between
+    # short waits: an interrupt raised wherever the main thread happens to be (inside
+    # the client's teardown, say) made the ending depend on timing.
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _number, _frame: stopping.set())
     try:
         stream = call(client.subscribe, since=args.since, topic=args.topic)
         try:
-            while args.n is None or printed < args.n:
+            while (args.n is None or printed < args.n) and not stopping.is_set():
                 try:
-                    event = call(next, stream)
+                    arrived = call(_next_event, stream)
                 except StopIteration:
                     break
-                last = event.get("seq", last)
-                if args.principal is not None and event.get("principal") != args.principal:
+                if arrived is None:
                     continue
-                _print_event(event, args.json)
+                last = arrived.get("seq", last)
+                if args.principal is not None and arrived.get("principal") != args.principal:
+                    continue
+                _print_event(arrived, args.json)
                 printed += 1
-        except KeyboardInterrupt:
-            return Exit.OK  # Ctrl-C is how --follow ends
         except Fail as failure:
             code = failure.code
             raise Fail(f"{failure} (the last event seen was seq {last}; resume with "
@@ -368,18 +375,31 @@ def events(args: argparse.Namespace, path: Path) -> int:
         finally:
             with contextlib.suppress(Exception):
                 stream.close()
-    except KeyboardInterrupt:
-        code = Exit.INTERRUPTED
-        raise
     except BaseException:
         code = Exit.INTERNAL if code == Exit.OK else code
         raise
     finally:
         _close_within(client, CLOSE_SECONDS, code)
+        signal.signal(signal.SIGINT, previous)
     return Exit.OK
 
 
 CLOSE_SECONDS = 15.0
+FOLLOW_POLL_SECONDS = 0.2
+
+
+def _next_event(stream: Any) -> dict[str, Any] | None:
+    """The stream's next event; None if none came within :data:`FOLLOW_POLL_SECONDS`,
+    ``StopIteration`` once the subscription ended."""
+    from kernos.client.errors import ClientClosed
+
+    try:
+        event: dict[str, Any] = stream.get(FOLLOW_POLL_SECONDS)
+    except TimeoutError:
+        return None
+    except ClientClosed:
+        raise StopIteration from None
+    return event
 
 
 def _close_within(client: Any, seconds: float, code: int) -> None:
