@@ -252,6 +252,9 @@ class EffectRunner:
             return self._replayed(waiting, recorded)
         if not waiting:
             return []
+        # The ops that queued them may still wait for their sync (a group commit): an
+        # effect reaches the world only once its op is durable.
+        image.workspace.make_durable()
         by_op: dict[int, list[Effect]] = {}
         for effect in waiting:
             by_op.setdefault(effect.op, []).append(effect)

@@ -260,3 +260,26 @@ def test_an_agent_queues_effects_under_its_grant(tmp_path: Path, ledger: Path) -
     assert {e["principal"] for e in effects(harness)} == {"alice"}
     follow = harness.env.image.audit.records(type="op")[-1]
     assert follow["principal"] == "alice" and len(follow["effects"]) == 2
+
+
+def test_an_effect_of_a_grouped_commit_waits_for_its_sync(
+        tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a group commit (``Workspace.group_commit``) the op that queued an effect is not
+    durable yet when the op ends: the drain syncs it before the world is touched."""
+    import os
+
+    from kernos.store import tail as tail_module
+
+    harness = setup(tmp_path, ledger)
+    workspace = harness.env.image.workspace
+    seen: list[bool] = []
+    real = os.fdatasync
+
+    def watched(fd: int) -> None:
+        seen.append(ledger.exists())
+        real(fd)
+
+    monkeypatch.setattr(tail_module.os, "fdatasync", watched)
+    with workspace.group_commit():
+        harness.op("ticket = agents.call('pay', amount=5, to='bob')")
+    assert ledger_rows(ledger) and seen and seen[0] is False  # synced, then paid

@@ -129,7 +129,10 @@ Actions and their fields (``?`` marks an optional field):
     -> ``{"events": [EVENT], "cursor": int}``: committed events from the
     durable log, oldest first.
 ``audit``  principal?, status?, topic?, limit?  -> ``{"records": [RECORD]}``.
-``status``  -> ``{"workspace", "head", "names", "bytes", "ops", "audit": {"index", "hash"}}``.
+``status``  -> ``{"workspace", "head", "names", "bytes", "ops", "audit": {"index", "hash"},
+    "commits": {"small", "syncs", "unfolded"}}``: the small commits this kernel made through
+    its commit tail, the syncs that made them durable (fewer when ops were grouped) and the
+    frames not yet folded into git.
 ``stats``  limit?  -> ``{"ops": [OPSTAT], "image_bytes": int, "history_bytes": int}``:
     the last ``limit`` ops (default 500), oldest first, from the audit log.
     OPSTAT is ``{"op", "status", "principal", "kind", "at", "ms",

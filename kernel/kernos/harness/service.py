@@ -346,13 +346,16 @@ class HarnessService:
     def _status(self, request: Request) -> Handled:
         image = self.image
         index, digest = image.audit.head()
+        tail = image.workspace.tail
         return self._ok(request, {
             "workspace": str(image.workspace.path),
             "head": {"op": image.head_op, "commit": image.head.hex() if image.head else None},
             "names": len(image.meta),
             "bytes": sum(state.stored.size for state in image.groups.values()),
             "ops": image.audit.last_op,
-            "audit": {"index": index, "hash": digest}})
+            "audit": {"index": index, "hash": digest},
+            "commits": {"small": tail.appended, "syncs": tail.syncs,
+                        "unfolded": len(tail.frames)}})
 
     def _stats(self, request: Request) -> Handled:
         limit = request.get("limit")

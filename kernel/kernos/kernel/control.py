@@ -6,6 +6,15 @@ for the kernel's op lock, so it is serialized with cells and with every
 other client's requests; its committed events are then pushed to the
 ``kernos.events`` subscribers, exactly as a cell's are.
 
+*Group commit.*  A request's op commits without syncing
+(``Workspace.group_commit``) and releases the op lock; its reply, its events
+and the inspectors' notices wait in a task until a sync covers it
+(``KernosKernel.durable``).  Meanwhile the next requests run, and one sync
+covers all the ops that committed while the last one ran.  So no one hears
+of an op before it is durable (I2), and clients that queue ops share the cost
+of a sync.  Every other request (a cell, a comm message) first makes what
+came before durable.
+
 While a request runs, long steps (the start-up restore it waits for, a
 checkout) are reported as ``kernos_progress`` IOPub messages whose parent is
 the request, throttled by :class:`ThrottledProgress`.
@@ -18,6 +27,7 @@ can find the running kernel and connect to it instead of starting another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -31,13 +41,18 @@ from kernos.harness.protocol import (
     ProtocolError,
     error_reply,
 )
-from kernos.harness.service import HarnessService
+from kernos.harness.service import Handled, HarnessService
 from kernos.store.objects import replace_file
 
 if TYPE_CHECKING:
     from kernos.kernel.kernel import KernosKernel
 
-__all__ = ["CONNECTION_FILE", "Control", "ThrottledProgress"]
+__all__ = ["CONNECTION_FILE", "GROUP_COMMIT", "Control", "ThrottledProgress"]
+
+GROUP_COMMIT = os.environ.get("KERNOS_GROUP_COMMIT", "on").strip().lower() not in {
+    "off", "0", "no", "false"}
+"""Whether harness requests commit as a group (``KERNOS_GROUP_COMMIT=off``: each op syncs
+its own commit before the next one runs)."""
 
 CONNECTION_FILE = "kernel.json"
 PROGRESS_INTERVAL = 0.1
@@ -96,6 +111,8 @@ class Control:
     def __init__(self, kernel: KernosKernel) -> None:
         self.kernel = kernel
         self._service: HarnessService | None = None
+        self._waiting: set[asyncio.Future[None]] = set()
+        """Replies that wait for their op's sync (kept here so they are not collected)."""
         kernel.shell_handlers[REQUEST_TYPE] = self.request
 
     def service(self) -> HarnessService:
@@ -118,11 +135,38 @@ class Control:
             error = ProtocolError("workspace", str(problem))
             self._send(stream, ident, parent, error_reply(None, error))
             return
+        workspace = kernel.attached_image().workspace
         async with kernel._op_lock:
-            handled = kernel.serve(content, size=size, progress=kernel.progress_reporter(parent))
-        self._send(stream, ident, parent, handled.reply)
-        kernel.fold_when_idle()
+            with workspace.group_commit() if GROUP_COMMIT else contextlib.nullcontext():
+                handled = kernel.serve(content, size=size,
+                                       progress=kernel.progress_reporter(parent), announce=False)
+            ticket = workspace.commit_ticket
+        if workspace.durable_through(ticket):
+            self._finish(stream, ident, parent, handled)
+        else:  # a group commit: the next requests run while this one's sync does
+            task = asyncio.ensure_future(self._finish_when_durable(
+                stream, ident, parent, handled, ticket))
+            self._waiting.add(task)
+            task.add_done_callback(self._waiting.discard)
         await asyncio.sleep(0)
+
+    async def _finish_when_durable(self, stream: Any, ident: Any, parent: dict[str, Any],
+                                   handled: Handled, ticket: int) -> None:
+        try:
+            await self.kernel.durable(ticket)
+        except OSError as error:
+            self.kernel.log.error("Kernos: %s", error)
+            self._send(stream, ident, parent, error_reply(
+                None, ProtocolError("workspace", str(error))))
+            return
+        self._finish(stream, ident, parent, handled)
+
+    def _finish(self, stream: Any, ident: Any, parent: dict[str, Any],
+                handled: Handled) -> None:
+        """The op is durable: tell the subscribers and inspectors, then the client."""
+        self.kernel.announce(handled)
+        self._send(stream, ident, parent, handled.reply)
+        self.kernel.fold_when_idle()
 
     def _send(self, stream: Any, ident: Any, parent: dict[str, Any],
               reply: dict[str, Any]) -> None:

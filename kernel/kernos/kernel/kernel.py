@@ -40,7 +40,7 @@ from kernos.analysis import Reach, reach_of_source
 from kernos.audit.human import Audit
 from kernos.errors import KernosError, RequestRejected
 from kernos.events.human import Events
-from kernos.harness.protocol import PROGRESS_TYPE
+from kernos.harness.protocol import PROGRESS_TYPE, REQUEST_TYPE
 from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
 from kernos.harness.service import Handled
 from kernos.image import Image, RestoreReport
@@ -100,6 +100,7 @@ class KernosKernel(IPythonKernel):
         self.max_source_bytes = int(
             os.environ.get("KERNOS_MAX_SOURCE_BYTES", DEFAULT_MAX_SOURCE_BYTES))
         self._op_lock = asyncio.Lock()
+        self._sync_lock = asyncio.Lock()
         self._fold_timer: asyncio.TimerHandle | None = None
         self._restore_done = threading.Event()
         self._serving = threading.Event()
@@ -137,6 +138,12 @@ class KernosKernel(IPythonKernel):
         return shell
 
     def start(self) -> None:
+        # Harness requests commit as a group (Control.request); every other request
+        # first makes the commits before it durable, so that nothing it shows (a
+        # cell's output, an inspector's view, an event backlog) can be lost.
+        for message_type, handler in list(self.shell_handlers.items()):
+            if message_type != REQUEST_TYPE:
+                self.shell_handlers[message_type] = self._durable_first(handler)
         super().start()
         self._attach()
         # The big values load once the kernel serves requests: loading them beside
@@ -225,11 +232,13 @@ class KernosKernel(IPythonKernel):
     # -- serving requests, and telling inspectors ---------------------------------
 
     def serve(self, content: object, *, size: int | None = None,
-              progress: Callable[[str, int, int], None] | None = None) -> Handled:
+              progress: Callable[[str, int, int], None] | None = None,
+              announce: bool = True) -> Handled:
         """Carry out one harness request; the caller holds the op lock.
 
         Its committed events go to the ``kernos.events`` subscribers, and the
-        inspectors are told how its op ended.
+        inspectors are told how its op ended (:meth:`announce`; without
+        ``announce``, the caller does that once the op is durable).
         """
         service = self.control.service()
         service.progress = progress
@@ -238,6 +247,12 @@ class KernosKernel(IPythonKernel):
                 handled = service.handle(content, size=size)
         finally:
             service.progress = None
+        if announce:
+            self.announce(handled)
+        return handled
+
+    def announce(self, handled: Handled) -> None:
+        """Tell the event subscribers and the inspectors what a served request committed."""
         if handled.events:
             _faults.point("notify")
             self.streams.publish(handled.events)
@@ -246,7 +261,6 @@ class KernosKernel(IPythonKernel):
             self.inspection.notify(notice)
         for report in handled.followups:
             self._notify_committed(report)
-        return handled
 
     def _settle_effects(self) -> None:
         """Execute the external effects committed ops queued; record how they ended.
@@ -553,6 +567,41 @@ class KernosKernel(IPythonKernel):
         return metadata
 
     # -- keeping other requests out of the way of ops ----------------------------
+
+    def _durable_first(self, handler: Callable[..., Any]) -> Callable[..., Any]:
+        async def handled(*args: Any) -> Any:
+            self.make_durable_now()
+            result = handler(*args)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
+
+        return handled
+
+    def make_durable_now(self) -> None:
+        """Make the commits made so far durable, if a group commit left any waiting."""
+        image = self.image
+        if image is None or image.workspace.durable_through(image.workspace.commit_ticket):
+            return
+        try:
+            image.workspace.make_durable()
+        except OSError as error:  # every commit from now on fails with this, and says so
+            self.log.error("Kernos: %s", error)
+
+    async def durable(self, ticket: int) -> None:
+        """Return once the commits of ``ticket`` are durable: the group commit's wait.
+
+        One sync runs at a time, in a worker thread, and covers every frame
+        appended before it started; while it runs, the loop serves the next
+        requests, whose ops commit and wait for the next sync.  Raises
+        ``OSError`` if the disk refuses.
+        """
+        workspace = self.attached_image().workspace
+        while not workspace.durable_through(ticket):
+            async with self._sync_lock:
+                if workspace.durable_through(ticket):
+                    return
+                await asyncio.get_running_loop().run_in_executor(None, workspace.make_durable)
 
     def _after_ops(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         async def serialized(*args: Any) -> Any:

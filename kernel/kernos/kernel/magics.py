@@ -314,6 +314,11 @@ class KernosMagics(Magics):
         if report is not None:
             lines.append(f"restore    {report.names} names in {report.seconds:.2f} s at start"
                          + (f" ({report.recovery})" if report.recovery else ""))
+        tail = workspace.tail
+        lines.append(f"commits    {tail.appended} small commits by this kernel in {tail.syncs} "
+                     f"syncs; {len(tail.frames)} waiting to be folded into git")
+        if tail.sync_error is not None:
+            lines.append(f"           the last sync failed: {tail.sync_error}; restart the kernel")
         lines.append(f"on-error   {workspace.setting('on_error')} (`%kernos on-error`)")
         transients = image.transients()
         quiet = [t for t in transients if t.get("lossless")]

@@ -540,13 +540,15 @@ class ObjectStore(LooseObjects):
             self._flush()
             self._name_commit(commit)
 
-    def append_frame(self, record: bytes = b"") -> None:
+    def append_frame(self, record: bytes = b"", *, sync: bool = True) -> None:
         """Commit the sealed batch to the tail, with a copy of the op's audit ``record``:
-        one append and one sync (the tail's rule 1)."""
+        one append and one sync (the tail's rule 1; without ``sync``, see its group
+        commit)."""
         assert self.tail is not None and self._framed is not None
         commit, parent = self._framed
         _faults.point("frame")
-        self.tail.append(Frame(commit, parent, dict(self._builder.raw_entries()), record))
+        self.tail.append(Frame(commit, parent, dict(self._builder.raw_entries()), record),
+                         sync=sync)
         self._builder = PackBuilder()
         self._framed = None
 

@@ -38,6 +38,17 @@ Rules.
    then empties the file.  A crash between these steps leaves frames that
    rule 3 skips, or a pack whose objects are stored twice until a repack.
 
+*Group commit.*  A frame may be appended without its sync
+(``append(frame, sync=False)``, inside ``Workspace.group_commit``); then
+:meth:`Tail.sync` makes every frame appended so far durable with one
+``fdatasync``, and nothing may tell anyone of those commits before it
+returns.  While one sync runs, the next ops run and append theirs, and the
+next sync covers them all.  The counters :attr:`Tail.appended` and
+:attr:`Tail.synced` say how far durability has reached.  A sync that fails
+sticks (:attr:`Tail.sync_error`): the frames after the last good sync may be
+lost, so the tail takes no more frames, and a restart recovers from what is
+on disk.
+
 The workspace folds at :data:`FOLD_FRAMES` frames or :data:`FOLD_BYTES`,
 before a commit too big for a frame, before anything reads the history
 through git itself (``Workspace.repo``), on close, and, in the kernel, when
@@ -52,10 +63,13 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kernos import _faults
 
 __all__ = ["FOLD_BYTES", "FOLD_FRAMES", "FOLD_IDLE", "FRAME_MAX", "Frame", "Tail"]
 
@@ -136,6 +150,18 @@ def decode_frames(data: bytes) -> tuple[list[Frame], int]:
     return frames, position
 
 
+def _datasync(fd: int) -> None:
+    _faults.pause("tail.sync")  # a slow disk, for the tests and the group-commit bench
+    os.fdatasync(fd)
+
+
+def _lost(error: OSError) -> str:
+    return (f"the disk did not confirm the commit tail's last frames (fdatasync: "
+            f"{error.strerror or error}); commits since the last confirmed one may be lost, "
+            "so this process commits nothing more. Restart the kernel: it restores the last "
+            "commit that is on disk")
+
+
 def continuing(frames: list[Frame], ref: bytes | None) -> list[Frame]:
     """The frames that continue the branch whose ref names ``ref`` (rule 3)."""
     start = 0
@@ -170,8 +196,16 @@ class Tail:
         """Every object of every whole frame in the file (id -> raw pack entry); a reader
         may look up objects of frames already folded, which are right all the same."""
         self.size = 0
+        self.appended = 0
+        """Frames this process appended, ever (a ticket for :meth:`sync`)."""
+        self.synced = 0
+        """How many of those are durable."""
+        self.syncs = 0
+        """The ``fdatasync`` calls that made them so."""
+        self.sync_error: OSError | None = None
         self._fd: int | None = None
         self._seen: tuple[object, ...] = ()
+        self._lock = threading.Lock()
 
     @property
     def head(self) -> bytes | None:
@@ -202,22 +236,57 @@ class Tail:
             self.load()
             self._seen = key
 
-    def append(self, frame: Frame) -> None:
-        """Append a frame and make it durable: the op's commit point (rule 1)."""
+    def append(self, frame: Frame, *, sync: bool = True) -> None:
+        """Append a frame and make it durable: the op's commit point (rule 1).
+
+        Without ``sync`` the frame is written but not synced: the caller makes
+        it durable with :meth:`sync` before it tells anyone of the commit.
+        """
+        if self.sync_error is not None:
+            raise OSError(self.sync_error.errno, _lost(self.sync_error)) from self.sync_error
         data = encode_frame(frame.commit, frame.parent, frame.objects.items(), frame.record)
         fd = self._open()
         written = os.write(fd, data)
         try:
             if written != len(data):
                 raise OSError(f"the commit tail took {written} of {len(data)} bytes")
-            if self.durable:
-                os.fdatasync(fd)
-        except BaseException:
+            if sync and self.durable:
+                _datasync(fd)
+                self.syncs += 1
+        except BaseException as error:
             os.ftruncate(fd, self.size)  # what was written must not count after a crash
+            if isinstance(error, OSError) and self.synced < self.appended:
+                self.sync_error = error  # frames before it were waiting for this sync
             raise
         self.frames.append(frame)
         self.objects.update(frame.objects)
         self.size += len(data)
+        with self._lock:
+            self.appended += 1
+            if sync or not self.durable:
+                self.synced = self.appended
+
+    def sync(self) -> None:
+        """Make every frame appended so far durable: one ``fdatasync``, or none if they
+        are already.  Safe from another thread while frames are appended; those
+        appended meanwhile may wait for the next sync.  Raises (every time, from
+        then on) if the sync fails."""
+        with self._lock:
+            target, fd = self.appended, self._fd
+            if self.synced >= target:
+                return
+            if self.sync_error is not None:
+                raise OSError(self.sync_error.errno, _lost(self.sync_error))
+        try:
+            if fd is not None:
+                _datasync(fd)
+        except OSError as error:
+            with self._lock:
+                self.sync_error = error
+            raise OSError(error.errno, _lost(error)) from error
+        with self._lock:
+            self.syncs += 1
+            self.synced = max(self.synced, target)
 
     def clear(self) -> None:
         """Empty the file (after a fold made its frames part of git's history)."""
@@ -226,10 +295,16 @@ class Tail:
         self.frames = []
         self.objects = {}
         self.size = 0
+        with self._lock:  # the fold made them part of a durable pack and ref
+            self.synced = self.appended
 
     def __getstate__(self) -> dict[str, object]:
         # A value that refers to the workspace copies the tail; the open file stays here.
-        return {**self.__dict__, "_fd": None}
+        return {**self.__dict__, "_fd": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _open(self) -> int:
         if not self.writable:

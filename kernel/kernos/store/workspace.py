@@ -118,6 +118,7 @@ class Workspace:
         self.buffers = BufferCache(path / "buffers", writable=lock is not None)
         self.recovery_note: str | None = None
         self._repo: git.Repo | None = None
+        self._grouping = 0
 
     # -- opening -------------------------------------------------------------
 
@@ -323,7 +324,7 @@ class Workspace:
             if parent == self.head():
                 if others and not record and self.durable:
                     fsync_all(others)  # no copy in the frame: durable before it
-                objects.append_frame(record)
+                objects.append_frame(record, sync=not self._grouping)
                 if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
                     # The op is durable already: a fold that fails is retried by the next.
                     with contextlib.suppress(OSError):
@@ -333,6 +334,35 @@ class Workspace:
         if self.tail.frames:
             self.fold()
         self._move_ref(commit, lambda temporary: objects.sync(temporary, *others))
+
+    @contextlib.contextmanager
+    def group_commit(self) -> Iterator[None]:
+        """Small commits made in here append their frames without syncing them.
+
+        The caller must call :meth:`make_durable` (or see :meth:`durable_through`
+        its :attr:`commit_ticket`) before it tells anyone of those commits or of
+        anything that depends on them; meanwhile other ops may run and commit,
+        and one sync then covers them all (``kernos.store.tail``, group commit).
+        """
+        self._grouping += 1
+        try:
+            yield
+        finally:
+            self._grouping -= 1
+
+    @property
+    def commit_ticket(self) -> int:
+        """A ticket for every commit made so far: see :meth:`durable_through`."""
+        return self.tail.appended
+
+    def durable_through(self, ticket: int) -> bool:
+        """Whether the commits of ``ticket`` (:attr:`commit_ticket`) are durable."""
+        return self.tail.synced >= ticket
+
+    def make_durable(self) -> None:
+        """Make every commit made so far durable (one sync at most; from any thread).
+        Raises ``OSError`` if the disk refuses: see ``Tail.sync``."""
+        self.tail.sync()
 
     def fold(self) -> int:
         """Fold the tail's commits into git: one pack, then the ref; how many there were.
