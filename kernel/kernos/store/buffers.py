@@ -193,14 +193,16 @@ class BufferCache:
         if len(data) == 0 or len(data) % PAGE:
             raise ValueError(f"a cached chunk is a whole number of {PAGE}-byte pages, "
                              f"not {len(data)} bytes")
+        # The writer follows its own file: only it appends, and a deletion by hand
+        # (the file is open) costs nothing but the space, until the next restore.
         with self._lock:
-            self._refresh()
+            if self._fd is None:
+                self._refresh()
             if sha in self._index:
                 return
         fields = _FIELDS.pack(MAGIC, sha, len(data), xxhash.xxh3_128_digest(data))
         header = (fields + _CRC.pack(zlib.crc32(fields))).ljust(PAGE, b"\0")
         with self._lock:
-            self._refresh()
             if sha in self._index or not self.enabled:
                 return
             if self._fd is None:
