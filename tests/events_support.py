@@ -23,6 +23,7 @@ import ast
 import queue
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +161,25 @@ class Feed:
                 errors.append(content)
             elif mine and kind == "status" and content["execution_state"] == "idle":
                 return stdout, errors
+
+    def pump(self, until: Callable[[], bool], seconds: float = TIMEOUT) -> None:
+        """Read IOPub, keeping comm messages, until ``until()`` holds.
+
+        A harness request's reply, and what it tells comm subscribers, come once
+        its op is durable (group commit): possibly after the request's idle.
+        """
+        deadline = time.monotonic() + seconds
+        while not until():
+            try:
+                message = self.client.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                self._check_alive(deadline)
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "comm_msg" and content.get("comm_id") in self.messages:
+                self.messages[content["comm_id"]].append(content["data"])
+            elif kind == "kernos_progress":
+                self.progress.append(content)
 
     def _check_alive(self, deadline: float) -> None:
         if not self.kernel.manager.is_alive():

@@ -117,6 +117,9 @@ def test_a_harness_op_and_a_magic_checkout_notify_the_panel_too(
         "v": 1, "action": "op", "principal": "human", "code": "n = 2"})
     feed.client.shell_channel.send(message)
     feed._drain(message["header"]["msg_id"])
+    reply = feed.client.get_shell_msg(timeout=60)
+    assert reply["content"]["result"]["status"] == "committed", reply["content"]
+    feed.pump(lambda: bool(panel.of_type("committed")))
     assert [n["changed"] for n in panel.of_type("committed")] == [["n"]]
     head = panel.result("log")["snapshots"][-1]["commit"]
     cell = feed.run(f"%kernos checkout {head}")

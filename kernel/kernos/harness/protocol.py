@@ -22,6 +22,11 @@ second per request) and the last one of a step that completes has ``done ==
 total``.  They precede the request's ``status: idle`` on IOPub, so a client
 that waits for that idle has seen them all.  A client may ignore them.
 
+The kernel commits requests as a group (``kernos.kernel.control``): a reply,
+and the events and inspector notices of its op, are sent once a sync made
+the op durable, which may be after the request's ``status: idle``.  Wait for
+the reply on the shell channel, not for idle.
+
 Committed events are pushed on the ``kernos.events`` comm target (see
 ``kernos.kernel.streams``); the ``events`` action below pulls them instead.
 The kernel's ``kernel_info_reply`` carries ``{"kernos": {"protocol": 1, ...}}``
