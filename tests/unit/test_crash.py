@@ -133,3 +133,23 @@ def test_the_audit_tells_the_truth_after_a_kill_at_each_point(
     assert report.ok, report.summary()
     # The next op gets a fresh id, never the dead op's.
     assert session.run("fresh2 = 1").op == 3
+
+
+@pytest.mark.parametrize(("phase", "path", "said", "kept"), CASES, ids=IDS)
+def test_verify_before_the_next_open_reports_an_unfinished_op_not_tampering(
+    workspace_dir: Path, phase: str, path: str, said: str | None, kept: bool,
+) -> None:
+    """``kernos audit verify`` on a dead process's workspace, before anything recovers it:
+    a record whose commit was never published is the op the next open voids, said so."""
+    from kernos.audit import verify
+
+    assert child(workspace_dir, "setup").returncode == 0
+    assert child(workspace_dir, phase, path).returncode == -signal.SIGKILL
+    report = verify(workspace_dir)
+    assert report.ok, report.summary()
+    voided = said == "voided" or (said == "discarded" and phase == "sealed")
+    if voided:
+        assert report.unfinished is not None and "(op 2)" in report.unfinished
+        assert "unfinished: record" in report.summary()
+    else:
+        assert report.unfinished is None, report.unfinished

@@ -63,6 +63,9 @@ class VerifyReport:
     """With ``since``: the anchor's index.  Only the records after it were verified."""
     pruned: tuple[Pruned, ...] = ()
     """The prune records in the range, oldest first."""
+    unfinished: str | None = None
+    """The newest op record names a commit that was never published (a process died
+    before its commit point): what the next writable open will void, said plainly."""
 
     @property
     def ok(self) -> bool:
@@ -116,6 +119,8 @@ class VerifyReport:
             if self.since is not None:
                 lines.append(f"verified: {self.range()}")
         lines += [pruned.summary() for pruned in self.pruned]
+        if self.unfinished is not None:
+            lines.append(f"unfinished: {self.unfinished}")
         if self.not_read() is not None:
             lines.append(str(self.not_read()))
         if self.ok:
@@ -130,4 +135,5 @@ class VerifyReport:
                 "problems": [{"index": p.index, "what": p.what} for p in self.problems],
                 "since": self.since, "verified": {"first": first, "last": last},
                 "range": self.range(), "not_read": self.not_read(),
-                "pruned": [pruned.to_json() for pruned in self.pruned]}
+                "pruned": [pruned.to_json() for pruned in self.pruned],
+                "unfinished": self.unfinished}

@@ -271,4 +271,4 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
         return VerifyReport(records=checker.end, head=head, commits=checker.commits,
                             objects=len(checker.seen_objects), problems=tuple(problems),
                             since=None if since is None else parse_anchor(since)[0],
-                            pruned=pruned)
+                            pruned=pruned, unfinished=checker.unfinished)

@@ -49,6 +49,8 @@ class Checks:
         self.prunes = Prunes(())
         self.pruned_records: dict[int, int] = {}
         """Prune record -> committed op records in the range whose snapshot it deleted."""
+        self.unfinished: str | None = None
+        """The newest op record, if it names a commit that was never published."""
 
     def bad(self, index: int, what: str) -> None:
         self.problems.append(Problem(index=index, what=what))
@@ -119,6 +121,16 @@ class HistoryChecks(Checks):
                 head = str(anchor["commit"])
                 now, _by = prunes.resolve(head, self.since)
                 current = _UNKNOWN if now is None else now
+        # A crash between an op's audit record and its commit point leaves the newest
+        # committed record naming a commit that was never published (the branch is
+        # not on it).  The next writable open voids it (AuditLog.recover); until then
+        # it is an unfinished op, not tampering.
+        branch = self.workspace.head()
+        branch_hex = None if branch is None else branch.hex()
+        newest = max((index for index, record in self.in_range()
+                      if record is not None and index not in voided
+                      and record.get("type") == "op" and record.get("status") == "committed"
+                      and record.get("unchanged") is not True), default=None)
         for index, record in self.in_range():
             if record is None or index in voided:
                 continue
@@ -145,15 +157,37 @@ class HistoryChecks(Checks):
                 self.pruned_records[by] = self.pruned_records.get(by, 0) + 1
                 head, previous_index = commit, index
                 continue
+            if (index == newest and commit != branch_hex and by is None
+                    and (not self._exists(commit) or self._journaled(commit))):
+                self.unfinished = (
+                    f"record {index} (op {record.get('op')}) names the commit {commit[:12]}, "
+                    "which was never published: the process died before its commit point "
+                    "(or is committing it now); the next kernel or writable command to open "
+                    "the workspace voids it")
+                continue
             self.commits += 1
             self._snapshot(index, record, commit, now, by, head, current, check_objects)
             head, current, previous_index = commit, now, index
-        branch = self.workspace.head()
-        branch_hex = None if branch is None else branch.hex()
         if head == _UNKNOWN:
             self._unrecorded_after_anchor(branch_hex)
         elif current != _UNKNOWN and branch_hex != current:
             self._head_mismatch(branch_hex, current, previous_index)
+
+    def _journaled(self, commit: str) -> bool:
+        """Whether ``commit`` is the batch the pending journal says is half-written (its
+        pack may be on disk; the next open deletes it: ``ObjectStore.recover``)."""
+        try:
+            lines = (self.workspace.path / "pending").read_text(errors="replace").splitlines()
+        except OSError:
+            return False
+        return f"commit {commit}" in lines
+
+    def _exists(self, commit: str) -> bool:
+        try:
+            kind, _raw = self.workspace.read_object(bytes.fromhex(commit))
+        except (KernosError, ValueError):
+            return False
+        return kind == b"commit"
 
     def _prune(self, index: int, pruning: Pruning, head: str | None,
                current: str | None) -> tuple[str | None, str | None]:
