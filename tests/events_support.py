@@ -142,24 +142,17 @@ class Feed:
         errors: list[dict[str, Any]] = []
         deadline = time.monotonic() + TIMEOUT
         while True:
-            try:
-                message = self.client.get_iopub_msg(timeout=0.2)
-            except queue.Empty:
-                self._check_alive(deadline)
+            message = self._next(deadline)
+            if message is None or self._kept(message):
                 continue
             kind, content = message["msg_type"], message["content"]
-            mine = message["parent_header"].get("msg_id") == parent_id
-            if kind == "comm_msg" and content.get("comm_id") in self.messages:
-                self.messages[content["comm_id"]].append(content["data"])
-            elif kind == "kernos_progress":
-                self.progress.append(content)
-            elif kind == "comm_close" and content.get("comm_id") in self.messages:
-                self.closed.add(content["comm_id"])
-            elif mine and kind == "stream" and content["name"] == "stdout":
+            if message["parent_header"].get("msg_id") != parent_id:
+                continue
+            if kind == "stream" and content["name"] == "stdout":
                 stdout.append(content["text"])
-            elif mine and kind == "error":
+            elif kind == "error":
                 errors.append(content)
-            elif mine and kind == "status" and content["execution_state"] == "idle":
+            elif kind == "status" and content["execution_state"] == "idle":
                 return stdout, errors
 
     def pump(self, until: Callable[[], bool], seconds: float = TIMEOUT) -> None:
@@ -170,16 +163,30 @@ class Feed:
         """
         deadline = time.monotonic() + seconds
         while not until():
-            try:
-                message = self.client.get_iopub_msg(timeout=0.2)
-            except queue.Empty:
-                self._check_alive(deadline)
-                continue
-            kind, content = message["msg_type"], message["content"]
-            if kind == "comm_msg" and content.get("comm_id") in self.messages:
-                self.messages[content["comm_id"]].append(content["data"])
-            elif kind == "kernos_progress":
-                self.progress.append(content)
+            message = self._next(deadline)
+            if message is not None:
+                self._kept(message)
+
+    def _next(self, deadline: float) -> dict[str, Any] | None:
+        try:
+            message: dict[str, Any] = self.client.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            self._check_alive(deadline)
+            return None
+        return message
+
+    def _kept(self, message: dict[str, Any]) -> bool:
+        """Keep a comm message or a progress report; whether it was one."""
+        kind, content = message["msg_type"], message["content"]
+        if kind == "comm_msg" and content.get("comm_id") in self.messages:
+            self.messages[content["comm_id"]].append(content["data"])
+        elif kind == "kernos_progress":
+            self.progress.append(content)
+        elif kind == "comm_close" and content.get("comm_id") in self.messages:
+            self.closed.add(content["comm_id"])
+        else:
+            return False
+        return True
 
     def _check_alive(self, deadline: float) -> None:
         if not self.kernel.manager.is_alive():
