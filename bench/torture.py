@@ -17,7 +17,8 @@ three names, so an op half there shows).  The kernel is killed with SIGKILL:
 After each kill, on the dead kernel's workspace:
 
 * ``kernos.audit.verify`` is clean (from the head it reported after the last kill:
-  ``since``) and ``git fsck --full --strict`` passes (I6);
+  ``since``) and ``git fsck --full --strict`` passes (I6), once a background
+  repack the dead kernel started has finished;
 
 then a new kernel starts (its restore is timed), every op that was in flight
 at the kill is sent again under its key (it must run at most once), and:
@@ -191,11 +192,39 @@ def _check_dead(workspace: Path, tally: Tally, kill: int) -> None:
         tally.violation(kill, f"audit verify: {report.problems[0]}")
     else:
         tally.anchor = report.head
+    _wait_for_repacks(workspace / "history.git")
     fsck = subprocess.run(["git", f"--git-dir={workspace / 'history.git'}", "fsck", "--full",
                            "--strict", "--no-progress"], capture_output=True, text=True)
     if fsck.returncode != 0:
         tally.violation(kill, f"git fsck: {(fsck.stderr or fsck.stdout).strip()[:300]}")
     tally.checks.append(time.monotonic() - started)
+
+
+def _wait_for_repacks(git_dir: Path, seconds: float = 120) -> None:
+    """Wait until no ``git repack`` runs on ``git_dir``.
+
+    The kernel's background repack is a child process that outlives a killed
+    kernel and finishes its work (git's repack is safe to interrupt or to let
+    run).  ``git fsck`` run beside it reports the packs it is replacing as
+    unreadable, which says nothing about the workspace.
+    """
+    marker = f"--git-dir={git_dir}".encode()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        running = False
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                arguments = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in arguments and b"repack" in arguments:
+                running = True
+                break
+        if not running:
+            return
+        time.sleep(0.05)
 
 
 async def torture(workspace: Path, *, kills: int, clients: int, seed: int,

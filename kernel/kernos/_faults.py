@@ -10,7 +10,8 @@ nothing written), ``objects`` (the values' chunks and trees added to the
 batch, not yet the manifest, root tree and commit), ``pack`` (a pack renamed
 into place, its index not: a pack half there; reached by a commit too big for
 the tail and by a fold), ``sealed`` (all objects and the op's audit record
-written, nothing synced), ``frame`` (a small commit: its audit record synced,
+written, nothing synced; before it, ``pack.index``: a pack's index half written
+under its temporary name), ``frame`` (a small commit: its audit record synced,
 its frame not yet written to the tail), ``published`` (the commit point
 passed: the frame synced or the ref moved; reply not sent), ``notify`` (in
 the kernel: committed, its events not yet sent to external subscribers).
@@ -50,6 +51,11 @@ import time
 _armed, _, _nth = os.environ.get("KERNOS_CRASH_AT", "").partition("@")
 _left = int(_nth) if _nth.isdigit() else 1
 _paused, _, _seconds = os.environ.get("KERNOS_PAUSE_AT", "").partition(":")
+
+
+def armed(name: str) -> bool:
+    """Whether ``KERNOS_CRASH_AT`` names this point (to set up what it needs first)."""
+    return bool(_armed) and _armed == name
 
 
 def point(name: str) -> None:

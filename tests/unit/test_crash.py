@@ -55,9 +55,11 @@ CASES = [
     ("sealed", "small", "voided", False),  # audit record written, nothing synced
     ("frame", "small", "voided", False),  # audit record synced, frame never written
     ("published", "small", "folded", True),  # frame synced: committed, never acknowledged
+    ("pack.index", "fold", "folded", True),  # the fold's index half written, not renamed
     ("pack", "fold", "folded", True),  # the fold's pack half there: the tail folds again
     ("fold.packed", "fold", "folded", True),  # pack written, ref not moved
     ("fold.published", "fold", None, True),  # ref moved, tail not emptied: nothing to fold
+    ("pack.index", "big", "discarded", False),  # the index half written under its tmp name
     ("pack", "big", "discarded", False),  # the batch's pack was on disk: recovery deleted it
     ("sealed", "big", "discarded", False),
     ("published", "big", "completed", True),  # the ref moved: committed
@@ -139,14 +141,19 @@ def test_the_audit_tells_the_truth_after_a_kill_at_each_point(
 def test_verify_before_the_next_open_reports_an_unfinished_op_not_tampering(
     workspace_dir: Path, phase: str, path: str, said: str | None, kept: bool,
 ) -> None:
-    """``kernos audit verify`` on a dead process's workspace, before anything recovers it:
-    a record whose commit was never published is the op the next open voids, said so."""
+    """``kernos audit verify`` (and ``git fsck``) on a dead process's workspace, before
+    anything recovers it: a record whose commit was never published is the op the next
+    open voids, said so."""
     from kernos.audit import verify
 
     assert child(workspace_dir, "setup").returncode == 0
     assert child(workspace_dir, phase, path).returncode == -signal.SIGKILL
     report = verify(workspace_dir)
     assert report.ok, report.summary()
+    # git's own check too: what a commit writes is invisible to git until it is whole.
+    fsck = subprocess.run(["git", f"--git-dir={workspace_dir / 'history.git'}", "fsck",
+                           "--full", "--strict"], capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stderr
     voided = said == "voided" or (said == "discarded" and phase == "sealed")
     if voided:
         assert report.unfinished is not None and "(op 2)" in report.unfinished

@@ -136,20 +136,28 @@ class PackBuilder:
         checksum = digest.digest()
         pack = directory / f"pack-{checksum.hex()}.pack"
         announce(pack)
-        temporary = directory / f"tmp_kernos_{os.getpid()}"  # one batch at a time
+        # Git reads every *.idx in the directory (fsck too): the files being written are
+        # named as git names its own, with no such suffix, until they are renamed.
+        temporary = {suffix: directory / f"tmp_kernos_{suffix}_{os.getpid()}"
+                     for suffix in ("pack", "idx")}  # one batch at a time
         try:
-            with open(f"{temporary}.pack", "wb") as handle:
+            with open(temporary["pack"], "wb") as handle:
                 handle.write(b"PACK" + struct.pack(">II", 2, len(self._entries)))
                 handle.writelines(self._pieces)
                 handle.write(checksum)
-            with open(f"{temporary}.idx", "wb") as handle:
-                handle.write(self._index(checksum))
-            os.replace(f"{temporary}.pack", pack)
+            with open(temporary["idx"], "wb") as handle:
+                index = self._index(checksum)
+                handle.write(index[: len(index) // 2])
+                if _faults.armed("pack.index"):
+                    handle.flush()
+                    _faults.point("pack.index")  # an index half written: git must not see it
+                handle.write(index[len(index) // 2 :])
+            os.replace(temporary["pack"], pack)
             _faults.point("pack")
-            os.replace(f"{temporary}.idx", pack.with_suffix(".idx"))
+            os.replace(temporary["idx"], pack.with_suffix(".idx"))
         except BaseException:
-            for suffix in (".pack", ".idx"):
-                Path(f"{temporary}{suffix}").unlink(missing_ok=True)
+            for path in temporary.values():
+                path.unlink(missing_ok=True)
             raise
         self._pieces.clear()
         return pack
