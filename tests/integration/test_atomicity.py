@@ -205,8 +205,8 @@ def objects_unwritable(workspace: Path, pid: int) -> Iterator[None]:
     packs.chmod(0o555)
     try:
         if not _writes_are_refused(packs):
-            for suffix in (".pack", ".idx"):
-                path = packs / f"tmp_kernos_{pid}{suffix}"
+            for kind in ("pack", "idx"):
+                path = packs / f"tmp_kernos_{kind}_{pid}"
                 path.mkdir()
                 squatters.append(path)
         yield
