@@ -177,7 +177,7 @@ class HistoryChecks(Checks):
         """Whether ``commit`` is the batch the pending journal says is half-written (its
         pack may be on disk; the next open deletes it: ``ObjectStore.recover``)."""
         try:
-            lines = (self.workspace.path / "pending").read_text(errors="replace").splitlines()
+            lines = self.workspace.objects.journal.read_text(errors="replace").splitlines()
         except OSError:
             return False
         return f"commit {commit}" in lines

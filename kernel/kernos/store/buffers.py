@@ -154,11 +154,6 @@ class BufferCache:
         view.release()
         return memory, [index for index in range(len(chunks)) if index not in good]
 
-    def __contains__(self, sha: bytes) -> bool:
-        with self._lock:
-            self._refresh()
-            return sha in self._index
-
     @property
     def size(self) -> int:
         """Bytes in the file (what it costs on disk)."""

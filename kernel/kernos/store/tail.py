@@ -252,7 +252,6 @@ class Tail:
                 raise OSError(f"the commit tail took {written} of {len(data)} bytes")
             if sync and self.durable:
                 _datasync(fd)
-                self.syncs += 1
         except BaseException as error:
             os.ftruncate(fd, self.size)  # what was written must not count after a crash
             if isinstance(error, OSError) and self.synced < self.appended:
@@ -261,8 +260,10 @@ class Tail:
         self.frames.append(frame)
         self.objects.update(frame.objects)
         self.size += len(data)
-        with self._lock:
+        with self._lock:  # a sync in another thread counts under the same lock
             self.appended += 1
+            if sync and self.durable:
+                self.syncs += 1
             if sync or not self.durable:
                 self.synced = self.appended
 
