@@ -40,7 +40,8 @@ CHILD = textwrap.dedent("""
         os.environ["KERNOS_CRASH_AT"] = phase
         import kernos._faults
         kernos._faults._armed = phase
-        extra = "\\nimport os\\nblob = os.urandom(1_500_000)" if path == "big" else ""
+        extra = ("\\nimport random\\nblob = random.Random(7).randbytes(1_500_000)"
+                 if path == "big" else "")
         run("items.append(3)\\nbig[7] = -1.0\\nfresh = 'new'" + extra)
         print("acknowledged", flush=True)
         if path == "fold":
@@ -160,3 +161,22 @@ def test_verify_before_the_next_open_reports_an_unfinished_op_not_tampering(
         assert "unfinished: record" in report.summary()
     else:
         assert report.unfinished is None, report.unfinished
+
+
+@pytest.mark.parametrize(("phase", "path", "said", "kept"), CASES, ids=IDS)
+def test_replay_before_the_next_open_skips_the_unfinished_op_and_says_so(
+    workspace_dir: Path, tmp_path: Path, phase: str, path: str, said: str | None, kept: bool,
+) -> None:
+    """``kernos replay`` of a dead process's workspace, before anything recovers it,
+    re-runs what committed and leaves out the op the next open voids, saying so."""
+    from kernos.replay import replay
+
+    assert child(workspace_dir, "setup").returncode == 0
+    assert child(workspace_dir, phase, path).returncode == -signal.SIGKILL
+    report = replay(workspace_dir, into=tmp_path / "replayed")
+    assert report.ok, report.summary()
+    voided = said == "voided" or (said == "discarded" and phase == "sealed")
+    assert report.unfinished == (2 if voided else None)
+    assert [step.op for step in report.steps] == ([1, 2] if kept else [1])
+    if voided:
+        assert "op 2 not replayed" in report.summary()

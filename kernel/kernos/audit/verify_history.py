@@ -158,7 +158,7 @@ class HistoryChecks(Checks):
                 head, previous_index = commit, index
                 continue
             if (index == newest and commit != branch_hex and by is None
-                    and (not self._exists(commit) or self._journaled(commit))):
+                    and unpublished(self.workspace, commit)):
                 self.unfinished = (
                     f"record {index} (op {record.get('op')}) names the commit {commit[:12]}, "
                     "which was never published: the process died before its commit point "
@@ -172,22 +172,6 @@ class HistoryChecks(Checks):
             self._unrecorded_after_anchor(branch_hex)
         elif current != _UNKNOWN and branch_hex != current:
             self._head_mismatch(branch_hex, current, previous_index)
-
-    def _journaled(self, commit: str) -> bool:
-        """Whether ``commit`` is the batch the pending journal says is half-written (its
-        pack may be on disk; the next open deletes it: ``ObjectStore.recover``)."""
-        try:
-            lines = self.workspace.objects.journal.read_text(errors="replace").splitlines()
-        except OSError:
-            return False
-        return f"commit {commit}" in lines
-
-    def _exists(self, commit: str) -> bool:
-        try:
-            kind, _raw = self.workspace.read_object(bytes.fromhex(commit))
-        except (KernosError, ValueError):
-            return False
-        return kind == b"commit"
 
     def _prune(self, index: int, pruning: Pruning, head: str | None,
                current: str | None) -> tuple[str | None, str | None]:
@@ -401,6 +385,23 @@ class HistoryChecks(Checks):
                 prefix = "" if where == "tree" else where + "/"
                 stack.extend((entry.sha, prefix + entry.name) for entry in reversed(entries)
                              if entry.sha not in self.seen_objects)
+
+
+def unpublished(workspace: Workspace, commit: str) -> bool:
+    """Whether ``commit`` was never published: it is not in the history, or it is the
+    batch the pending journal says is half-written (its pack may be on disk; the next
+    open deletes it: ``ObjectStore.recover``)."""
+    try:
+        kind, _raw = workspace.read_object(bytes.fromhex(commit))
+    except (KernosError, ValueError):
+        return True
+    if kind != b"commit":
+        return True
+    try:
+        lines = workspace.objects.journal.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    return f"commit {commit}" in lines
 
 
 def _bound_index(workspace: Workspace, tree: bytes) -> int | None:

@@ -63,6 +63,7 @@ from kernos.analysis import Reach
 from kernos.audit.canonical import canonical
 from kernos.audit.human import Audit
 from kernos.audit.pruning import Prunes
+from kernos.audit.verify_history import unpublished
 from kernos.errors import KernosError, UsageError
 from kernos.events.human import Events
 from kernos.harness.service import HarnessService
@@ -131,6 +132,9 @@ class ReplayReport:
     stopped_before: int | None = None
     """With ``until``: the op not run (its code is ``pending_code``)."""
     pending_code: str | None = None
+    unfinished: int | None = None
+    """An op the source's kernel died committing (its record is written, its commit was
+    never published): not run, since the next open of the source voids it."""
 
     @property
     def ok(self) -> bool:
@@ -156,6 +160,9 @@ class ReplayReport:
                          "the original; no effect was executed"
                          + (f"; {pruned} not checked: their snapshots were pruned"
                             if pruned else ""))
+        if self.unfinished is not None:
+            lines.append(f"op {self.unfinished} not replayed: the kernel died before its "
+                         "commit was published, and the next open of the workspace voids it")
         if self.stopped_before is not None:
             lines.append(f"stopped before op {self.stopped_before}; its code:")
             lines += ["    " + line for line in (self.pending_code or "").splitlines()]
@@ -169,7 +176,8 @@ class ReplayReport:
                 "divergence": None if self.divergence is None else {
                     "op": self.divergence.op, "reason": self.divergence.reason,
                     "names": self.divergence.names},
-                "stopped_before": self.stopped_before, "pending_code": self.pending_code}
+                "stopped_before": self.stopped_before, "pending_code": self.pending_code,
+                "unfinished": self.unfinished}
 
 
 def replay(source: str | Path, *, start: str | None = None, end: str | None = None,
@@ -228,6 +236,22 @@ class _Replayer:
         self.image.identity_override = _tag(self.source_audit)
         self.runtime.effects.replaying = True
         self._journal: dict[str, list[dict[str, Any]]] | None = None
+        self.unfinished = self._unfinished()
+
+    def _unfinished(self) -> int | None:
+        """The audit index of the op the source's kernel died committing, if it did.
+
+        Only the newest committed record can name a commit that was never
+        published (see ``AuditLog.recover``, which voids it at the next writable
+        open, and ``verify``, which reports it as unfinished)."""
+        index = self.source_audit.last_commit_index()
+        if index is None:
+            return None
+        commit = self.source_audit.entries[index].commit
+        head = self.original.head()
+        if commit is None or (head is not None and commit == head.hex()):
+            return None
+        return index if unpublished(self.original, commit) else None
 
     def __enter__(self) -> _Replayer:
         return self
@@ -239,11 +263,10 @@ class _Replayer:
 
     def _records(self, first: int, last: int | None) -> Iterator[dict[str, Any]]:
         for entry in self.source_audit.entries:
-            if entry.type == "op" and entry.op is not None and entry.op > first and (
-                    last is None or entry.op <= last):
-                record = self.source_audit.read(entry.index)
-                if not entry.voided:
-                    yield record
+            if (entry.type == "op" and entry.op is not None and entry.op > first
+                    and (last is None or entry.op <= last)
+                    and not entry.voided and entry.index != self.unfinished):
+                yield self.source_audit.read(entry.index)
 
     def run(self, *, start: str | None, end: str | None, until: int | None,
             keep_going: bool) -> ReplayReport:
@@ -260,6 +283,8 @@ class _Replayer:
                 last = max(last or 0, _op_named(end))
         report = ReplayReport(source=str(self.original.path), into=str(self.workspace.path),
                               steps=[])
+        if self.unfinished is not None:
+            report.unfinished = self.source_audit.entries[self.unfinished].op
         for record in self._records(first, last):
             op = int(record["op"])
             if until is not None and op >= until:
