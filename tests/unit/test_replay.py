@@ -247,3 +247,45 @@ def test_an_environment_variable_that_differs_at_replay_is_named(
 
         records = open_audit(opened).records(type="op")
     assert "eu-west" not in json.dumps(records)  # a fingerprint, never the value
+
+
+ASK = ("answer = llm('gpt-4o-mini', [{{'role': 'user', 'content': 'q{n}'}}], "
+       "mock_response='a{n}', max_tokens=8)\nasked = {n}")
+
+
+def spend_a_token_budget(harness: Harness) -> list[dict[str, Any]]:
+    """Agent ``bob`` asks until its 60-token LLM budget refuses; the ops' results."""
+    harness.env.ns.update(agents=harness.env.agents)
+    harness.env.image.is_persistent = (  # type: ignore[method-assign]
+        lambda name: name != "agents" and not name.startswith("__"))
+    harness.op("agents.add('bob')\nagents.grant('bob', 'llm:gpt-4o-mini', 60)")
+    results = []
+    for n in range(10):
+        results.append(harness.op(ASK.format(n=n), principal="bob"))
+        if results[-1]["status"] != "committed":
+            break
+    harness.op("after = 1")
+    harness.env.close()
+    assert [r["status"] for r in results[:-1]] == ["committed"] * (len(results) - 1)
+    assert results[-1]["status"] == "vetoed" and len(results) > 1
+    assert "budget" in results[-1]["error"]["message"]
+    return results
+
+
+def test_a_call_the_budget_refused_is_refused_again_not_missing(tmp_path: Path) -> None:
+    """The original never made (so never recorded) the refused call: a replay, which
+    only answers from recordings, must check the budget before it looks."""
+    results = spend_a_token_budget(Harness(tmp_path / "ws"))
+    report = replay(tmp_path / "ws", into=tmp_path / "replayed")
+    assert report.ok, report.summary()
+    assert [s.replayed for s in report.steps if s.op == results[-1]["op"]] == ["vetoed"]
+
+
+def test_a_replay_from_a_later_snapshot_starts_with_the_budget_spent(tmp_path: Path) -> None:
+    """The ledger is outside the image: a replay from a snapshot charges the calls of
+    the ops before it (and of ops it does not re-run) before it runs the next."""
+    results = spend_a_token_budget(Harness(tmp_path / "ws"))
+    last_committed = results[-2]["op"]
+    report = replay(tmp_path / "ws", start=f"@{last_committed}", into=tmp_path / "replayed")
+    assert report.ok, report.summary()
+    assert (report.steps[0].op, report.steps[0].replayed) == (results[-1]["op"], "vetoed")

@@ -134,10 +134,6 @@ class LlmClient:
             journal.append(entry)
         facts = {"op": op, "principal": principal}
         recorded = self.store.recorded(request.hash) if mode is not Mode.OFF else None
-        if recorded is None and mode is Mode.REPLAY:
-            entry["error"] = "LLMReplayMiss"
-            raise LLMReplayMiss(request=request.hash, model=request.model,
-                                store=str(self.store.path))
         stored = self.store.get(recorded) if recorded is not None else None
         if stored is not None:
             worst = stored["usage"]["total_tokens"]
@@ -146,6 +142,18 @@ class LlmClient:
             prompt = _provider.estimate_prompt_tokens(request)
             worst = prompt + request.max_tokens
             worst_cost = _provider.estimate_cost(request.model, prompt, request.max_tokens)
+        if recorded is None and mode is Mode.REPLAY:
+            # The budgets first: a call the original refused for its budget (and so
+            # never recorded) is refused again, not reported missing.
+            try:
+                ledger.admit(budgets, tokens=worst, cost=worst_cost, request=request.hash,
+                             model=request.model)
+            except LLMError as error:
+                entry["error"] = type(error).__name__
+                raise
+            entry["error"] = "LLMReplayMiss"
+            raise LLMReplayMiss(request=request.hash, model=request.model,
+                                store=str(self.store.path))
         entry["cached"] = stored is not None
         if mode is Mode.REPLAY and self.replay_cached:
             entry["cached"] = self.replay_cached.pop(0)

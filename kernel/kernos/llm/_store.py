@@ -50,7 +50,7 @@ from kernos.audit.canonical import canonical, digest
 from kernos.errors import LLMBudgetExceeded
 from kernos.store.objects import fsync_dir, replace_file
 
-__all__ = ["LEDGER_FILE", "Budget", "Ledger", "LlmStore", "Spent"]
+__all__ = ["LEDGER_FILE", "Budget", "Ledger", "LlmStore", "Spent", "read_calls"]
 
 DIRECTORY = "llm"
 LEDGER = "calls.jsonl"
@@ -166,22 +166,7 @@ class Ledger:
         worst = cost or decimal.Decimal(0)
         charged = tuple(dict.fromkeys([*keys, *(budget.key for budget in budgets)]))
         with self._lock:
-            for budget in budgets:
-                used = self._spent.get(budget.key, Spent())
-                pending = self._pending.get(budget.key, Spent())
-                if budget.tokens is not None and \
-                        used.tokens + pending.tokens + tokens > budget.tokens:
-                    raise LLMBudgetExceeded(
-                        budget=budget.label, unit="tokens", limit=str(budget.tokens),
-                        used=str(used.tokens + pending.tokens), asked=str(tokens),
-                        phase="before", request=request, model=model)
-                committed = amounts.add(used.cost, pending.cost)
-                if budget.cost is not None and cost is not None and \
-                        amounts.add(committed, cost) > budget.cost:
-                    raise LLMBudgetExceeded(
-                        budget=budget.label, unit="USD", limit=str(budget.cost),
-                        used=str(committed), asked=str(cost),
-                        phase="before", request=request, model=model)
+            self._admit(budgets, tokens, cost, request, model)
             number = self.next_call
             self._append({"type": "reserve", "call": number, "keys": list(charged),
                           "tokens": tokens, "cost": str(worst), "request": request,
@@ -190,6 +175,32 @@ class Ledger:
             self._open[number] = _Open(keys=charged, tokens=tokens, cost=worst)
             self._charge(self._pending, charged, tokens, worst)
         return number
+
+    def admit(self, budgets: Iterable[Budget], *, tokens: int, cost: decimal.Decimal | None,
+              request: str, model: str) -> None:
+        """LLMBudgetExceeded if a call of ``tokens`` (and ``cost``) would not fit; nothing
+        is written or promised (a replay asks this of a call it has no recording for)."""
+        with self._lock:
+            self._admit(budgets, tokens, cost, request, model)
+
+    def _admit(self, budgets: Iterable[Budget], tokens: int, cost: decimal.Decimal | None,
+               request: str, model: str) -> None:
+        for budget in budgets:
+            used = self._spent.get(budget.key, Spent())
+            pending = self._pending.get(budget.key, Spent())
+            if budget.tokens is not None and \
+                    used.tokens + pending.tokens + tokens > budget.tokens:
+                raise LLMBudgetExceeded(
+                    budget=budget.label, unit="tokens", limit=str(budget.tokens),
+                    used=str(used.tokens + pending.tokens), asked=str(tokens),
+                    phase="before", request=request, model=model)
+            committed = amounts.add(used.cost, pending.cost)
+            if budget.cost is not None and cost is not None and \
+                    amounts.add(committed, cost) > budget.cost:
+                raise LLMBudgetExceeded(
+                    budget=budget.label, unit="USD", limit=str(budget.cost),
+                    used=str(committed), asked=str(cost),
+                    phase="before", request=request, model=model)
 
     def settle(self, number: int, *, tokens: int, cost: decimal.Decimal | None,
                facts: dict[str, Any]) -> None:
@@ -224,6 +235,43 @@ class Ledger:
         if not self.path.exists():
             return []
         return [json.loads(line) for line in self.path.read_bytes().splitlines()]
+
+    def absorb(self, calls: Iterable[dict[str, Any]]) -> None:
+        """Charge calls another ledger made (see :func:`read_calls`), one settled line each.
+
+        A replay does this for the calls of the ops it does not re-run (those
+        before its start, and those a dead kernel never finished), so its budgets
+        stand where the source's stood when each op ran.
+        """
+        with self._lock:
+            for call in calls:
+                number = self.next_call
+                self._append({"type": "settle", "call": number, "keys": list(call["keys"]),
+                              "tokens": call["tokens"], "cost": call["cost"],
+                              "absorbed": call["call"], "op": call["op"], "at": utc_now()})
+                self.next_call += 1
+                self._charge(self._spent, call["keys"], call["tokens"], _decimal(call["cost"]))
+
+
+def read_calls(path: Path) -> list[dict[str, Any]]:
+    """The calls of the ledger at ``path``, read only: number, op, keys, tokens and cost,
+    as settled (or, never settled, the reservation's worst case), in call order."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    calls: dict[int, dict[str, Any]] = {}
+    for line in data[:data.rfind(b"\n") + 1].splitlines():  # a torn last line: never acked
+        entry = json.loads(line)
+        number = entry["call"]
+        if entry["type"] == "reserve":
+            calls[number] = {"call": number, "op": entry.get("op"), "keys": entry["keys"],
+                             "tokens": entry["tokens"], "cost": entry["cost"]}
+        elif entry["type"] == "settle":
+            call = calls.setdefault(number, {"call": number, "op": entry.get("op"),
+                                             "keys": entry.get("keys", [])})
+            call.update(tokens=entry["tokens"], cost=entry["cost"])
+    return [calls[number] for number in sorted(calls)]
 
 
 def _decimal(text: str) -> decimal.Decimal:

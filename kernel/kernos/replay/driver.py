@@ -69,6 +69,7 @@ from kernos.events.human import Events
 from kernos.harness.service import HarnessService
 from kernos.image import Image
 from kernos.llm._store import DIRECTORY as LLM_DIRECTORY
+from kernos.llm._store import LEDGER_FILE, read_calls
 from kernos.replay.digest import describe_difference, state_digest
 from kernos.store.snapshots import read_group, read_snapshot
 from kernos.store.workspace import Workspace, op_of
@@ -285,12 +286,23 @@ class _Replayer:
                               steps=[])
         if self.unfinished is not None:
             report.unfinished = self.source_audit.entries[self.unfinished].op
-        for record in self._records(first, last):
+        records = list(self._records(first, last))
+        replayed = {int(record["op"]) for record in records}
+        # The ledger outside the image follows the source's: the calls of ops this
+        # replay does not re-run are charged before the ops after them run.
+        unrun = [call for call in read_calls(Path(self.original.path) / LEDGER_FILE)
+                 if call["op"] not in replayed]
+        ledger = self.runtime.llm_client().store.ledger
+        for record in records:
             op = int(record["op"])
             if until is not None and op >= until:
                 report.stopped_before = op
                 report.pending_code = self._code(record)
                 break
+            before = [call for call in unrun if call["op"] is None or call["op"] < op]
+            if before:
+                ledger.absorb(before)
+                unrun = [call for call in unrun if call["op"] is not None and call["op"] >= op]
             step, divergence = self._step(record)
             report.steps.append(step)
             if divergence is not None and report.divergence is None:
@@ -587,7 +599,8 @@ def _fetch(workspace: Workspace, original: Workspace) -> None:
 
 
 def _copy_recordings(workspace: Workspace, original: Workspace) -> None:
-    """The source's recorded LLM requests and answers (not its ledger: spending is re-run)."""
+    """The source's recorded LLM requests and answers (not its ledger: the replayed ops
+    spend again, and the calls of the others are absorbed as the replay goes)."""
     for part in ("objects", "recordings"):
         source = Path(original.path) / LLM_DIRECTORY / part
         if source.is_dir():
