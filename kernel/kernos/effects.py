@@ -48,6 +48,13 @@ nothing            never started: execute it
                    executed again blindly.
 =================  ======================================================
 
+**Timeouts.**  An attempt runs in a worker thread (the tool's ``timeout``,
+60 s unless registered otherwise).  One still running when its time is up
+may yet touch the world, so its effect is journaled ``in-doubt`` and the
+drain goes on: the kernel is free, nothing is retried, and a person resolves
+it by its key.  ``timeout=None`` runs the implementation unbounded in the
+caller's thread (for code bound to its thread).
+
 **Retries.**  An implementation that raises is retried with exponential
 backoff (``backoff * 2**(attempt-1)`` seconds) up to the tool's ``attempts``;
 the last failure is recorded, so it is visible in the image (status
@@ -61,10 +68,12 @@ restore), never inside an op.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
 import reprlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,6 +94,8 @@ OUTBOX = "kernos:effects"
 STATUSES = ("queued", "done", "failed", "in-doubt")
 DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF = 0.05
+DEFAULT_TIMEOUT = 60.0
+"""Seconds an attempt may run before its effect is left in doubt (per tool: ``timeout``)."""
 """Seconds before the second attempt; doubled for each later one."""
 MAX_BACKOFF = 5.0
 MAX_RESULT_BYTES = 64 * 1024
@@ -382,13 +393,14 @@ class EffectRunner:
                             error=f"tool {effect.tool} v{effect.version} is not in the image")
         limit = max(1, int(getattr(version, "attempts", DEFAULT_ATTEMPTS)))
         backoff = float(getattr(version, "backoff", DEFAULT_BACKOFF))
+        timeout = getattr(version, "timeout", DEFAULT_TIMEOUT)
         while True:
             attempt += 1
             _faults.point("effect.before")
             self._journal(effect, "started", attempt)
             _faults.point("effect.started")
             try:
-                result = version.function(**effect.arguments, idempotency_key=effect.key)
+                finished, result = _bounded_call(version.function, effect, timeout)
             except Exception as error:
                 message = f"{type(error).__name__}: {_bounded(error)}"
                 final = attempt >= limit
@@ -398,6 +410,13 @@ class EffectRunner:
                                     attempts=attempt)
                 self.sleep(min(MAX_BACKOFF, backoff * 2 ** (attempt - 1)))
                 continue
+            if not finished:
+                message = (f"it ran past its {timeout:g} s timeout and may still be running "
+                           "(the kernel went on without it)")
+                self._journal(effect, "in-doubt", attempt, error=message)
+                return _Outcome(key=effect.key, status="in-doubt", attempts=attempt,
+                                error=f"{message}: check by its key, then "
+                                      "agents.resolve_effect(key, executed=...)")
             _faults.point("effect.executed")
             plain = _plain(result)
             self._journal(effect, "done", attempt, result=plain)
@@ -437,6 +456,32 @@ class EffectRunner:
         except KernosError as error:  # journaled already: the next drain records it
             log.warning("kernos: recording effects failed (%s); they stay queued", error)
             return None
+
+
+def _bounded_call(function: Callable[..., Any], effect: Effect,
+                  timeout: float | None) -> tuple[bool, Any]:
+    """Run an effect's implementation: ``(True, result)``, or ``(False, None)`` if it is
+    still running after ``timeout`` seconds (it goes on in its daemon thread; nothing
+    it does later is recorded).  What it raised is raised here."""
+    if timeout is None:  # bound to the kernel's thread, by its registration
+        return True, function(**effect.arguments, idempotency_key=effect.key)
+    outcome: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            outcome["result"] = function(**effect.arguments, idempotency_key=effect.key)
+        except BaseException as error:  # handed to the caller's thread, whatever it is
+            outcome["error"] = error
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(attempt,),
+                              name=f"kernos-effect-{effect.key}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return False, None
+    if "error" in outcome:
+        raise outcome["error"]
+    return True, outcome.get("result")
 
 
 def _plain(value: object) -> object:

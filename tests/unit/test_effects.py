@@ -8,6 +8,7 @@ crash would (the integration tests kill real kernels at each point).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +284,71 @@ def test_an_effect_of_a_grouped_commit_waits_for_its_sync(
     with workspace.group_commit():
         harness.op("ticket = agents.call('pay', amount=5, to='bob')")
     assert ledger_rows(ledger) and seen and seen[0] is False  # synced, then paid
+
+
+SLOW = '''
+import json, os, threading, time
+GO, LEDGER = {go!r}, {ledger!r}
+def slow(idempotency_key):
+    deadline = time.monotonic() + 5
+    while not os.path.exists(GO) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with open(LEDGER, "a") as f:
+        f.write(json.dumps({{"key": idempotency_key}}) + "\\n")
+    return {{"main": threading.current_thread() is threading.main_thread()}}
+agents.register_tool("slow", slow, schema={{"type": "object", "properties": {{}}}},
+                     description="waits for GO", effect="external", timeout={timeout})
+'''
+
+
+def setup_slow(tmp_path: Path, ledger: Path, timeout: str) -> tuple[Harness, Path]:
+    harness = Harness(tmp_path / "ws")
+    harness.env.ns["agents"] = harness.env.agents
+    harness.env.image.is_persistent = lambda name: name != "agents"  # type: ignore[method-assign]
+    go = tmp_path / "go"
+    harness.op(SLOW.format(go=str(go), ledger=str(ledger), timeout=timeout))
+    return harness, go
+
+
+def test_a_hanging_effect_is_left_in_doubt_and_the_kernel_goes_on(
+        tmp_path: Path, ledger: Path) -> None:
+    harness, go = setup_slow(tmp_path, ledger, "0.3")
+    harness.op("ticket = agents.call('slow')")
+    [effect] = effects(harness)  # the drain gave up on it after 0.3 s
+    assert effect["status"] == "in-doubt" and "0.3 s timeout" in effect["error"]
+    assert "resolve_effect" in effect["error"] and not ledger.exists()
+    assert harness.op("after = 1")["status"] == "committed"  # the next op runs meanwhile
+    states = [record["state"] for record in effect_records(harness, effect["key"])]
+    assert states == ["started", "in-doubt"]
+    go.touch()  # it finishes late, in its own thread: the world changed, nothing recorded
+    for _ in range(500):
+        if ledger.exists():
+            break
+        time.sleep(0.01)
+    assert len(ledger_rows(ledger)) == 1
+    assert harness.env.runtime.effects.drain() == []  # never run again, never guessed
+    assert effects(harness)[0]["status"] == "in-doubt"
+    harness.op(f"agents.resolve_effect({effect['key']!r}, executed=True)")
+    assert effects(harness)[0]["status"] == "done" and len(ledger_rows(ledger)) == 1
+
+
+def test_an_effect_runs_in_a_worker_thread_unless_its_timeout_is_none(
+        tmp_path: Path, ledger: Path) -> None:
+    for timeout, main in (("5", False), ("None", True)):
+        harness, go = setup_slow(tmp_path / timeout, ledger, timeout)
+        go.touch()
+        harness.op("ticket = agents.call('slow')")
+        [effect] = effects(harness)
+        assert effect["status"] == "done" and effect["result"] == {"main": main}
+        harness.env.close()
+
+
+def test_an_effect_timeout_must_be_a_sane_number_of_seconds(
+        tmp_path: Path, ledger: Path) -> None:
+    harness = Harness(tmp_path / "ws")
+    harness.env.ns["agents"] = harness.env.agents
+    harness.env.image.is_persistent = lambda name: name != "agents"  # type: ignore[method-assign]
+    for bad in ("0", "-1", "'soon'", "10 ** 9"):
+        reply = harness.send(v=1, action="op", principal="human", code=SLOW.format(
+            go="g", ledger=str(ledger), timeout=bad))
+        assert "timeout must be a number of seconds" in reply["result"]["error"]["message"]

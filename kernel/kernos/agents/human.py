@@ -99,30 +99,34 @@ class Agents:
                       schema: dict[str, Any], description: str, effect: str = "pure",
                       capability: str | None = None,
                       resolve: Callable[[str], tuple[bool, Any]] | None = None,
-                      attempts: int = 3, backoff: float = 0.05) -> dict[str, object]:
+                      attempts: int = 3, backoff: float = 0.05,
+                      timeout: float | None = 60.0) -> dict[str, object]:
         """Register a function as a tool.
 
         With ``effect="external"`` a call only queues the effect; it runs after
         the op commits, once, with ``idempotency_key=`` (see ``kernos.effects``).
         ``resolve(key)`` answers ``(True, result)`` or ``(False, None)`` for a
-        call that was cut short; failures are tried ``attempts`` times.
+        call that was cut short; failures are tried ``attempts`` times.  An
+        attempt runs in a worker thread; one still running after ``timeout``
+        seconds leaves its effect in doubt and the kernel goes on (``None``:
+        unbounded, in the kernel's thread).
         """
         return self.runtime.register_tool(name, function, schema=schema,
                                           description=description, effect=effect,
                                           capability=capability, resolve=resolve,
-                                          attempts=attempts, backoff=backoff)
+                                          attempts=attempts, backoff=backoff, timeout=timeout)
 
     def tool(self, *, schema: dict[str, Any], description: str, effect: str = "pure",
              name: str | None = None, capability: str | None = None,
              resolve: Callable[[str], tuple[bool, Any]] | None = None,
-             attempts: int = 3,
-             backoff: float = 0.05) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+             attempts: int = 3, backoff: float = 0.05,
+             timeout: float | None = 60.0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator form of :meth:`register_tool`."""
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.register_tool(name or function.__name__, function, schema=schema,
                                description=description, effect=effect,
                                capability=capability, resolve=resolve, attempts=attempts,
-                               backoff=backoff)
+                               backoff=backoff, timeout=timeout)
             return function
 
         return register

@@ -80,6 +80,10 @@ class ToolVersion:
     """For an external tool: how many times a raising implementation is tried."""
     backoff: float = 0.05
     """For an external tool: seconds before the second attempt, doubled for each later one."""
+    timeout: float | None = 60.0
+    """For an external tool: seconds an attempt may run (in a worker thread) before its
+    effect is left in doubt and the kernel goes on; None runs it in the caller's thread,
+    unbounded (for an implementation bound to its thread)."""
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "version": self.version, "description": self.description,
@@ -284,7 +288,7 @@ class Registry:
                     description: object, effect: object, author: str, op: int,
                     capability: object = None, source: str | None = None,
                     resolve: object = None, attempts: object = 3,
-                    backoff: object = 0.05) -> ToolVersion:
+                    backoff: object = 0.05, timeout: object = 60.0) -> ToolVersion:
         if type(name) is not str or not _TOOL_NAME.fullmatch(name):
             raise UsageError(f"{shown(name)!r} is not a valid tool name: lowercase letters, "
                              "digits and '_', starting with a letter")
@@ -298,7 +302,8 @@ class Registry:
         parse_capability(required)
         checked_schema = check_schema(schema, tool=name)
         if effect == "external":
-            _check_external(name, function, checked_schema, resolve, attempts, backoff)
+            _check_external(name, function, checked_schema, resolve, attempts, backoff,
+                            timeout)
         elif resolve is not None:
             raise UsageError(f"tool {name!r}: only an external tool has a resolve function")
         versions = self.tools.get(name, [])
@@ -311,7 +316,8 @@ class Registry:
             capability=str(required), effect=str(effect), author=author, op=op, source=source,
             resolve=resolve if callable(resolve) else None,
             attempts=attempts if type(attempts) is int else 3,
-            backoff=float(backoff) if isinstance(backoff, (int, float)) else 0.05)
+            backoff=float(backoff) if isinstance(backoff, (int, float)) else 0.05,
+            timeout=float(timeout) if isinstance(timeout, (int, float)) else None)
         self.tools[name] = [*versions, version]  # only once everything is checked
         return version
 
@@ -329,7 +335,8 @@ class Registry:
 
 
 def _check_external(name: str, function: Callable[..., Any], schema: dict[str, Any],
-                    resolve: object, attempts: object, backoff: object) -> None:
+                    resolve: object, attempts: object, backoff: object,
+                    timeout: object) -> None:
     """An external tool takes its effect's idempotency key, and says how to retry."""
     if "idempotency_key" in schema.get("properties", {}):
         raise UsageError(f"tool {name!r}: 'idempotency_key' is passed by Kernos, so it cannot be "
@@ -349,3 +356,8 @@ def _check_external(name: str, function: Callable[..., Any], schema: dict[str, A
         raise UsageError(f"tool {name!r}: attempts must be an int from 1 to 20")
     if type(backoff) not in (int, float) or not 0 <= backoff <= 60:  # type: ignore[operator]
         raise UsageError(f"tool {name!r}: backoff must be a number of seconds from 0 to 60")
+    if timeout is not None and (type(timeout) not in (int, float)
+                                or not 0 < timeout <= 86400):  # type: ignore[operator]
+        raise UsageError(f"tool {name!r}: timeout must be a number of seconds over 0 and at "
+                         "most 86400, or None to run the implementation unbounded in the "
+                         "kernel's thread")

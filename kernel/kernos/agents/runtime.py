@@ -224,12 +224,14 @@ class AgentRuntime:
                       schema: dict[str, Any], description: str, effect: str = "pure",
                       capability: str | None = None,
                       resolve: Callable[[str], tuple[bool, Any]] | None = None,
-                      attempts: int = 3, backoff: float = 0.05) -> dict[str, object]:
+                      attempts: int = 3, backoff: float = 0.05,
+                      timeout: float | None = 60.0) -> dict[str, object]:
         """Register trusted Python (the human's) as a tool.
 
         An ``external`` tool is called with ``idempotency_key=`` after its op
         commits (see kernos.effects); ``resolve``, ``attempts`` and ``backoff``
-        say how its in-doubt calls are checked and its failures retried.
+        say how its in-doubt calls are checked and its failures retried, and
+        ``timeout`` how long an attempt may run before it is left in doubt.
         """
         if not callable(function):
             raise UsageError(f"tool {name!r}: {function!r} is not callable")
@@ -237,7 +239,7 @@ class AgentRuntime:
         version = self._mutable_registry(op).define_tool(
             name=name, function=function, schema=schema, description=description,
             effect=effect, author=HUMAN, op=op.id, capability=capability, resolve=resolve,
-            attempts=attempts, backoff=backoff)
+            attempts=attempts, backoff=backoff, timeout=timeout)
         return version.describe()
 
     def resolve_effect(self, key: object, *, executed: object,
