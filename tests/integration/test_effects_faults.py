@@ -177,3 +177,31 @@ def test_a_thousand_duplicated_deliveries_execute_each_effect_once(tmp_path: Pat
     keys = ledger_keys(ledger)
     assert len(keys) == ops and len(set(keys)) == ops  # zero double executions
     assert effects is not None and effects.json == ["done"] * ops
+
+
+HANG = '''
+import time
+def hang(idempotency_key):
+    time.sleep(600)
+agents.register_tool("hang", hang, description="never answers", effect="external",
+                     timeout=1, schema={"type": "object", "properties": {}})
+'''
+
+
+def test_a_hanging_effect_leaves_the_kernel_free_and_the_effect_in_doubt(
+        kernel_factory: Any, tmp_path: Path) -> None:
+    """A cell whose effect never returns: after the tool's 1 s timeout the effect is in
+    doubt and the same kernel runs the next cell; a restart leaves it in doubt."""
+    kernel = kernel_factory(tmp_path / "ws")
+    assert kernel.run(HANG).committed
+    started = time.monotonic()
+    assert kernel.run("ticket = agents.call('hang')").committed
+    assert kernel.run("after = 1").committed  # the kernel is not stuck in the effect
+    assert time.monotonic() - started < 30
+    [effect] = kernel.value("agents.effects()")
+    assert effect["status"] == "in-doubt" and "1 s timeout" in effect["error"]
+    kernel.stop()
+    survivor = kernel_factory(tmp_path / "ws")
+    [effect] = survivor.value("agents.effects()")
+    assert effect["status"] == "in-doubt"  # never run again after the restart
+    check_consistent(survivor)
