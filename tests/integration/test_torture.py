@@ -2,9 +2,14 @@
 
 Thirty kernels are killed (a third of them at a crash point of the write path
 chosen at random, the rest by SIGKILL at a random instant) while three clients
-send ops with idempotency keys.  After each kill: verify and ``git fsck`` are
-clean, every acknowledged op is there once, no op is half there, and ops in
-flight at the kill run at most once when resent under their key.
+send a mixed workload with idempotency keys: human ops that emit events, agent
+ops under a spend budget and an LLM token budget (recorded calls, answered
+offline), pure tool calls, external effects and checkouts.  After each kill:
+verify and ``git fsck`` are clean, a replay of the ops since the last check
+reproduces their snapshots, every acknowledged op is there once with its
+event, no op is half there, every effect ran at most once and is done or in
+doubt, no budget is overspent, and ops in flight at the kill run at most once
+when resent under their key.
 """
 
 from __future__ import annotations
@@ -26,5 +31,9 @@ def test_thirty_random_kills_break_no_invariant(tmp_path: Path) -> None:
     tally = asyncio.run(torture(tmp_path / "ws", kills=30, clients=3, seed=18,
                                 progress=False))
     assert tally.violations == []
-    assert tally.kills == 30 and tally.acknowledged > 30
+    assert tally.kills == 30 and sum(tally.acknowledged.values()) > 30
     assert tally.crash_points > 0 and tally.resent > 0  # both kinds of kill, and resends
+    # Every kind of op was acknowledged, and checked, under kills.
+    assert set(tally.acknowledged) == {"human", "spend", "llm", "tool", "effect"}
+    assert tally.checkouts > 0 and len(tally.effects) > 0 and tally.replayed > 30
+    assert set(tally.effects.values()) <= {"done", "in-doubt"}

@@ -260,7 +260,12 @@ class _Replayer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.workspace.close()
+        # A replay hands over a quiet workspace: a background repack its commits started
+        # would still be writing into it (a caller that deletes it at once races git).
+        try:
+            self.workspace.objects.wait_for_maintenance()
+        finally:
+            self.workspace.close()
 
     # -- what to run ------------------------------------------------------------------
 
