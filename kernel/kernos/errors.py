@@ -57,6 +57,7 @@ __all__ = [
     "LLMBudgetExceeded",
     "LLMError",
     "LLMProviderError",
+    "LLMRecordingErased",
     "LLMReplayMiss",
     "LLMRequestInvalid",
     "LLMResponseInvalid",
@@ -352,6 +353,20 @@ class LLMError(KernosError):
         self.request = request
         self.model = model
         super().__init__(message)
+
+
+class LLMRecordingErased(LLMError):
+    """A recorded LLM request or answer held a data subject's data, and it was erased."""
+
+    def __init__(self, name: str, subjects: list[str], *, request: str = "",
+                 model: str = "") -> None:
+        self.name = name
+        self.subjects = subjects
+        super().__init__(
+            f"the recorded LLM exchange {name[:16]} held data of the data subject(s) "
+            f"{', '.join(map(repr, subjects))}, which was erased; it cannot be read or "
+            "replayed any more (by design). Replay from a snapshot after that op, or call "
+            "the model again.", request=request, model=model)
 
 
 class LLMProviderError(LLMError):

@@ -66,9 +66,10 @@ SUBJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:+\-]{0,127}")
 _MAGIC = b"KS1"
 _NONCE = 12
 
-# Subjects of the personal values created since the current op began (ops
-# run one at a time), and every live wrapper by subject (for erasure).
+# Subjects of the personal values created, and revealed, since the current op
+# began (ops run one at a time), and every live wrapper by subject (for erasure).
 _created: set[str] = set()
+_revealed: set[str] = set()
 _live: dict[str, weakref.WeakValueDictionary[int, Personal]] = {}
 
 
@@ -125,6 +126,7 @@ class Personal:
         """The value; :class:`~kernos.errors.ErasedValue` once its subject is erased."""
         if self._erased:
             raise ErasedValue(self._subject)
+        _revealed.add(self._subject)
         return self._value
 
     @property
@@ -202,9 +204,16 @@ def created_subjects() -> frozenset[str]:
     return frozenset(_created)
 
 
+def touched_subjects() -> frozenset[str]:
+    """The subjects whose values the running op created or revealed: what it sends out of
+    the image (an LLM request, say) may hold their data, so it is kept sealed under them."""
+    return frozenset(_created | _revealed)
+
+
 def forget_created() -> None:
     """Start counting afresh (a new op begins)."""
     _created.clear()
+    _revealed.clear()
 
 
 def erase_live(subject: str) -> int:

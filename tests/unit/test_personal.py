@@ -418,3 +418,52 @@ def test_an_erasure_cut_short_by_a_crash_is_finished_on_reopen(env: Env) -> None
     env.close()
     assert files_holding(env.path, [key, key.hex().encode(), b"PLAINTEXT-y"]) == []
     assert verify(env.path).ok
+
+
+def test_an_llm_exchange_that_touched_personal_data_is_sealed_and_erased_with_it(
+        tmp_path: Path) -> None:
+    """Prompts and answers recorded in ``<workspace>/llm/`` by an op that created or
+    revealed a subject's values are sealed under its key: erasure shreds and deletes
+    them, and a replay of that request says why it cannot be answered."""
+    from kernos.agents import AgentRuntime, Agents
+    from kernos.errors import LLMRecordingErased
+
+    env = CoreEnv(tmp_path / "ws")
+    agents = Agents(lambda: runtime)
+    runtime = AgentRuntime(env.image)
+    op = env.image.begin(source="who = personal('Ada Lovelace', subject='c-1042')")
+    env.ns["who"] = personal("Ada Lovelace", subject="c-1042")
+    op.commit()
+
+    def ask(content: str, answer: str, *, reveal: bool = True, **options: Any) -> Any:
+        op = env.image.begin(source="ask")
+        try:
+            if reveal and "Lovelace" in content:  # the name comes out of the wrapper here
+                content = content.replace("Lovelace", env.ns["who"].reveal().split()[1])
+            completion = agents.llm("gpt-4o-mini", [{"role": "user", "content": content}],
+                                    mock_response=answer, max_tokens=20, **options)
+        except BaseException:
+            op.abort()
+            raise
+        op.commit()
+        return completion
+
+    ask("Write to Lovelace", "Dear Ada Lovelace,")  # revealed in this op: sealed
+    ask("Name a sea.", "The Baltic.")  # touched no personal data: kept plain
+    stored = b"".join(path.read_bytes() for path in (tmp_path / "ws" / "llm").rglob("*")
+                      if path.is_file())
+    assert b"Lovelace" not in stored and b"The Baltic." in stored
+    assert stored.count(b"$kernos_sealed") == 2
+    assert ask("Write to Lovelace", "Dear Ada Lovelace,").cached  # from its sealed recording
+
+    report = erase(env.image.audit, "c-1042")
+    assert report.recordings == 2  # the request and the answer
+    stored = b"".join(path.read_bytes() for path in (tmp_path / "ws" / "llm").rglob("*")
+                      if path.is_file())
+    # The sealed bytes are gone (not only unreadable); a note names the subject.
+    assert b"$kernos_sealed" not in stored and b"The Baltic." in stored
+    assert env.image.audit.records()[-1]["recordings"] == 2
+    with pytest.raises(LLMRecordingErased, match="c-1042"):
+        ask("Write to Lovelace", "Dear Ada Lovelace,", reveal=False, mode="replay")
+    assert verify(tmp_path / "ws").ok
+    env.close()

@@ -55,6 +55,7 @@ from kernos.op import Op
 
 if TYPE_CHECKING:
     from kernos.llm import Budget, Completion, LlmClient, Request, Spent
+    from kernos.personal import Keyring
 
 __all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key"]
 
@@ -120,6 +121,9 @@ class AgentRuntime:
         self.default_limits = default_limits or Limits()
         self.denials: list[dict[str, Any]] = []
         self._llm: LlmClient | None = None
+        self.llm_keyring: Keyring | None = None
+        """The keys the LLM recordings are sealed and opened with (default: the image's;
+        a replay opens the source's recordings with the source's)."""
         self._tool_code: dict[tuple[str, int], Any] = {}
         """Compiled sources of agent-written tools, for their foreign calls."""
         self.events = EventBus(image, runner=self._run_subscriber,
@@ -727,7 +731,8 @@ class AgentRuntime:
 
         if self._llm is None:
             workspace = self.image.workspace
-            self._llm = LlmClient(LlmStore(workspace.path, durable=workspace.durable))
+            self._llm = LlmClient(LlmStore(workspace.path, durable=workspace.durable,
+                                           keyring=self.llm_keyring or self.image.audit.keyring))
         return self._llm
 
     def llm(self, ctx: RunContext, model: object, messages: object,

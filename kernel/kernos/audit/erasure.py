@@ -51,6 +51,8 @@ class ErasureReport:
     """Audit payloads deleted."""
     live: int
     """Live values in this process that now show ``<erased>``."""
+    recordings: int
+    """Recorded LLM requests and answers (``<workspace>/llm/``) sealed under it, deleted."""
     record: int
     """The index of the erasure record in the chain."""
 
@@ -119,15 +121,18 @@ def erase(log: AuditLog, subject: object) -> ErasureReport:
 
 
 def _complete(log: AuditLog, subject: str, intent: str) -> ErasureReport:
+    from kernos.llm._store import erase_recordings
+
     live = erase_live(subject)
     destroyed = log.keyring.destroy(subject)
     refs = _refs_for(log, subject)
     deleted = tuple(ref for ref in refs if log.delete_payload(ref))
+    recordings = erase_recordings(log.root, subject, durable=log.durable)
     record = log.append({"type": "erasure", "subject": subject, "refs": refs,
-                         "key_destroyed": destroyed})
+                         "key_destroyed": destroyed, "recordings": recordings})
     os.unlink(intent)
     return ErasureReport(subject=subject, key_destroyed=destroyed, payloads=deleted, live=live,
-                         record=record["index"])
+                         recordings=recordings, record=record["index"])
 
 
 def finish_erasures(image: Image) -> list[str]:

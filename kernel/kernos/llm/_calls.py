@@ -34,11 +34,18 @@ from typing import Any
 
 from kernos import amounts
 from kernos.agents.registry import check_arguments
-from kernos.errors import LLMError, LLMProviderError, LLMReplayMiss, LLMToolCallInvalid
+from kernos.errors import (
+    LLMError,
+    LLMProviderError,
+    LLMRecordingErased,
+    LLMReplayMiss,
+    LLMToolCallInvalid,
+)
 from kernos.llm import _provider
 from kernos.llm._mode import Mode, current_mode
 from kernos.llm._request import Request
 from kernos.llm._store import Budget, LlmStore
+from kernos.personal import touched_subjects
 
 __all__ = ["Completion", "LlmClient", "ToolCall", "Usage"]
 
@@ -134,7 +141,16 @@ class LlmClient:
             journal.append(entry)
         facts = {"op": op, "principal": principal}
         recorded = self.store.recorded(request.hash) if mode is not Mode.OFF else None
-        stored = self.store.get(recorded) if recorded is not None else None
+        stored = None
+        if recorded is not None:
+            try:
+                stored = self.store.get(recorded)
+            except LLMRecordingErased as error:
+                if mode is Mode.REPLAY:
+                    entry["error"] = type(error).__name__
+                    raise
+                recorded = None  # erased with a data subject: asked again, if ever
+        subjects = touched_subjects()  # what this op's exchange may hold: sealed under them
         if stored is not None:
             worst = stored["usage"]["total_tokens"]
             worst_cost = _cost(stored["cost"])
@@ -169,7 +185,7 @@ class LlmClient:
             started = time.perf_counter()
             answered = False
             try:
-                self.store.put(request.canonical())
+                self.store.put(request.canonical(), subjects=subjects)
                 raw = _provider.call(request, timeout=timeout, completion=self.completion)
                 answered = True
                 answer = _provider.normalize(raw, request)
@@ -181,7 +197,8 @@ class LlmClient:
                               facts={"error": type(error).__name__})
                 entry.update(error=type(error).__name__, tokens=_tokens(spent, 0))
                 if not isinstance(error, LLMProviderError):
-                    entry["response"] = self.store.put({"raw": _jsonable(raw)})
+                    entry["response"] = self.store.put({"raw": _jsonable(raw)},
+                                                       subjects=subjects)
                 raise
             except Exception as error:
                 # Kernos failed on its own side.  Before the provider answered (no
@@ -194,7 +211,7 @@ class LlmClient:
                 raise
             latency = round((time.perf_counter() - started) * 1000, 3)
             stored = self._stored(request, answer)
-            response = self.store.put(stored)
+            response = self.store.put(stored, subjects=subjects)
             self.store.record(request.hash, response)
         else:
             assert recorded is not None

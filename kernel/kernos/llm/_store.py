@@ -35,6 +35,7 @@ and ``principal:alice``.
 
 from __future__ import annotations
 
+import base64
 import decimal
 import json
 import os
@@ -42,16 +43,23 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernos import amounts
 from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
-from kernos.errors import LLMBudgetExceeded
+from kernos.errors import LLMBudgetExceeded, LLMRecordingErased
 from kernos.store.objects import fsync_dir, replace_file
+
+if TYPE_CHECKING:
+    from kernos.personal import Keyring
 
 __all__ = ["LEDGER_FILE", "Budget", "Ledger", "LlmStore", "Spent", "read_calls"]
 
+SEALED = "$kernos_sealed"
+"""The one key of a stored object written sealed under data subjects' keys."""
+ERASED = "$kernos_erased"
+"""The one key of what an erasure leaves of a sealed object: the subjects, no bytes of it."""
 DIRECTORY = "llm"
 LEDGER = "calls.jsonl"
 LEDGER_FILE = f"{DIRECTORY}/{LEDGER}"
@@ -281,9 +289,12 @@ def _decimal(text: str) -> decimal.Decimal:
 class LlmStore:
     """``<workspace>/llm/``: content-addressed requests and responses, recordings, ledger."""
 
-    def __init__(self, workspace: Path, *, durable: bool = True) -> None:
+    def __init__(self, workspace: Path, *, durable: bool = True,
+                 keyring: Keyring | None = None) -> None:
         self.path = workspace / DIRECTORY
         self.durable = durable
+        self.keyring = keyring
+        """Seals what an op that touched personal data sends and gets (see :meth:`put`)."""
         self.objects = self.path / "objects"
         self.recordings = self.path / "recordings"
         self.scratch = self.path / "tmp"
@@ -297,16 +308,39 @@ class LlmStore:
         temporary = self.scratch / f"{path.name}.{os.getpid()}.{threading.get_ident()}"
         replace_file(path, data, durable=self.durable, temporary=temporary)
 
-    def put(self, value: dict[str, Any]) -> str:
-        """Store plain JSON data; returns the SHA-256 of its canonical bytes (its name)."""
+    def put(self, value: dict[str, Any], *, subjects: Iterable[str] = ()) -> str:
+        """Store JSON data; returns the SHA-256 of its canonical bytes (its name).
+
+        With ``subjects`` (the data subjects whose values the op created or
+        revealed), the bytes are written sealed under their keys, so erasing any
+        of them shreds the recording (and :meth:`erase` deletes it).  The name is
+        still the hash of the plain bytes: it proves a guess, it reveals nothing.
+        """
         data = canonical(value)
         name = digest(data)
+        sealed_by = sorted(set(subjects))
+        if sealed_by and self.keyring is not None:
+            sealed = self.keyring.seal(sealed_by, data)
+            data = canonical({SEALED: {"subjects": sealed_by,
+                                       "data": base64.b64encode(sealed).decode("ascii")}})
         self._write_once(self.objects / f"{name}.json", data)
         return name
 
     def get(self, name: str) -> dict[str, Any]:
+        """The data stored as ``name``; LLMRecordingErased if a subject of it was erased."""
         found: dict[str, Any] = json.loads((self.objects / f"{name}.json").read_bytes())
-        return found
+        envelope = found.get(SEALED) if len(found) == 1 else None
+        if envelope is None:
+            if len(found) == 1 and ERASED in found:
+                raise LLMRecordingErased(name, [str(s) for s in found[ERASED]["subjects"]])
+            return found
+        subjects = [str(subject) for subject in envelope["subjects"]]
+        plain = None if self.keyring is None else self.keyring.open(
+            subjects, base64.b64decode(envelope["data"]))
+        if plain is None:
+            raise LLMRecordingErased(name, subjects)
+        opened: dict[str, Any] = json.loads(plain)
+        return opened
 
     def recorded(self, request: str) -> str | None:
         """The response hash recorded for a request hash, if any."""
@@ -320,3 +354,26 @@ class LlmStore:
     def sync(self) -> None:
         if self.durable:
             fsync_dir(self.path)
+
+
+def erase_recordings(workspace: Path, subject: str, *, durable: bool = True) -> int:
+    """Replace the recordings sealed under ``subject`` (its key destroyed already) by a
+    note naming their subjects, so a replay says why it cannot answer; returns how many.
+
+    The others, and the ledger (hashes and counts, no content), stay.
+    """
+    objects = workspace / DIRECTORY / "objects"
+    deleted = 0
+    if objects.is_dir():
+        for path in objects.glob("*.json"):
+            try:
+                found = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                continue
+            envelope = found.get(SEALED) if isinstance(found, dict) and len(found) == 1 else None
+            if isinstance(envelope, dict) and subject in envelope.get("subjects", ()):
+                note = canonical({ERASED: {"subjects": envelope["subjects"]}})
+                replace_file(path, note, durable=durable,
+                             temporary=workspace / DIRECTORY / "tmp" / f"{path.name}.erasing")
+                deleted += 1
+    return deleted

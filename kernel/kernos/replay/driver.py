@@ -236,6 +236,7 @@ class _Replayer:
         self._digests: dict[bytes, str] = {}
         self.image.identity_override = _tag(self.source_audit)
         self.runtime.effects.replaying = True
+        self.runtime.llm_keyring = self.source_audit.keyring  # recordings sealed by the source
         self._journal: dict[str, list[dict[str, Any]]] | None = None
         self.unfinished = self._unfinished()
 
