@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernos import _faults
 from kernos.audit.canonical import canonical, check_json
-from kernos.errors import EventError, KernosError, UsageError
+from kernos.errors import DiskFull, EventError, KernosError, UsageError
 
 if TYPE_CHECKING:
     from kernos.agents.registry import ToolVersion
@@ -213,6 +213,19 @@ class _Outcome:
         return found
 
 
+_JOURNAL_FULL = {
+    "started": "The effect {key} was not executed: it stays queued, and is executed after "
+               "the next op that commits once there is space.",
+    "done": "The effect {key} was executed, but its result is not journaled: the journal "
+            "says it started, so after the next op that commits it is in doubt, and its "
+            "tool's resolve function (or a person) says whether it happened. It is never "
+            "executed again blindly.",
+    "": "The effect {key} stays queued; its state is settled again after the next op "
+        "that commits.",
+}
+"""What a full disk at each journal record means for the effect (see the table above)."""
+
+
 class EffectRunner:
     """Executes queued effects and records their outcomes (see the module docstring)."""
 
@@ -312,10 +325,14 @@ class EffectRunner:
     # -- one effect ----------------------------------------------------------------------
 
     def _journal(self, effect: Effect, state: str, attempt: int, **fields: Any) -> None:
-        self.runtime.image.audit.append({
-            "type": "effect", "key": effect.key, "op": effect.op, "tool": effect.tool,
-            "version": effect.version, "request": effect.request, "state": state,
-            "attempt": attempt, **fields})
+        try:
+            self.runtime.image.audit.append({
+                "type": "effect", "key": effect.key, "op": effect.op, "tool": effect.tool,
+                "version": effect.version, "request": effect.request, "state": state,
+                "attempt": attempt, **fields})
+        except DiskFull as error:  # the drain stops here; the next one picks up from the journal
+            raise error.retold(_JOURNAL_FULL.get(state, _JOURNAL_FULL[""]).format(
+                key=effect.key)) from error
 
     def _settle(self, effect: Effect) -> _Outcome:
         audit = self.runtime.image.audit

@@ -426,7 +426,11 @@ class KernosKernel(IPythonKernel):
                 for expression in (user_expressions or {}).values():
                     reach = reach.union(reach_of_source(str(expression)) if isinstance(
                         expression, str) else Reach.all("a user expression is not a string"))
-                op = image.begin(source=code, reach=reach, blocking=False)
+                try:
+                    op = image.begin(source=code, reach=reach, blocking=False)
+                except KernosError as error:  # a full disk, say: nothing ran
+                    self._last_report = {"status": "rejected", "reason": str(error)}
+                    return self._error_reply(error)
                 self.current_op = op
             failure: BaseException | None = None
             reply: dict[str, Any] | None = None
