@@ -184,13 +184,16 @@ class DiskFull(WorkspaceError, OSError):
                 else f"free space on {mount} unknown")
         if needed is not None:
             room += f", {needed:,} needed for this write"
-        super().__init__(
+        self.message = (
             f"the disk is full: writing {what} ({path}) failed with {reason}; {room}. "
             f"{then} Free space on {mount} (or move the workspace to a larger disk), "
-            "then retry.", path=path)
+            "then retry.")
+        super().__init__(self.message, path=path)
         self.errno = code
         self.strerror = reason
-        self.filename = path
+
+    def __str__(self) -> str:
+        return self.message  # not OSError's "[Errno 28] ...": the message says it all
 
     @classmethod
     def from_os_error(cls, error: OSError, *, path: str | os.PathLike[str], what: str,
@@ -243,6 +246,9 @@ class CommitFailed(KernosError):
     def __init__(self, op: int, cause: BaseException) -> None:
         self.op = op
         self.cause = cause
+        if isinstance(cause, DiskFull):  # its message says where, and what to do
+            super().__init__(f"Op {op} was rolled back because {cause}")
+            return
         super().__init__(
             f"Op {op} ran, but saving its snapshot failed ({type(cause).__name__}: {cause}). "
             "The image was rolled back to its state before the op; run it again once the "

@@ -25,8 +25,7 @@ from kernos.errors import DiskFull, is_disk_full
 __all__ = ["NOTHING_COMMITTED", "NOTHING_WRITTEN", "NOT_FOLDED", "reporting_full_disk", "write_all"]
 
 NOTHING_WRITTEN = "Nothing was written."
-NOTHING_COMMITTED = ("The op was rolled back: nothing was committed, and the image is as the "
-                     "last committed op left it.")
+NOTHING_COMMITTED = "Nothing was committed: the image is as the last committed op left it."
 
 NOT_FOLDED = ("The commits in the commit tail are durable there and stay; folding them into "
               "git is tried again later.")
