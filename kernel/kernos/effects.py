@@ -248,7 +248,9 @@ class EffectRunner:
     def drain(self, recorded: dict[str, dict[str, Any]] | None = None) -> list[CommitReport]:
         """Execute every queued effect and record the outcomes; the follow-up ops' reports.
 
-        Never raises for an effect's failure: that is recorded.  Called
+        Never raises for an effect's failure: that is recorded.  Nor for a
+        journal that finds the disk full: that is logged, and the effects not
+        settled stay queued for the next drain (see ``_JOURNAL_FULL``).  Called
         outside any op; does nothing (cheaply) when nothing is queued.
 
         ``recorded`` (replay): the outcomes to record instead, by key, each
@@ -273,7 +275,11 @@ class EffectRunner:
             by_op.setdefault(effect.op, []).append(effect)
         reports = []
         for effects in by_op.values():
-            outcomes = [self._settle(effect) for effect in effects]
+            try:
+                outcomes = [self._settle(effect) for effect in effects]
+            except DiskFull as error:  # the journal found no room: stop, the next drain resumes
+                log.warning("kernos: %s", error)
+                break
             report = self._record(effects[0].principal, effects[0].op, outcomes)
             if report is not None:
                 reports.append(report)
