@@ -79,11 +79,18 @@ class Filler:
                     target -= handle.write(b"\xa5" * min(block, target))
                 except OSError:  # full already: what is left is all there is
                     break
-            for piece in (4096, 1) if leave == 0 else ():  # every last byte
-                with contextlib.suppress(OSError):
-                    while handle.write(b"\xa5" * piece):
-                        pass
             os.fsync(handle.fileno())
+            # Every last byte: ext4 hands back the blocks it over-reserved for delayed
+            # allocation once the data is written out, so fill again until none come back.
+            for _round in range(8 if leave == 0 else 0):
+                written = 0
+                for piece in (4096, 1):
+                    with contextlib.suppress(OSError):
+                        while count := handle.write(b"\xa5" * piece):
+                            written += count
+                os.fsync(handle.fileno())
+                if not written:
+                    break
         return free_bytes(self.path.parent)
 
     def empty(self) -> None:

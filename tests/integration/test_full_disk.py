@@ -143,16 +143,31 @@ def test_a_kernel_on_a_full_disk_rolls_back_goes_on_and_loses_nothing(
             resolved = [json.loads(line) for line in chain if '"resolved"' in line]
             assert resolved, "the effect whose done record found no room was not resolved"
             seen["the effect journal"] += 1
+            # The last op finds the disk full, and the kernel dies before space is freed, so
+            # no later fold can write down what a commit only kept in memory.
+            filler.fill(64 << 10)
+            last = run_op(client, "last = os.urandom(200_000)\nhashlib.sha256(last).hexdigest()",
+                          "last")
+            if last.status == "committed":
+                acknowledged["last"] = ("last", last.value.json)
+                sources["last"] = "last = os.urandom(200_000)\nhashlib.sha256(last).hexdigest()"
+            else:
+                seen[where_full(last.error.message, root)] += 1
             client.manager.kill()  # a restart: everything acknowledged is there
+            filler.empty()
             client.manager.restart()
             for key, (name, digest) in acknowledged.items():
                 again = run_op(client, f"hashlib.sha256({name}).hexdigest()")
+                assert again.status == "committed", (f"acknowledged {key} is lost", again.error)
                 assert again.value.json == digest, key
                 assert run_op(client, sources[key], key).duplicate, key
         keys = ledger_keys(ledger)
         assert sorted(keys) == sorted(key for key, _status in effects)  # each exactly once
-        assert {"the audit log", "the commit tail", "a pack of the op's objects",
-                "a fold (the tail stays)", "the effect journal"} <= set(seen), seen
+        expected = {"the commit tail", "a pack of the op's objects", "a fold (the tail stays)",
+                    "the effect journal"}
+        if kind == "tmpfs":  # ext4 may find a preallocated block for the record's append
+            expected.add("the audit log")
+        assert expected <= set(seen), seen
         print(f"{kind}: {dict(seen)}", file=sys.stderr)
         fsck = subprocess.run(["git", "-C", str(workspace / "history.git"), "fsck", "--full",
                                "--strict"], capture_output=True, text=True, check=False)

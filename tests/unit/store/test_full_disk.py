@@ -21,6 +21,7 @@ import pytest
 
 from core_support import CoreEnv
 from disk_support import KINDS, Filler, mounted
+from kernos import Workspace
 from kernos.audit.verify import verify
 from kernos.errors import CommitFailed, DiskFull
 from kernos.store.tail import Frame, Tail
@@ -32,6 +33,15 @@ SIZE = 24 << 20
 def disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     with mounted(request.param, tmp_path / "disk", SIZE) as root:
         yield root
+
+
+def exact(disk: Path) -> bool:
+    """Whether "no byte free" means no room for another page of a file: on tmpfs it does;
+    ext4 may still hold blocks it preallocated for a file (its multiblock allocator), so
+    a small append can find room there on a disk that reports none free."""
+    found = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", str(disk)], capture_output=True,
+                           text=True, check=False)
+    return found.stdout.strip() == "tmpfs"
 
 
 def assert_sound(workspace: Path) -> None:
@@ -63,6 +73,12 @@ def attempt(env: CoreEnv, source: str) -> DiskFull | None:
     return None
 
 
+def on_disk_head(workspace: Path) -> bytes | None:
+    """The head a process that opened the workspace now would find (what a crash keeps)."""
+    with Workspace.open(workspace, writable=False) as reader:
+        return reader.head()
+
+
 def padded(source: str) -> str:
     """``source`` with a comment that makes its audit record bigger than a page, so that
     a disk with no byte free fails the record's append (else it may fit the chain's slack);
@@ -84,7 +100,10 @@ def test_each_writer_rolls_the_op_back_and_the_next_op_commits(disk: Path) -> No
         filler.fill(leave)
         before = sorted(env.ns)
         found = attempt(env, source)
-        assert found is not None and found.what == what, (source[:30], found)
+        assert found is not None, source[:30]
+        # On ext4 the record may find a preallocated block: then the frame fails after it.
+        assert found.what == what or (not exact(disk) and what == "the audit log"
+                                      and found.what == "the commit tail"), (source[:30], found)
         assert sorted(env.ns) == before and env.ns["kept"] == list(range(10))  # rolled back
         assert_sound(workspace)
         filler.empty()
@@ -129,6 +148,7 @@ def test_a_seeded_sweep_of_free_space_loses_nothing_acknowledged(disk: Path) -> 
         found = attempt(env, source)
         if found is None:
             acknowledged[name] = hashlib.sha256(env.ns[name]).hexdigest()
+            assert on_disk_head(workspace) == env.image.head, name  # durable, not only in memory
         else:
             seen.add(found.what)
             failed.add(name)
