@@ -16,12 +16,14 @@ import random
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from core_support import CoreEnv
 from disk_support import KINDS, Filler, mounted
 from kernos import Workspace
+from kernos.audit.log import AuditLog
 from kernos.audit.verify import verify
 from kernos.errors import CommitFailed, DiskFull
 from kernos.store.tail import Frame, Tail
@@ -200,3 +202,42 @@ def test_a_failed_tail_write_is_not_sticky_but_a_failed_sync_is(
     with pytest.raises(DiskFull, match="Restart the kernel"):
         tail.append(Frame(b"b" * 20, b"a" * 20, {b"b" * 20: b"y"}))
     tail.close()
+
+
+def test_a_commit_record_with_no_room_for_its_void_is_taken_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The op's record is in the chain, its frame finds the disk full, and so does the void
+    that would close the record: the record is taken back, and the chain is as before."""
+    env = CoreEnv(tmp_path / "ws")
+    env.run("a = 1")
+    chain = env.chain.read_bytes()
+    entries = len(env.image.audit)
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise DiskFull.from_os_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+                                     path=tmp_path / "ws" / "tail", what="the commit tail")
+
+    append = AuditLog.append
+
+    def append_but_no_void(log: AuditLog, body: dict[str, Any], *,
+                           sync: bool = True) -> dict[str, Any]:
+        if body.get("type") == "void":
+            no_room()
+        return append(log, body, sync=sync)
+
+    monkeypatch.setattr(Tail, "append", no_room)
+    monkeypatch.setattr(AuditLog, "append", append_but_no_void)
+    op = env.image.begin(source="b = 2")
+    op.key = "b"
+    env.ns["b"] = 2
+    with pytest.raises(CommitFailed, match="the disk is full"):
+        op.commit()
+    assert env.chain.read_bytes() == chain and len(env.image.audit) == entries
+    assert env.image.audit.committed_with_key("b") is None  # a retry with its key runs it
+    assert "b" not in env.ns
+    monkeypatch.undo()
+    env.run("b = 2")
+    env.reopen()
+    assert env.ns["b"] == 2
+    env.close()
+    assert verify(tmp_path / "ws").ok
