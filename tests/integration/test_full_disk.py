@@ -176,3 +176,37 @@ def test_a_kernel_on_a_full_disk_rolls_back_goes_on_and_loses_nothing(
                                    "--workspace", str(workspace)], capture_output=True, text=True,
                                   check=False)
         assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cell_on_a_full_disk_says_so_and_the_next_commits(
+        kernel_factory: Any, tmp_path: Path, kind: str) -> None:
+    """The notebook's view: a cell whose commit finds the disk full, and a cell that raises
+    where even the record of its rollback finds no room, both end in an error that says
+    the disk is full; after space is freed the same kernel runs the cell again."""
+    with mounted(kind, tmp_path / "disk", SIZE) as root:
+        filler = Filler(root)
+        kernel = kernel_factory(root / "ws")
+        try:
+            assert kernel.run("import os\nkept = 1").status == "ok"
+            filler.fill(64 << 10)
+            cell = "big = os.urandom(300_000)"
+            failed = kernel.run(cell)
+            assert failed.status == "error" and failed.kernos["status"] == "rolled back"
+            [error] = failed.errors
+            assert error["ename"] == "CommitFailed", error
+            assert where_full(error["evalue"], root) == "the commit tail"
+            filler.fill(0)
+            raising = kernel.run("kept = 2\n#" + "x" * 3900 + "\nraise ValueError('no')")
+            assert raising.status == "error"
+            shown = [e["ename"] for e in raising.errors]
+            assert shown[0] == "ValueError", shown
+            if kind == "tmpfs":  # no room for the rollback's audit record: said, not hidden
+                assert shown == ["ValueError", "DiskFull"], raising.errors
+                assert "the disk is full" in raising.errors[1]["evalue"]
+            filler.empty()
+            assert kernel.value("kept") == 1 and kernel.value("'big' in dir()") is False
+            again = kernel.run(cell)
+            assert again.status == "ok" and again.kernos["status"] == "committed", again.errors
+        finally:
+            kernel.stop()
