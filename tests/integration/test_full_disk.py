@@ -210,3 +210,22 @@ def test_a_cell_on_a_full_disk_says_so_and_the_next_commits(
             assert again.status == "ok" and again.kernos["status"] == "committed", again.errors
         finally:
             kernel.stop()
+
+
+def test_a_kernel_restarted_on_a_full_disk_says_so_and_attaches_once_space_is_freed(
+        tmp_path: Path) -> None:
+    """A kernel dies with a commit in its tail and the disk full: the next one cannot fold
+    it into git, refuses requests with the disk-full error, and opens the workspace (the
+    commit there) as soon as space is freed, without another restart."""
+    with mounted("tmpfs", tmp_path / "disk", SIZE) as root:
+        filler = Filler(root)
+        with KernosClient.start(root / "ws") as client:
+            assert run_op(client, "import os\na = os.urandom(100_000)").status == "committed"
+            filler.fill(0)
+            client.manager.kill()
+            client.manager.restart()
+            with pytest.raises(Exception, match="the disk is full") as refused:
+                client.op("'a' in dir()", timeout=60)
+            assert f"Free space on {root}" in str(refused.value)
+            filler.empty()
+            assert run_op(client, "'a' in dir()").value.json is True

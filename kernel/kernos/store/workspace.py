@@ -324,7 +324,9 @@ class Workspace:
         if parent is not ...:
             if parent == self.head():
                 if others and not record and self.durable:
-                    fsync_all(others)  # no copy in the frame: durable before it
+                    with reporting_full_disk(self.path / AUDIT_CHAIN, "the audit log (fsync)",
+                                             then=NOTHING_COMMITTED):
+                        fsync_all(others)  # no copy in the frame: durable before it
                 objects.append_frame(record, sync=not self._grouping)
                 if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
                     # The op is durable already: a fold that fails is retried by the next.
