@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernos import _faults
 from kernos.audit.canonical import canonical, check_json
-from kernos.errors import EventError, KernosError, UsageError
+from kernos.errors import DiskFull, EventError, KernosError, UsageError
 
 if TYPE_CHECKING:
     from kernos.agents.registry import ToolVersion
@@ -224,6 +224,19 @@ class _Outcome:
         return found
 
 
+_JOURNAL_FULL = {
+    "started": "The effect {key} was not executed: it stays queued, and is executed after "
+               "the next op that commits once there is space.",
+    "done": "The effect {key} was executed, but its result is not journaled: the journal "
+            "says it started, so after the next op that commits it is in doubt, and its "
+            "tool's resolve function (or a person) says whether it happened. It is never "
+            "executed again blindly.",
+    "": "The effect {key} stays queued; its state is settled again after the next op "
+        "that commits.",
+}
+"""What a full disk at each journal record means for the effect (see the table above)."""
+
+
 class EffectRunner:
     """Executes queued effects and records their outcomes (see the module docstring)."""
 
@@ -246,7 +259,9 @@ class EffectRunner:
     def drain(self, recorded: dict[str, dict[str, Any]] | None = None) -> list[CommitReport]:
         """Execute every queued effect and record the outcomes; the follow-up ops' reports.
 
-        Never raises for an effect's failure: that is recorded.  Called
+        Never raises for an effect's failure: that is recorded.  Nor for a
+        journal that finds the disk full: that is logged, and the effects not
+        settled stay queued for the next drain (see ``_JOURNAL_FULL``).  Called
         outside any op; does nothing (cheaply) when nothing is queued.
 
         ``recorded`` (replay): the outcomes to record instead, by key, each
@@ -271,7 +286,11 @@ class EffectRunner:
             by_op.setdefault(effect.op, []).append(effect)
         reports = []
         for effects in by_op.values():
-            outcomes = [self._settle(effect) for effect in effects]
+            try:
+                outcomes = [self._settle(effect) for effect in effects]
+            except DiskFull as error:  # the journal found no room: stop, the next drain resumes
+                log.warning("kernos: %s", error)
+                break
             report = self._record(effects[0].principal, effects[0].op, outcomes)
             if report is not None:
                 reports.append(report)
@@ -323,10 +342,14 @@ class EffectRunner:
     # -- one effect ----------------------------------------------------------------------
 
     def _journal(self, effect: Effect, state: str, attempt: int, **fields: Any) -> None:
-        self.runtime.image.audit.append({
-            "type": "effect", "key": effect.key, "op": effect.op, "tool": effect.tool,
-            "version": effect.version, "request": effect.request, "state": state,
-            "attempt": attempt, **fields})
+        try:
+            self.runtime.image.audit.append({
+                "type": "effect", "key": effect.key, "op": effect.op, "tool": effect.tool,
+                "version": effect.version, "request": effect.request, "state": state,
+                "attempt": attempt, **fields})
+        except DiskFull as error:  # the drain stops here; the next one picks up from the journal
+            raise error.retold(_JOURNAL_FULL.get(state, _JOURNAL_FULL[""]).format(
+                key=effect.key)) from error
 
     def _settle(self, effect: Effect) -> _Outcome:
         audit = self.runtime.image.audit

@@ -17,7 +17,8 @@ The tree::
     ├── WorkspaceError            the workspace directory cannot be used as asked
     │   ├── WorkspaceLocked       another process owns the workspace
     │   ├── WorkspaceCorrupt      the history on disk is damaged or unreadable
-    │   └── WorkspaceFormatError  written by a newer Kernos, or not a workspace at all
+    │   ├── WorkspaceFormatError  written by a newer Kernos, or not a workspace at all
+    │   └── DiskFull              a write found no space (ENOSPC, EDQUOT); also an OSError
     ├── CommitFailed              an op could not be committed; the image was rolled back
     ├── OpVetoed                  an op was rolled back at commit (a denial, a breached limit)
     ├── CapabilityDenied          a principal used a capability it does not hold
@@ -41,6 +42,9 @@ messages.
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "BoundaryError",
     "CapabilityDenied",
     "CommitFailed",
+    "DiskFull",
     "ErasedValue",
     "EventCascadeTooDeep",
     "EventError",
@@ -159,12 +164,92 @@ class WorkspaceFormatError(WorkspaceError):
     """The directory is not a Kernos workspace this version can read."""
 
 
+class DiskFull(WorkspaceError, OSError):
+    """A write into the workspace found its filesystem full (or the user's quota spent).
+
+    It is an ``OSError`` too (``errno`` is ENOSPC or EDQUOT), so code that copes with
+    a failed write copes with this one.  ``path`` is the file being written,
+    ``what`` says what it is, ``mount`` the filesystem's mount point, ``free`` the
+    bytes left there when the write failed, ``needed`` the size of the write when
+    known, and ``then`` what became of the operation.
+    """
+
+    def __init__(self, *, path: str, what: str, mount: str, free: int | None,
+                 needed: int | None, code: int, reason: str, then: str) -> None:
+        self.what = what
+        self.mount = mount
+        self.free = free
+        self.needed = needed
+        self.then = then
+        room = (f"{free:,} bytes free on {mount}" if free is not None
+                else f"free space on {mount} unknown")
+        if needed is not None:
+            room += f", {needed:,} needed for this write"
+        self.message = (
+            f"the disk is full: writing {what} ({path}) failed with {reason}; {room}. "
+            f"{then} Free space on {mount} (or move the workspace to a larger disk), "
+            "then retry.")
+        super().__init__(self.message, path=path)
+        self.errno = code
+        self.strerror = reason
+
+    def __str__(self) -> str:
+        return self.message  # not OSError's "[Errno 28] ...": the message says it all
+
+    @classmethod
+    def from_os_error(cls, error: OSError, *, path: str | os.PathLike[str], what: str,
+                      needed: int | None = None,
+                      then: str = "Nothing was written.") -> DiskFull:
+        """The error for ``error`` (an ENOSPC or EDQUOT) while writing ``what`` at ``path``."""
+        where = Path(path)
+        probe = where
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free: int | None
+        try:
+            stat = os.statvfs(probe)
+            free = stat.f_bavail * stat.f_frsize
+        except OSError:
+            free = None
+        code = error.errno if error.errno is not None else errno.ENOSPC
+        reason = f"{errno.errorcode.get(code, code)} ({os.strerror(code)})"
+        return cls(path=str(where), what=what, mount=_mount_point(probe), free=free,
+                   needed=needed, code=code, reason=reason, then=then)
+
+
+    def retold(self, then: str) -> DiskFull:
+        """The same failure, told with what it means for the operation at hand."""
+        return DiskFull(path=self.path, what=self.what, mount=self.mount, free=self.free,
+                        needed=self.needed, code=self.errno or errno.ENOSPC,
+                        reason=self.strerror or "ENOSPC", then=then)
+
+
+def _mount_point(path: Path) -> str:
+    """The mount point of the filesystem that holds ``path`` (an existing path)."""
+    try:
+        current = path.resolve()
+        device = current.stat().st_dev
+        while current != current.parent and current.parent.stat().st_dev == device:
+            current = current.parent
+    except OSError:
+        return str(path)
+    return str(current)
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says that a filesystem (or a quota) has no room left."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 class CommitFailed(KernosError):
     """Committing an op failed, so the op was rolled back."""
 
     def __init__(self, op: int, cause: BaseException) -> None:
         self.op = op
         self.cause = cause
+        if isinstance(cause, DiskFull):  # its message says where, and what to do
+            super().__init__(f"Op {op} was rolled back because {cause}")
+            return
         super().__init__(
             f"Op {op} ran, but saving its snapshot failed ({type(cause).__name__}: {cause}). "
             "The image was rolled back to its state before the op; run it again once the "

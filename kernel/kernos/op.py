@@ -37,7 +37,7 @@ from kernos import _faults, determinism, readonly
 from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
-from kernos.errors import CommitFailed, KernosError, OpVetoed, RestoreError, UsageError
+from kernos.errors import CommitFailed, DiskFull, KernosError, OpVetoed, RestoreError, UsageError
 from kernos.personal import created_subjects
 from kernos.serialize import segments
 from kernos.serialize.kinds import carries_no_identity
@@ -263,6 +263,8 @@ class Op:
             raise vetoed
         try:
             self.transaction.commit()
+        except DiskFull as error:  # says where and what to do; this says the op rolled back
+            raise CommitFailed(self.id, error) from error
         except KernosError:
             raise
         except BaseException as error:

@@ -68,6 +68,7 @@ from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
 from kernos.errors import AuditError
 from kernos.personal import Keyring
+from kernos.store.space import reporting_full_disk, write_all
 
 __all__ = ["GENESIS_PREV", "AuditLog", "Entry", "record_hash", "restore_records"]
 
@@ -140,6 +141,20 @@ class AuditLog:
         self.unsynced = False
         """Whether the last record was appended without an fsync (see :meth:`append`)."""
         self.writable = writable
+        self.published = -1
+        """Index of the newest op record whose commit is visible."""
+        self.notes: list[str] = []
+        self._reset()
+        self._file: io.FileIO | None = None
+        """The chain, open for appending between records (closed with the log)."""
+        self._inflight_file: io.FileIO | None = None
+        self._inflight_size = 0
+        self.last_line = b""
+        """The last record appended, as its line (a commit's frame carries a copy)."""
+        self._load()
+
+    def _reset(self) -> None:
+        """The in-memory index of an empty chain (``_load`` fills it)."""
         self.entries: list[Entry] = []
         self._keys: dict[str, int] = {}
         """Idempotency key -> index of the committed op record that carries it."""
@@ -149,17 +164,7 @@ class AuditLog:
         self._last_op = 0
         self._last_commit: int | None = None
         self._last_prune: int | None = None
-        self.published = -1
-        """Index of the newest op record whose commit is visible."""
         self._size = 0
-        self.notes: list[str] = []
-        self._file: io.FileIO | None = None
-        """The chain, open for appending between records (closed with the log)."""
-        self._inflight_file: io.FileIO | None = None
-        self._inflight_size = 0
-        self.last_line = b""
-        """The last record appended, as its line (a commit's frame carries a copy)."""
-        self._load()
 
     # -- reading ------------------------------------------------------------------
 
@@ -420,8 +425,11 @@ class AuditLog:
         path = self.payload_dir / ref
         if path.exists():
             return ref
-        self.payload_dir.mkdir(parents=True, exist_ok=True)
-        replace_file(path, data, durable=self.durable, temporary=self.payload_dir / f".{ref}.tmp")
+        with reporting_full_disk(path, "an audit payload", needed=len(data),
+                                 then="The record that refers to it was not appended."):
+            self.payload_dir.mkdir(parents=True, exist_ok=True)
+            replace_file(path, data, durable=self.durable,
+                         temporary=self.payload_dir / f".{ref}.tmp")
         return ref
 
     def delete_payload(self, ref: str) -> bool:
@@ -453,14 +461,18 @@ class AuditLog:
         record = {"v": FORMAT, "at": utc_now(), **body, "index": index + 1, "prev": previous}
         record["hash"] = record_hash(record)
         line = canonical(record) + b"\n"
-        handle = self._chain()
-        written = handle.write(line) or 0
-        if written != len(line):
-            handle.truncate(self._size)
-            raise AuditError(f"the audit log could not be appended to ({written} of "
-                             f"{len(line)} bytes written)", path=str(self.path))
-        if self.durable and sync:
-            os.fsync(handle.fileno())
+        with reporting_full_disk(self.path, "the audit log", needed=len(line),
+                                 then="The record was not appended."):
+            handle = self._chain()
+            try:
+                # Until the newline is in, the record is not there: a full disk (or a
+                # failed fsync) leaves the chain as it was, to be appended to again.
+                write_all(handle.fileno(), line)
+                if self.durable and sync:
+                    os.fsync(handle.fileno())
+            except BaseException:
+                handle.truncate(self._size)
+                raise
         self.unsynced = self.durable and not sync
         self.last_line = line
         entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
@@ -468,10 +480,29 @@ class AuditLog:
         self._size += len(line)
         return record
 
+    def retract(self, index: int) -> None:
+        """Take back record ``index``, the last one, never acknowledged: the record of an
+        op whose commit failed, when the disk is too full for the ``void`` record that
+        would close it.  The chain is as it was before the record (a crash in between
+        would have left it to be voided at the next open, which says the same)."""
+        if index != len(self.entries) - 1:
+            raise AuditError(f"record {index} cannot be taken back: only the last record can",
+                             path=str(self.path), index=index)
+        entry = self.entries[index]
+        self._chain().truncate(entry.offset)
+        self.unsynced = False
+        self.last_line = b""
+        published = self.published
+        self._reset()
+        self._load()
+        self.published = min(published, len(self.entries) - 1)
+
     def sync(self) -> None:
         """fsync a record appended with ``sync=False`` that nothing has synced since."""
         if self.unsynced:
-            os.fsync(self.sync_target)
+            with reporting_full_disk(self.path, "the audit log (fsync)",
+                                     then="The record is not durable."):
+                os.fsync(self.sync_target)
             self.unsynced = False
 
     @property
@@ -504,16 +535,18 @@ class AuditLog:
         """Remember the op that is starting (no sync: it only has to survive the process)."""
         data = json.dumps({"op": op, "principal": principal, "kind": kind,
                            "code": code_sha256, "started_at": utc_now()}).encode()
-        if self._inflight_file is None:
-            self.directory.mkdir(exist_ok=True)
-            self._inflight_file = open(self.directory / INFLIGHT, "wb",  # noqa: SIM115
-                                       buffering=0)
-            self._inflight_size = 0
-        # Written over in place, padded with spaces (JSON allows them), not truncated:
-        # freeing and allocating blocks costs more than the rest of this.
-        padded = data.ljust(self._inflight_size)
-        self._inflight_file.seek(0)
-        self._inflight_file.write(padded)
+        with reporting_full_disk(self.directory / INFLIGHT, "the running op's note",
+                                 then="The op did not start: nothing ran."):
+            if self._inflight_file is None:
+                self.directory.mkdir(exist_ok=True)
+                self._inflight_file = open(self.directory / INFLIGHT, "wb",  # noqa: SIM115
+                                           buffering=0)
+                self._inflight_size = 0
+            # Written over in place, padded with spaces (JSON allows them), not truncated:
+            # freeing and allocating blocks costs more than the rest of this.
+            padded = data.ljust(self._inflight_size)
+            self._inflight_file.seek(0)
+            write_all(self._inflight_file.fileno(), padded)
         self._inflight_size = len(padded)
 
     def recover(self, head: str | None, is_commit: Any) -> list[str]:

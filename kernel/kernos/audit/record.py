@@ -11,7 +11,8 @@ image's participant, so its phases run first:
     and syncs it; the image's ``tpc_finish`` then moves the branch, which is
     the commit point, so an acknowledged op always has its record;
 ``tpc_abort``
-    if the record was already written, appends a ``void`` record for it;
+    if the record was already written, appends a ``void`` record for it (or,
+    on a disk too full for one, takes the record back: ``AuditLog.retract``);
 ``abort``
     appends the record of an op that did not commit (rolled back, failed,
     interrupted, denied, vetoed), unless ``tpc_abort`` already closed it.
@@ -148,8 +149,13 @@ class AuditParticipant:
     def tpc_abort(self, txn: Transaction) -> None:
         if self.index is not None and not self.closed:
             self.closed = True
-            self.log.append({"type": "void", "voids": self.index, "op": self.op.id,
-                             "reason": "the commit failed after its record was written"})
+            try:
+                self.log.append({"type": "void", "voids": self.index, "op": self.op.id,
+                                 "reason": "the commit failed after its record was written"})
+            except OSError:
+                # A full disk has no room for the void: the record is taken back instead,
+                # so that the chain never names a commit that did not happen as done.
+                self.log.retract(self.index)
 
     def abort(self, txn: Transaction) -> None:
         if self.closed:

@@ -38,7 +38,7 @@ from kernos._version import __version__
 from kernos.agents import AgentRuntime, Agents
 from kernos.analysis import Reach, reach_of_source
 from kernos.audit.human import Audit
-from kernos.errors import KernosError, RequestRejected
+from kernos.errors import DiskFull, KernosError, RequestRejected
 from kernos.events.human import Events
 from kernos.harness.protocol import PROGRESS_TYPE, REQUEST_TYPE
 from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
@@ -426,7 +426,11 @@ class KernosKernel(IPythonKernel):
                 for expression in (user_expressions or {}).values():
                     reach = reach.union(reach_of_source(str(expression)) if isinstance(
                         expression, str) else Reach.all("a user expression is not a string"))
-                op = image.begin(source=code, reach=reach, blocking=False)
+                try:
+                    op = image.begin(source=code, reach=reach, blocking=False)
+                except KernosError as error:  # a full disk, say: nothing ran
+                    self._last_report = {"status": "rejected", "reason": str(error)}
+                    return self._error_reply(error)
                 self.current_op = op
             failure: BaseException | None = None
             reply: dict[str, Any] | None = None
@@ -493,7 +497,13 @@ class KernosKernel(IPythonKernel):
                     if keep and isinstance(error, tuple):
                         op.keep_failed(*error)
                     if not ok and not keep:
-                        aborted = op.abort(error=error)
+                        try:
+                            aborted = op.abort(error=error)
+                        except DiskFull as problem:  # rolled back; its record found no room
+                            self._last_report = {**self._rolled_back(op, op.abort_report,
+                                                                     silent=silent),
+                                                 "error": str(problem)}
+                            return problem
                         self._last_report = self._rolled_back(op, aborted, silent=silent)
                         return None
                     try:

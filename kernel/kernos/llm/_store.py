@@ -50,6 +50,7 @@ from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
 from kernos.errors import LLMBudgetExceeded, LLMRecordingErased
 from kernos.store.objects import fsync_dir, replace_file
+from kernos.store.space import reporting_full_disk, write_all
 
 if TYPE_CHECKING:
     from kernos.personal import Keyring
@@ -156,13 +157,21 @@ class Ledger:
 
     def _append(self, entry: dict[str, Any]) -> None:
         line = canonical(entry) + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            if self.durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        with reporting_full_disk(self.path, "the LLM spending ledger", needed=len(line),
+                                 then=f"The {entry['type']} entry of call {entry['call']} was "
+                                      "not written; the op rolls back."):
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    write_all(fd, line)
+                    if self.durable:
+                        os.fsync(fd)
+                except BaseException:
+                    os.ftruncate(fd, size)  # no torn line for the next entry to follow
+                    raise
+            finally:
+                os.close(fd)
 
     def reserve(self, *, budgets: Iterable[Budget], keys: Iterable[str], tokens: int,
                 cost: decimal.Decimal | None, facts: dict[str, Any], request: str,
@@ -306,7 +315,9 @@ class LlmStore:
         if path.exists():
             return
         temporary = self.scratch / f"{path.name}.{os.getpid()}.{threading.get_ident()}"
-        replace_file(path, data, durable=self.durable, temporary=temporary)
+        with reporting_full_disk(path, "the LLM store", needed=len(data),
+                                 then="It was not stored; the op rolls back."):
+            replace_file(path, data, durable=self.durable, temporary=temporary)
 
     def put(self, value: dict[str, Any], *, subjects: Iterable[str] = ()) -> str:
         """Store JSON data; returns the SHA-256 of its canonical bytes (its name).

@@ -62,6 +62,12 @@ from typing import TYPE_CHECKING, Any
 
 from kernos import _faults
 from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, compresses, inflate_entry
+from kernos.store.space import (
+    NOT_FOLDED,
+    NOTHING_COMMITTED,
+    reporting_full_disk,
+    write_all,
+)
 from kernos.store.tail import FRAME_MAX, Frame, Tail
 
 if TYPE_CHECKING:
@@ -454,8 +460,9 @@ class ObjectStore(LooseObjects):
 
     def begin(self) -> None:
         if self._journal_fd is None:
-            self.scratch.mkdir(exist_ok=True)
-            self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT, 0o644)
+            with reporting_full_disk(self.journal, "the commit journal", then=NOTHING_COMMITTED):
+                self.scratch.mkdir(exist_ok=True)
+                self._journal_fd = os.open(self.journal, os.O_WRONLY | os.O_CREAT, 0o644)
             self._journal_dirty = True
         if self._journal_dirty:  # a batch kept for the tail writes nothing to it
             os.ftruncate(self._journal_fd, 0)
@@ -488,15 +495,17 @@ class ObjectStore(LooseObjects):
     def _flush(self) -> None:
         if not len(self._builder):
             return
-        self.pack_dir.mkdir(parents=True, exist_ok=True)
-        pack = self._builder.write(self.pack_dir, self._announce)
+        with reporting_full_disk(self.pack_dir, "a pack of the op's objects",
+                                 needed=self._builder.size, then=NOTHING_COMMITTED):
+            self.pack_dir.mkdir(parents=True, exist_ok=True)
+            pack = self._builder.write(self.pack_dir, self._announce)
         self._builder = PackBuilder()
         self.packs.add(pack)
 
     def _announce(self, pack: Path) -> None:
         assert self._journal_fd is not None
         self._journal_dirty = True
-        os.write(self._journal_fd, f"pack {pack.name}\n".encode())
+        write_all(self._journal_fd, f"pack {pack.name}\n".encode())
         self._written.append(pack)
 
     def seal(self, commit: bytes, *, parent: bytes | object | None = ...) -> None:
@@ -517,7 +526,8 @@ class ObjectStore(LooseObjects):
     def _name_commit(self, commit: bytes) -> None:
         assert self._journal_fd is not None
         self._journal_dirty = True
-        os.write(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
+        with reporting_full_disk(self.journal, "the commit journal", then=NOTHING_COMMITTED):
+            write_all(self._journal_fd, b"commit " + commit.hex().encode() + b"\n")
         self._note_unsynced()
 
     def _note_unsynced(self) -> None:
@@ -568,11 +578,13 @@ class ObjectStore(LooseObjects):
                 builder.add_raw(sha, raw)
         if not seen:
             return
-        self.pack_dir.mkdir(parents=True, exist_ok=True)
-        pack = builder.write(self.pack_dir, lambda _path: None)
-        self.packs.add(pack)
-        if self.durable:
-            fsync_all([pack, pack.with_suffix(".idx"), self.pack_dir])
+        with reporting_full_disk(self.pack_dir, "a pack of the commit tail's objects",
+                                 needed=builder.size, then=NOT_FOLDED):
+            self.pack_dir.mkdir(parents=True, exist_ok=True)
+            pack = builder.write(self.pack_dir, lambda _path: None)
+            self.packs.add(pack)
+            if self.durable:
+                fsync_all([pack, pack.with_suffix(".idx"), self.pack_dir])
 
     def sync(self, *others: Path | int) -> None:
         """Make the sealed batch durable, with ``others`` (paths or open fds), at once.
@@ -587,7 +599,9 @@ class ObjectStore(LooseObjects):
                    and self._journal_dirty else [])
         jobs = [*self._unsynced, *others, *journal]
         self._unsynced = []
-        fsync_all(jobs)
+        with reporting_full_disk(self.pack_dir, "the op's pack, its journal and audit record "
+                                 "(fsync)", then=NOTHING_COMMITTED):
+            fsync_all(jobs)
 
     def finish(self) -> None:
         self._end_batch()
@@ -738,11 +752,14 @@ def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = 0o644,
     temporary = temporary or path.with_name(path.name + ".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
+        write_all(fd, data)  # a short write (a full disk) must not be renamed into place
         if durable:
             os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        temporary.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     os.replace(temporary, path)
     if durable:
         fsync_dir(path.parent)

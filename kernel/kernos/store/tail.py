@@ -70,6 +70,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernos import _faults
+from kernos.errors import DiskFull, is_disk_full
+from kernos.store.space import NOTHING_COMMITTED, reporting_full_disk, write_all
 
 __all__ = ["FOLD_BYTES", "FOLD_FRAMES", "FOLD_IDLE", "FRAME_MAX", "Frame", "Tail"]
 
@@ -162,6 +164,14 @@ def _lost(error: OSError) -> str:
             "commit that is on disk")
 
 
+def _sync_failure(path: Path, error: OSError) -> OSError:
+    """The sticky error of a failed sync: :class:`DiskFull` if the disk said it is full."""
+    if is_disk_full(error):
+        return DiskFull.from_os_error(error, path=path, what="the commit tail",
+                                      then=_lost(error)[0].upper() + _lost(error)[1:] + ".")
+    return OSError(error.errno, _lost(error))
+
+
 def continuing(frames: list[Frame], ref: bytes | None) -> list[Frame]:
     """The frames that continue the branch whose ref names ``ref`` (rule 3)."""
     start = 0
@@ -243,20 +253,27 @@ class Tail:
         it durable with :meth:`sync` before it tells anyone of the commit.
         """
         if self.sync_error is not None:
-            raise OSError(self.sync_error.errno, _lost(self.sync_error)) from self.sync_error
+            raise _sync_failure(self.path, self.sync_error) from self.sync_error
         data = encode_frame(frame.commit, frame.parent, frame.objects.items(), frame.record)
-        fd = self._open()
-        written = os.write(fd, data)
-        try:
-            if written != len(data):
-                raise OSError(f"the commit tail took {written} of {len(data)} bytes")
-            if sync and self.durable:
-                _datasync(fd)
-        except BaseException as error:
-            os.ftruncate(fd, self.size)  # what was written must not count after a crash
-            if isinstance(error, OSError) and self.synced < self.appended:
-                self.sync_error = error  # frames before it were waiting for this sync
-            raise
+        with reporting_full_disk(self.path, "the commit tail", needed=len(data),
+                                 then=NOTHING_COMMITTED):
+            fd = self._open()
+            try:
+                # A write that fails (a full disk) made nothing durable: cut it off and
+                # go on, the frames before it are untouched and still wait for their sync.
+                write_all(fd, data)
+            except BaseException:
+                os.ftruncate(fd, self.size)
+                raise
+            try:
+                if sync and self.durable:
+                    _datasync(fd)
+            except BaseException as error:
+                os.ftruncate(fd, self.size)  # what was written must not count after a crash
+                if isinstance(error, OSError) and self.synced < self.appended:
+                    self.sync_error = error  # frames before it were waiting for this sync
+                    raise _sync_failure(self.path, error) from error
+                raise
         self.frames.append(frame)
         self.objects.update(frame.objects)
         self.size += len(data)
@@ -277,14 +294,14 @@ class Tail:
             if self.synced >= target:
                 return
             if self.sync_error is not None:
-                raise OSError(self.sync_error.errno, _lost(self.sync_error))
+                raise _sync_failure(self.path, self.sync_error)
         try:
             if fd is not None:
                 _datasync(fd)
         except OSError as error:
             with self._lock:
                 self.sync_error = error
-            raise OSError(error.errno, _lost(error)) from error
+            raise _sync_failure(self.path, error) from error
         with self._lock:
             self.syncs += 1
             self.synced = max(self.synced, target)

@@ -59,6 +59,7 @@ from kernos.store.objects import (
     fsync_dir,
     replace_file,
 )
+from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED, reporting_full_disk, write_all
 from kernos.store.tail import FOLD_BYTES, FOLD_FRAMES, Tail
 
 if TYPE_CHECKING:
@@ -323,7 +324,9 @@ class Workspace:
         if parent is not ...:
             if parent == self.head():
                 if others and not record and self.durable:
-                    fsync_all(others)  # no copy in the frame: durable before it
+                    with reporting_full_disk(self.path / AUDIT_CHAIN, "the audit log (fsync)",
+                                             then=NOTHING_COMMITTED):
+                        fsync_all(others)  # no copy in the frame: durable before it
                 objects.append_frame(record, sync=not self._grouping)
                 if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
                     # The op is durable already: a fold that fails is retried by the next.
@@ -333,7 +336,8 @@ class Workspace:
             objects.unframe()
         if self.tail.frames:
             self.fold()
-        self._move_ref(commit, lambda temporary: objects.sync(temporary, *others))
+        self._move_ref(commit, lambda temporary: objects.sync(temporary, *others),
+                       then=NOTHING_COMMITTED)
 
     @contextlib.contextmanager
     def group_commit(self) -> Iterator[None]:
@@ -380,7 +384,7 @@ class Workspace:
         chain = self.path / AUDIT_CHAIN  # the frames' records: synced before they go
         synced = [chain] if any(frame.record for frame in tail.frames) and chain.exists() else []
         self._move_ref(head, lambda temporary: fsync_all([temporary, *synced]) if self.durable
-                       else None)
+                       else None, then=NOT_FOLDED)
         _faults.point("fold.published")
         tail.clear()
         return count
@@ -404,20 +408,25 @@ class Workspace:
             notes.append(f"put back {restored} audit record(s) from the tail")
         return "; ".join(notes) or None
 
-    def _move_ref(self, commit: bytes, sync: Callable[[Path], None]) -> None:
-        """Replace the branch's ref by ``rename``; ``sync(temporary)`` before it."""
+    def _move_ref(self, commit: bytes, sync: Callable[[Path], None], *, then: str) -> None:
+        """Replace the branch's ref by ``rename``; ``sync(temporary)`` before it.
+
+        ``then`` says what a full disk leaves (see ``kernos.store.space``): the
+        ref has not moved, and its lock file is gone, so git can move it later.
+        """
         ref = self.git_dir / BRANCH
         temporary = ref.with_name(ref.name + ".lock")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, commit.hex().encode() + b"\n")
-        finally:
-            os.close(fd)
-        try:
-            sync(temporary)
-        except OSError:
-            temporary.unlink(missing_ok=True)
-            raise
+        with reporting_full_disk(temporary, "the branch's ref", then=then):
+            try:
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    write_all(fd, commit.hex().encode() + b"\n")
+                finally:
+                    os.close(fd)
+                sync(temporary)
+            except BaseException:
+                temporary.unlink(missing_ok=True)
+                raise
         os.replace(temporary, ref)
         if self.durable:
             fsync_dir(ref.parent)
