@@ -33,6 +33,7 @@ import ast
 import contextlib
 import io
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
     from kernos.op import CommitReport, Op
 
 __all__ = ["Handled", "HarnessService"]
+
+log = logging.getLogger(__name__)
 
 HUMAN = "human"
 MAX_OUTPUT_CHARS = 64 * 1024
@@ -594,11 +597,15 @@ class HarnessService:
         summary = {"action": action, "kind": error.kind}
         if principal == "unknown" and type(claimed) is str:
             summary["claimed_principal"] = claimed[:80]
-        op = self.image.begin(source=json.dumps(summary, sort_keys=True), principal=principal,
-                              kind="harness", reach=Reach(frozenset()))
-        op.note = f"rejected {action or 'request'}"
-        op.abort(status="conflict" if error.kind == "conflict" else "rejected",
-                 error=(f"RequestRejected:{error.kind}", str(error)))
+        try:
+            op = self.image.begin(source=json.dumps(summary, sort_keys=True),
+                                  principal=principal, kind="harness", reach=Reach(frozenset()))
+            op.note = f"rejected {action or 'request'}"
+            op.abort(status="conflict" if error.kind == "conflict" else "rejected",
+                     error=(f"RequestRejected:{error.kind}", str(error)))
+        except (KernosError, OSError) as failure:  # a full disk, say: the reply still goes
+            log.warning("kernos: the rejection of a %s request could not be recorded: %s",
+                        action or "malformed", failure)
 
 
 def _elapsed_ms(started: object, finished: object) -> float | None:

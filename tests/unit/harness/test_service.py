@@ -241,3 +241,22 @@ def test_agent_code_that_ends_by_printing_commits(harness: Harness, code: str) -
     result = harness.op(code, principal="alice")
     assert result["status"] == "committed", result
     assert result["output"].endswith("hi\n") and result["value"] is None
+
+
+def test_a_refusal_that_cannot_be_recorded_is_still_answered(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A malformed request on a full disk: its audit record cannot be written, and the
+    client still gets its error reply (nothing escapes the service)."""
+    import errno
+
+    from kernos.errors import DiskFull
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise DiskFull(path="tail", what="the commit tail", mount="/", free=0, needed=10,
+                       code=errno.ENOSPC, reason="No space left on device", then="nothing")
+
+    monkeypatch.setattr(harness.env.image, "begin", full)
+    reply = harness.send(v=1, action="op", principal="nobody-known", code="x = 1")
+    assert reply["status"] == "error" and reply["error"]["kind"] == "unknown_principal"
+    reply = harness.send(v=1, action="no-such-action")
+    assert reply["status"] == "error"
