@@ -55,7 +55,7 @@ agents.register_tool("reset_ledger", reset_ledger, effect="image",
 """
 BUILTINS = {"kernos-op", "kernos-objects", "kernos-object", "kernos-log", "kernos-show",
             "kernos-diff", "kernos-checkout", "kernos-events"}
-HUMAN_ONLY = {"kernos-log", "kernos-show", "kernos-diff", "kernos-checkout"}
+HUMAN_ONLY = {"kernos-show", "kernos-diff", "kernos-checkout"}
 
 
 async def _prepare(workspace: Path) -> None:
@@ -119,6 +119,15 @@ def test_stdio_as_human(workspace: Path) -> None:
             # The server used the running kernel, saw its ops commit, and left it running.
             assert (await kernel.log(limit=1))[0]["message"].startswith("checkout")
             assert (await kernel.object("ledger")).version == 1
+            # Its argument errors are in the audit log, like the kernel's own refusals.
+            refusals = [record for record in await kernel.audit(status="rejected",
+                                                                 limit=100)
+                        if '"via": "mcp"' in str((record.get("code") or {}).get("text"))]
+            assert len(refusals) == 6, refusals
+            assert {json.loads(record["code"]["text"])["what"] for record in refusals} == {
+                "kernos-op", "kernos-object", "summarize"}
+            assert all(record["principal"] == "human" and
+                       "mcp refused" in record["error"]["message"] for record in refusals)
 
     _run(scenario())
 
@@ -226,7 +235,21 @@ def test_http_as_agent(workspace: Path,
             await _refused(session, "reset_ledger", {}, "no tool 'reset_ledger'",
                            "call:reset_ledger")
             await _refused(session, "kernos-checkout", {"ref": "HEAD"}, "only to the human")
-            await _refused(session, "kernos-log", {}, "only to the human")
+            # The history, as far as her grants reach: her own op with its code, the
+            # names she may read, never `secret` or another principal's code.
+            result = await session.call_tool("kernos-op", {"code": "seen = 1"})
+            assert result.structured_content["status"] == "committed", _text(result)
+            result = await session.call_tool("kernos-log", {"limit": 50})
+            assert not result.is_error, _text(result)
+            snapshots = result.structured_content["snapshots"]
+            names = {name for entry in snapshots for listed in entry["changes"].values()
+                     for name in listed}
+            assert "secret" not in names and "ledger" in names
+            assert "secret" not in _text(result)
+            assert [entry["message"] for entry in snapshots
+                    if entry["principal"] == "alice"] == ["seen = 1", "call summarize"]
+            assert all(entry["message"] is None for entry in snapshots
+                       if entry["principal"] != "alice")
             # The kernel enforces her grants on code too.
             result = await session.call_tool("kernos-op", {"code": "write('ledger', {})"})
             assert result.is_error and result.structured_content["status"] != "committed"

@@ -484,9 +484,11 @@ class AsyncKernosClient:
         """The tool registry (for an agent: the tools it may call)."""
         return list((await self.request("tools", principal=principal))["tools"])
 
-    async def log(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Snapshots, newest first."""
-        return list((await self.request("log", limit=limit))["snapshots"])
+    async def log(self, limit: int | None = None, *,
+                  principal: str | None = None) -> list[dict[str, Any]]:
+        """Snapshots, newest first (for an agent ``principal``: those its grants let it
+        see, with only the names it may read, and the code only of its own ops)."""
+        return list((await self.request("log", limit=limit, principal=principal))["snapshots"])
 
     async def show(self, ref: str = "HEAD") -> dict[str, Any]:
         return await self.request("show", ref=ref)
@@ -516,6 +518,13 @@ class AsyncKernosClient:
 
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
+
+    async def refused(self, *, principal: str, via: str, what: str,
+                      problem: str) -> dict[str, Any]:
+        """Record in the audit log that ``via`` (an adapter) refused ``what`` for
+        ``principal`` before it reached the kernel, because of ``problem``."""
+        return await self.request("refused", principal=principal, via=via, what=what,
+                                  problem=problem)
 
     # -- events pushed -------------------------------------------------------------
 

@@ -196,8 +196,9 @@ class KernosClient:
     def tools(self, principal: str | None = None) -> list[dict[str, Any]]:
         return self._loop.run(self._client.tools(principal))
 
-    def log(self, limit: int | None = None) -> list[dict[str, Any]]:
-        return self._loop.run(self._client.log(limit))
+    def log(self, limit: int | None = None, *,
+            principal: str | None = None) -> list[dict[str, Any]]:
+        return self._loop.run(self._client.log(limit, principal=principal))
 
     def show(self, ref: str = "HEAD") -> dict[str, Any]:
         return self._loop.run(self._client.show(ref))

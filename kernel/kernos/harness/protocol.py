@@ -48,6 +48,11 @@ whose ``v`` is not :data:`VERSION` is refused with kind ``protocol`` (and
 ``data.supported``).  Unknown actions and unknown or mistyped fields are
 refused with kind ``malformed``: fields are allowlisted per action.
 
+``refused`` lets an adapter that refused a request before the kernel (the MCP
+server checking a tool's arguments) give it the audit record a kernel-side
+refusal gets.  ``log`` with ``principal`` is that principal's view of the
+history (see ``HarnessService._log``).
+
 Ops.  ``op``, ``grant``, ``revoke``, ``add_agent`` and ``checkout`` change the
 image: each runs as one op, serialized with every other op and cell (one
 runs at a time, whichever client sent it).  Every op, committed or not, and
@@ -233,7 +238,7 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "add_agent": {"agent": _f(_STR, True), "limits": _f(_OBJ)},
     "agents": {},
     "tools": {"principal": _f(_STR)},
-    "log": {"limit": _f(_INT)},
+    "log": {"limit": _f(_INT), "principal": _f(_STR)},
     "show": {"ref": _f(_STR)},
     "diff": {"a": _f(_STR, True), "b": _f(_STR)},
     "checkout": {"ref": _f(_STR, True)},
@@ -242,6 +247,8 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
     "status": {},
     "stats": {"limit": _f(_INT)},
+    "refused": {"principal": _f(_STR, True), "via": _f(_STR, True), "what": _f(_STR, True),
+                "problem": _f(_STR, True)},
 }
 
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")

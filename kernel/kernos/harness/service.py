@@ -300,11 +300,37 @@ class HarnessService:
         return self._ok(request, {"tools": tools})
 
     def _log(self, request: Request) -> Handled:
-        entries = history.log(self.image.workspace, limit=request.get("limit"))
-        return self._ok(request, {"snapshots": [
-            {"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
-             "principal": entry.principal, "kind": entry.kind, "changes": entry.changes,
-             "message": entry.headline, "bytes": entry.bytes} for entry in entries]})
+        """The history, newest first; for an agent, only what its grants let it see.
+
+        An agent sees a snapshot if it changed a name the agent may read, or if the
+        agent's own op made it; the names listed are only those it may read (and its
+        own namespace), and only its own ops show their code's first line.  (It reads
+        the whole history to find them: an agent's log costs what the history holds.)
+        """
+        principal = self._principal(request.get("principal"))
+        limit = request.get("limit")
+        if principal == HUMAN:
+            entries = history.log(self.image.workspace, limit=limit)
+            return self._ok(request, {"snapshots": [
+                {"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
+                 "principal": entry.principal, "kind": entry.kind, "changes": entry.changes,
+                 "message": entry.headline, "bytes": entry.bytes} for entry in entries]})
+        own = f"kernos:ns:{principal}"
+        shown: list[dict[str, Any]] = []
+        for entry in history.log(self.image.workspace, limit=None):
+            changes = {kind: [name for name in names
+                              if name == own or self._may_read(principal, name)]
+                       for kind, names in entry.changes.items()}
+            mine = entry.principal == principal
+            if not mine and not any(changes.values()):
+                continue
+            shown.append({"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
+                          "principal": entry.principal, "kind": entry.kind,
+                          "changes": changes, "message": entry.headline if mine else None,
+                          "bytes": None})
+            if limit is not None and len(shown) >= limit:
+                break
+        return self._ok(request, {"snapshots": shown})
 
     def _show(self, request: Request) -> Handled:
         shown = history.show(self.image.workspace, request.get("ref") or "HEAD")
@@ -586,15 +612,29 @@ class HarnessService:
 
     # -- rejections -------------------------------------------------------------------------
 
+    def _refused(self, request: Request) -> Handled:
+        """An adapter (the MCP server, say) refused a request before it reached the kernel:
+        give it the audit record every kernel-side refusal gets."""
+        principal = self._principal(request.get("principal"))
+        via, what = request.get("via")[:40], request.get("what")[:200]
+        problem = ProtocolError("invalid", f"{via} refused {what}: {request.get('problem')}"
+                                [:2000])
+        before = self.image.audit.head()[0]
+        self._record_rejection({"principal": principal}, "refused", problem,
+                               detail={"via": via, "what": what})
+        index, digest = self.image.audit.head()
+        return self._ok(request, {"recorded": index != before,
+                                  "audit": {"index": index, "hash": digest}})
+
     def _record_rejection(self, content: object, action: str | None,
-                          error: ProtocolError) -> None:
+                          error: ProtocolError, *, detail: dict[str, str] | None = None) -> None:
         """Give a refused request its audit record: an op aborted before any body ran."""
         claimed = content.get("principal") if isinstance(content, dict) else None
         principal = claimed if (type(claimed) is str and (
             claimed == HUMAN or claimed in self.runtime.registry.principals)) else "unknown"
         if self.image.current is not None:  # refused while an op runs: it must not wait
             return
-        summary = {"action": action, "kind": error.kind}
+        summary = {"action": action, "kind": error.kind, **(detail or {})}
         if principal == "unknown" and type(claimed) is str:
             summary["claimed_principal"] = claimed[:80]
         try:

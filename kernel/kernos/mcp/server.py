@@ -74,7 +74,8 @@ class Harness(Protocol):
 
     async def tools(self, principal: str | None = None) -> list[dict[str, Any]]: ...
 
-    async def log(self, limit: int | None = None) -> list[dict[str, Any]]: ...
+    async def log(self, limit: int | None = None, *,
+                  principal: str | None = None) -> list[dict[str, Any]]: ...
 
     async def show(self, ref: str = ...) -> dict[str, Any]: ...
 
@@ -85,6 +86,9 @@ class Harness(Protocol):
     async def events(self, *, since: int | None = None, op: int | None = None,
                      topic: str | None = None, principal: str | None = None,
                      limit: int | None = None) -> tuple[list[dict[str, Any]], int]: ...
+
+    async def refused(self, *, principal: str, via: str, what: str,
+                      problem: str) -> dict[str, Any]: ...
 
 
 def object_uri(name: str) -> str:
@@ -259,6 +263,7 @@ class KernosMCP:
                 return await self._call_builtin(name, arguments)
             return await self._call_registry(name, arguments)
         except BadArguments as problem:
+            await self._record_refusal(name, str(problem))
             return refusal("bad_arguments", f"{problem} Nothing was run.")
         except RequestError as error:
             return refusal(error.kind, f"{name}: {error.message}", error.data)
@@ -272,6 +277,15 @@ class KernosMCP:
             return refusal("internal", f"{name}: an internal error in kernos mcp "
                            f"({type(error).__name__}: {error}). Whether the request reached the "
                            "kernel is not known; please report this with the server's log.")
+
+    async def _record_refusal(self, name: str, problem: str) -> None:
+        """Refused here, before the kernel: recorded in its audit log like its own refusals."""
+        try:
+            await self.harness.refused(principal=self.principal, via="mcp", what=name[:200],
+                                       problem=problem[:1000])
+        except ClientError as error:  # the refusal stands; only its record is missing
+            logger.warning("kernos mcp: the refusal of %s could not be recorded: %s",
+                           name[:80], error)
 
     async def _call_builtin(self, name: str,
                             arguments: dict[str, Any] | None) -> types.CallToolResult:
@@ -357,7 +371,8 @@ class KernosMCP:
         return _result("\n".join(lines), object_json(info))
 
     async def _log(self, arguments: dict[str, Any]) -> types.CallToolResult:
-        snapshots = await self.harness.log(limit=arguments.get("limit", _DEFAULT_LOG))
+        snapshots = await self.harness.log(limit=arguments.get("limit", _DEFAULT_LOG),
+                                           principal=None if self.is_human else self.principal)
         rows = [[_cell(entry.get("op")), str(entry.get("commit"))[:12], _cell(entry.get("when")),
                  _cell(entry.get("principal")), _cell(_changes(entry.get("changes")), 40),
                  _cell(entry.get("message"))] for entry in snapshots]

@@ -96,12 +96,14 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin(
         name="kernos-log",
         description="The history: committed snapshots, newest first (op, commit, when, who, "
-                    "which names changed, the first line of the code).",
+                    "which names changed, the first line of the code). An agent sees the "
+                    "snapshots that changed names it may read, or that its own ops made, "
+                    "with only those names, and the code of its own ops only.",
         schema=_object_schema({
             "limit": {"type": "integer", "minimum": 1, "maximum": 1000,
                       "description": "At most this many snapshots (default 20)."},
         }),
-        read_only=True, human_only=True),
+        read_only=True),
     Builtin(
         name="kernos-show",
         description="One snapshot of the history: its op, principal, code and names.",

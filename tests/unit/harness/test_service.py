@@ -260,3 +260,23 @@ def test_a_refusal_that_cannot_be_recorded_is_still_answered(
     assert reply["status"] == "error" and reply["error"]["kind"] == "unknown_principal"
     reply = harness.send(v=1, action="no-such-action")
     assert reply["status"] == "error"
+
+
+def test_an_agents_log_shows_only_what_its_grants_let_it_read(harness: Harness) -> None:
+    harness.ok(action="add_agent", agent="alice")
+    harness.ok(action="grant", agent="alice", capability="read:public")
+    harness.op("public = [1]\nsecret = 'the launch code'")
+    harness.op("secret = 'another code'")
+    harness.op("mine = len(read('public'))", principal="alice")
+    human = harness.ok(action="log")["snapshots"]
+    seen = harness.ok(action="log", principal="alice")["snapshots"]
+    assert len(seen) < len(human)  # the op that changed only `secret` is not shown
+    names = {name for entry in seen for listed in entry["changes"].values() for name in listed}
+    assert "secret" not in names and {"public", "kernos:ns:alice"} <= names
+    assert "launch code" not in json.dumps(seen)
+    assert [entry["message"] for entry in seen if entry["principal"] == "alice"] == [
+        "mine = len(read('public'))"]
+    assert all(entry["message"] is None and entry["bytes"] is None
+               for entry in seen if entry["principal"] != "alice")
+    assert len(harness.ok(action="log", principal="alice", limit=1)["snapshots"]) == 1
+    assert harness.error(action="log", principal="mallory")["kind"] == "unknown_principal"
