@@ -15,6 +15,7 @@ import json
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,6 +24,7 @@ from kernos import history
 from kernos.cli._common import Exit, Fail, emit_json, plural, stderr_is_tty
 from kernos.cli._history import name_info
 from kernos.cli._progress import Progress
+from kernos.errors import KernosError
 from kernos.store.snapshots import read_snapshot
 from kernos.store.workspace import Workspace
 
@@ -220,22 +222,35 @@ def _expectations(pairs: list[str]) -> dict[str, int] | None:
     return versions
 
 
+def _interrupt_in(client: KernosClient, key: str) -> str:
+    """Interrupt the op sent under ``key`` in a running kernel; what became of it."""
+    try:
+        reply = client.interrupt(key=key, timeout=10)
+    except (KernosError, OSError) as error:
+        reply = {"interrupted": False, "reason": str(error)}
+    if reply.get("interrupted"):
+        return f"op {reply.get('op')} was interrupted in the running kernel and rolled back"
+    return ("the op was not running when asked to stop (it was waiting its turn, or "
+            "committing): it may still commit; `kernos log` shows whether it did")
+
+
 def run(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     code = _source(args)
     arguments = _tool_arguments(args.arguments)
     expect = _expectations(args.expect)
+    # Ctrl-C interrupts this op in a shared kernel by its key (one is made if none is given).
+    key = args.key if args.key is not None else f"cli-{uuid.uuid4().hex}"
     with session(path, start=not args.no_start, progress=progress) as (client, owned):
         label = f"running the op as {args.principal}"
         progress.phase(label)
         try:
             result = call(client.op, code, principal=args.principal, tool=args.tool,
-                          arguments=arguments, key=args.key, expect_versions=expect,
+                          arguments=arguments, key=key, expect_versions=expect,
                           predicate=args.predicate, progress=progress.follow(label))
         except KeyboardInterrupt:
             raise Fail("interrupted; " + (
                 "the kernel started for this op is stopped, so the op does not commit"
-                if owned else "the op may still run (or wait its turn) in the running "
-                "kernel: `kernos log` shows whether it committed") + (
+                if owned else _interrupt_in(client, key)) + (
                 "" if args.key is None else "; resend with the same --key, and it runs at "
                 "most once"), Exit.INTERRUPTED, kind="interrupted") from None
         progress.close()

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import queue
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -46,7 +47,14 @@ from kernos.client.errors import (
     RequestError,
     RequestTimeout,
 )
-from kernos.harness.protocol import PROGRESS_TYPE, REPLY_TYPE, REQUEST_TYPE, VERSION
+from kernos.harness.protocol import (
+    INTERRUPT_REPLY,
+    INTERRUPT_REQUEST,
+    PROGRESS_TYPE,
+    REPLY_TYPE,
+    REQUEST_TYPE,
+    VERSION,
+)
 from kernos.harness.results import ObjectInfo, OpResult
 
 __all__ = ["EVENTS_TARGET", "KERNEL_FILE", "AsyncKernosClient", "EventSubscription",
@@ -97,6 +105,8 @@ class AsyncKernosClient:
         self._process_check = process_check
         self._pending: dict[str, tuple[asyncio.Future[dict[str, Any]], str]] = {}
         self._subscriptions: dict[str, EventSubscription] = {}
+        self._control_lock = asyncio.Lock()
+        """One control exchange (an interrupt) at a time: its reply is read right there."""
         self._progress: dict[str, tuple[ProgressCallback, asyncio.Event]] = {}
         """Per request msg_id: its progress callback, and set at its IOPub ``idle``."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -518,6 +528,42 @@ class AsyncKernosClient:
 
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
+
+    async def interrupt(self, *, op: int | None = None, key: str | None = None,
+                        timeout: float = 30) -> dict[str, Any]:
+        """Interrupt one running op, named by its id or its idempotency key, like a cell.
+
+        Its body stops with ``KeyboardInterrupt`` and the op rolls back (its result's
+        status is ``interrupted``); an op that is committing (or not running) is left
+        alone.  Returns ``{"interrupted": True, "op": N}`` or ``{"interrupted": False,
+        "reason": ...}``.  It goes on the control channel, which the kernel serves
+        while the op runs; other clients' ops are never hit.
+        """
+        self._ensure_usable()
+        content = {name: value for name, value in (("op", op), ("key", key))
+                   if value is not None}
+        async with self._control_lock:
+            control = self._kc.control_channel  # connected on first use
+            if not control.is_alive():
+                control.start()
+            message = self._kc.session.msg(INTERRUPT_REQUEST, content)
+            control.send(message)
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RequestTimeout("interrupt", timeout)
+                try:
+                    reply: dict[str, Any] = await control.get_msg(timeout=left)
+                except queue.Empty:
+                    raise RequestTimeout("interrupt", timeout) from None
+                parent = (reply.get("parent_header") or {}).get("msg_id")
+                if parent == message["header"]["msg_id"]:
+                    if reply.get("msg_type") != INTERRUPT_REPLY:
+                        raise BadReply(f"the kernel answered {INTERRUPT_REQUEST} with a "
+                                       f"{reply.get('msg_type')!r}: it is not a Kernos "
+                                       "kernel of this version")
+                    return dict(reply.get("content") or {})
 
     async def refused(self, *, principal: str, via: str, what: str,
                       problem: str) -> dict[str, Any]:

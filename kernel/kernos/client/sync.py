@@ -220,6 +220,10 @@ class KernosClient:
         return self._loop.run(self._client.audit(principal=principal, status=status,
                                                  topic=topic, limit=limit))
 
+    def interrupt(self, *, op: int | None = None, key: str | None = None,
+                  timeout: float = 30) -> dict[str, Any]:
+        return self._loop.run(self._client.interrupt(op=op, key=key, timeout=timeout))
+
     def status(self) -> dict[str, Any]:
         return self._loop.run(self._client.status())
 

@@ -169,6 +169,8 @@ from kernos.errors import KernosError
 __all__ = [
     "ACTIONS",
     "ERROR_KINDS",
+    "INTERRUPT_REPLY",
+    "INTERRUPT_REQUEST",
     "MUTATING",
     "PROGRESS_TYPE",
     "REPLY_TYPE",
@@ -185,6 +187,10 @@ __all__ = [
 VERSION = 1
 REQUEST_TYPE = "kernos_request"
 REPLY_TYPE = "kernos_reply"
+INTERRUPT_REQUEST = "kernos_interrupt_request"
+"""On the control channel: interrupt the running op named by ``op`` or ``key`` (see
+``kernos.kernel.interrupts``); answered with :data:`INTERRUPT_REPLY`."""
+INTERRUPT_REPLY = "kernos_interrupt_reply"
 PROGRESS_TYPE = "kernos_progress"
 MAX_KEY_CHARS = 200
 MAX_NAME_CHARS = 200

@@ -36,6 +36,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -135,6 +136,10 @@ class HarnessService:
         self.progress: Callable[[str, int, int], None] | None = None
         """Told ``(what, done, total)`` bytes while a long step runs (``checkout``); the
         transport sets it for a request's duration (``kernos_progress`` in the protocol)."""
+        self.interruptible: Callable[[int, str | None], ContextManager[None]] = (
+            lambda op, key: contextlib.nullcontext())
+        """Wraps an op's body, given its id and key: the kernel lets SIGINT interrupt the
+        body there, and nowhere else (``kernos.kernel.interrupts``)."""
         self._began = False
         """Whether the request being handled has begun an op (which records itself)."""
 
@@ -438,7 +443,8 @@ class HarnessService:
         value: Value | None = None
         try:
             self._check_expectations(op, principal, expect)
-            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            with self.interruptible(op.id, key), \
+                    contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
                 if tool is not None:
                     result = self.runtime.call_as(principal, tool, arguments)
                     value = value_of(result)

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos.harness.protocol import (
+    INTERRUPT_REPLY,
+    INTERRUPT_REQUEST,
     REPLY_TYPE,
     REQUEST_TYPE,
     ProtocolError,
@@ -114,13 +116,23 @@ class Control:
         self._waiting: set[asyncio.Future[None]] = set()
         """Replies that wait for their op's sync (kept here so they are not collected)."""
         kernel.shell_handlers[REQUEST_TYPE] = self.request
+        kernel.control_handlers[INTERRUPT_REQUEST] = self.interrupt
 
     def service(self) -> HarnessService:
         image = self.kernel.attached_image()
         if self._service is None or self._service.image is not image:
             self._service = HarnessService(image, self.kernel.agent_runtime(),
                                            max_request_bytes=self.kernel.max_source_bytes)
+            self._service.interruptible = self.kernel.interrupts.body
         return self._service
+
+    def interrupt(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """``kernos_interrupt_request`` (control channel): interrupt the named op's body."""
+        content = parent.get("content")
+        named = content if isinstance(content, dict) else {}
+        reply = self.kernel.interrupts.request(op=named.get("op"), key=named.get("key"))
+        if self.kernel.session is not None:
+            self.kernel.session.send(stream, INTERRUPT_REPLY, reply, parent, ident=ident)
 
     async def request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         kernel = self.kernel

@@ -48,6 +48,7 @@ from kernos.inspector.backend import notice_of
 from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
+from kernos.kernel.interrupts import OpInterrupts
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CommitReport, Op
@@ -121,6 +122,7 @@ class KernosKernel(IPythonKernel):
         self.audit = Audit(self.attached_image)
         self.streams = EventStreams(lambda: self.attached_image().audit)
         self.comm_manager.register_target(TARGET, self.streams.open)
+        self.interrupts = OpInterrupts()
         self.control = Control(self)
         self.inspection = KernelBackend(self)
         self.comm_manager.register_target(INSPECTOR_TARGET, self.inspection.open)
@@ -243,7 +245,7 @@ class KernosKernel(IPythonKernel):
         service = self.control.service()
         service.progress = progress
         try:
-            with deferred_sigint():
+            with self.interrupts.installed():  # an op's body is interruptible, no more
                 handled = service.handle(content, size=size)
         finally:
             service.progress = None
