@@ -16,14 +16,8 @@ from security.goals import World
 from security.harness import committed_violations, open_image, run_isolated
 from security.payload import Payload
 
-# Contained, but intermittently by the watchdog's kill rather than the in-interpreter
-# memory check (about half of full-suite runs; cause not found, see CHANGELOG).
-FLAKY = {"resources-8": "intermittent: the watchdog's memory kill fires before the "
-                        "in-interpreter memory check trips"}
-
 PARAMS = [pytest.param(payload, id=name, marks=(
-              [pytest.mark.xfail(strict=True, reason=payload.bug)] if payload.bug else
-              [pytest.mark.xfail(strict=False, reason=FLAKY[name])] if name in FLAKY else []))
+              [pytest.mark.xfail(strict=True, reason=payload.bug)] if payload.bug else []))
           for payload, name in zip(CORPUS, ids(CORPUS), strict=True)]
 
 

@@ -42,6 +42,7 @@ __all__ = ["DeadlineExceeded", "LimitExceeded", "Limits", "MemoryLimitExceeded",
 AGENT_FILENAME_PREFIX = "<agent:"
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 BREACH_GRACE_SECONDS = 2.0
+WATCH_SECONDS = 0.05
 MAX_RECURSION = 300
 
 
@@ -125,6 +126,12 @@ class Supervisor:
     agent code is still running 2 s after a breach anyway (say, it made an
     ``except`` clause itself raise, and caught that), the watchdog kills the
     process, as for code stuck in C.
+
+    The watchdog acts under ``_lock`` and only while the run is active, and
+    stop() ends the run under the same lock: nothing the watchdog does reaches
+    the host code that runs after stop() (the rollback, say, which may briefly
+    need as much memory again as the op grew, to compare the namespace with
+    what is stored).
     """
 
     def __init__(self, limits: Limits, *, describe: str) -> None:
@@ -139,6 +146,8 @@ class Supervisor:
         self._previous_trace: Any = None
         self._breach_at = 0.0
         self._active = False
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
         self._watchdog: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -159,7 +168,9 @@ class Supervisor:
         self._watchdog.start()
 
     def stop(self) -> None:
-        self._active = False
+        with self._lock:
+            self._active = False
+        self._stopped.set()  # wakes the watchdog, which then ends
         sys.settrace(self._previous_trace)
         faulthandler.cancel_dump_traceback_later()
 
@@ -202,22 +213,26 @@ class Supervisor:
     def _watch(self) -> None:
         hard_deadline = self._started + self.limits.hard_seconds
         memory_cap = self._memory_base + 2 * self.limits.memory_mb * 1024 * 1024
-        while self._active:
-            time.sleep(0.05)
-            now = time.monotonic()
-            if now > self._deadline and self.breach is None:
-                # Stuck in C past the deadline: the trace function raises this
-                # at the next line, if there is one.
-                self.breach = DeadlineExceeded(
-                    f"{self.describe} ran over its {self.limits.seconds} s deadline")
-                self._breach_at = now
-            if now > hard_deadline:
-                self._kill(f"it ran {self.limits.hard_seconds} s")
-            elif self.breach is not None and now > self._breach_at + BREACH_GRACE_SECONDS:
-                self._kill(f"it kept running {BREACH_GRACE_SECONDS:.0f} s after a breach "
-                           "(stuck in C code, or past the interpreter's checks)")
-            elif resident_bytes() > memory_cap:
-                self._kill(f"it grew memory past {2 * self.limits.memory_mb} MB")
+        while not self._stopped.wait(WATCH_SECONDS):
+            with self._lock:
+                if not self._active:
+                    return
+                self._check(time.monotonic(), hard_deadline, memory_cap)
+
+    def _check(self, now: float, hard_deadline: float, memory_cap: int) -> None:
+        if now > self._deadline and self.breach is None:
+            # Stuck in C past the deadline: the trace function raises this
+            # at the next line, if there is one.
+            self.breach = DeadlineExceeded(
+                f"{self.describe} ran over its {self.limits.seconds} s deadline")
+            self._breach_at = now
+        if now > hard_deadline:
+            self._kill(f"it ran {self.limits.hard_seconds} s")
+        elif self.breach is not None and now > self._breach_at + BREACH_GRACE_SECONDS:
+            self._kill(f"it kept running {BREACH_GRACE_SECONDS:.0f} s after a breach "
+                       "(stuck in C code, or past the interpreter's checks)")
+        elif resident_bytes() > memory_cap:
+            self._kill(f"it grew memory past {2 * self.limits.memory_mb} MB")
 
     def _kill(self, why: str) -> None:
         try:
