@@ -1,4 +1,5 @@
-"""Containment inside the interpreter, without killing the process.
+"""Containment inside the interpreter: the address-space cap and a ``MemoryError``
+turned into a breach, without killing the process.
 
 A test whose failure would be the watchdog's kill (of pytest, here) runs its supervised
 code in a forked child (:func:`in_child`), which reports how it ended.
@@ -7,14 +8,23 @@ code in a forked child (:func:`in_child`), which reports how it ended.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable
 
+import pytest
+
 from kernos.agents import limits
-from kernos.agents.limits import AGENT_FILENAME_PREFIX, Limits, Supervisor
+from kernos.agents.limits import (
+    AGENT_FILENAME_PREFIX,
+    Limits,
+    Supervisor,
+    address_space_bytes,
+)
 
 SMALL = Limits(seconds=1, hard_seconds=30, memory_mb=64, recursion=30)
+SAFE = Limits(seconds=1, hard_seconds=600, memory_mb=4096, recursion=30)
 
 
 def supervised(source: str, bounds: Limits = SMALL, **names: object) -> str:
@@ -65,6 +75,102 @@ def in_child(work: Callable[[], str], timeout: float = 30.0) -> str:
         return os.read(read_end, 4096).decode() or f"the child exited with {status}"
     finally:
         os.close(read_end)
+
+
+def soft_cap() -> int:
+    return resource.getrlimit(resource.RLIMIT_AS)[0]
+
+
+# -- the address-space cap ------------------------------------------------------------
+
+
+def test_the_address_space_is_capped_only_while_agent_code_runs() -> None:
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    seen: list[int] = []
+    size = address_space_bytes()
+    assert supervised("see(cap())", SAFE, see=seen.append, cap=soft_cap) == "finished"
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    limit = SAFE.memory_mb * 2**20
+    assert size + limit < seen[0] < size + 2 * limit
+
+
+@pytest.mark.parametrize("source", [
+    "raise ValueError('agent error')",
+    "while True:\n    pass",
+    "def f(n):\n    return f(n + 1)\nf(0)",
+])
+def test_the_cap_is_lifted_on_every_way_out(source: str) -> None:
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    seen: list[int] = []
+    assert supervised("see(cap())\n" + source, SAFE, see=seen.append, cap=soft_cap) != "finished"
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    assert seen[0] < address_space_bytes() + 2 * SAFE.memory_mb * 2**20  # it was capped
+
+
+def test_only_the_outermost_supervisor_caps() -> None:
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    outer = Supervisor(SAFE, describe="outer")
+    outer.start()
+    try:
+        capped = soft_cap()
+        assert supervised("x = 1", SAFE) == "finished"
+        assert soft_cap() == capped
+    finally:
+        outer.stop()
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+
+
+def test_a_lower_limit_already_set_is_kept() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    lower = address_space_bytes() + SAFE.memory_mb * 2**20  # below the supervisor's
+    resource.setrlimit(resource.RLIMIT_AS, (lower, hard))
+    try:
+        seen: list[int] = []
+        supervised("see(cap())", SAFE, see=seen.append, cap=soft_cap)
+        assert seen == [lower]
+        assert soft_cap() == lower
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.mark.parametrize("source", [
+    "s = 'x'.ljust(10 ** 9)",
+    "b = (1).to_bytes(10 ** 9, 'big')",
+    "s = f'{1:>{10 ** 9}}'",
+    "s = 'x' * 10 ** 7\nfor i in range(9):\n    s = s + s",
+    "hoard = []\nfor i in range(200):\n    hoard.append('x' * 10 ** 7)",
+])
+def test_one_big_allocation_is_a_memory_breach_not_a_kill(source: str) -> None:
+    outcome = in_child(lambda: supervised(source))
+    # Refused by the cap ("ran out of memory"), or its growth seen first ("grew memory by").
+    assert outcome.startswith("MemoryLimitExceeded: the test "), outcome
+    assert outcome.endswith("64 MB limit)") or outcome.endswith("64 MB limit"), outcome
+
+
+# -- MemoryError is a breach ------------------------------------------------------------
+
+
+def test_agent_code_cannot_catch_a_memory_error() -> None:
+    caught: list[object] = []
+    outcome = in_child(lambda: supervised(
+        "try:\n    s = 'x'.ljust(10 ** 10)\nexcept Exception as e:\n    caught.append(e)\n"
+        "print('caught', caught)", caught=caught))
+    assert outcome.startswith("MemoryLimitExceeded"), outcome
+
+
+def out_of_memory() -> None:
+    raise MemoryError
+
+
+def test_a_memory_error_from_host_code_is_a_breach_too() -> None:
+    caught: list[object] = []
+    outcome = supervised("try:\n    grow()\nexcept Exception as e:\n    caught.append(e)",
+                         SAFE, grow=out_of_memory, caught=caught)
+    assert outcome.startswith("MemoryLimitExceeded: the test ran out of memory"), outcome
+    assert caught == []
+
+
+# -- the watchdog: nothing after stop() ---------------------------------------------------
 
 
 def test_host_code_after_stop_is_not_watched() -> None:
