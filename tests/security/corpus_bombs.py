@@ -7,14 +7,6 @@ from __future__ import annotations
 
 from security.payload import PATH, P, Payload, code, tool_source
 
-TRACE_BUG = ("BUG: CPython drops a trace function that raises anything, and the supervisor's "
-             "trace function is Python code: at the interpreter's recursion limit (reached "
-             "through json.dumps(default=hook) on a nested list, without agent frames), "
-             "calling it raises RecursionError, which agent code catches as RuntimeError; "
-             "from then on nothing in the interpreter checks the deadline, memory or "
-             "recursion, and only the watchdog's kill (2 s after the deadline) ends the "
-             "loop (limits.py Supervisor._global_trace/_local_trace)")
-
 SCHEMA = "{'type': 'object', 'properties': {}}"
 
 DAG = code("""
@@ -230,7 +222,7 @@ RESOURCES = [
                 break
         while True:
             pass
-    """), naive=False, bug=TRACE_BUG),
+    """), naive=False),
 ]
 
 BOMBS: list[Payload] = TIMEBOMBS + RESOURCES

@@ -21,11 +21,15 @@
 
 3. **The watchdog thread.**  Every 50 ms it notes a deadline or memory breach
    the trace function has not raised (the trace function raises it at the
-   next line).
+   next line).  If agent code still runs a moment later (CPython drops a
+   trace function that raises, so code that outlived one breach is no longer
+   traced), it raises the breach into the supervised thread between two
+   bytecodes (``PyThreadState_SetAsyncExc``), only while that thread is in
+   an agent frame, and never after :meth:`Supervisor.stop`.
 
 4. **Outside the interpreter.**  A C-level loop (``sum(range(10**15))``, a
    catastrophic regular expression, ``math.factorial(10**9)``) never reaches
-   a line event, and holds the GIL, so no Python thread can run either.
+   a bytecode boundary, and holds the GIL, so no Python thread can run either.
    ``faulthandler``'s C timer thread needs no GIL: once the op has run
    ``hard_seconds`` it dumps the stacks to the kernel's stderr and exits the
    process.  The watchdog, when it gets the GIL, also kills the process
@@ -39,6 +43,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import os
 import resource
@@ -58,7 +63,8 @@ AGENT_FILENAME_PREFIX = "<agent:"
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 BREACH_GRACE_SECONDS = 2.0
 INTERRUPT_AFTER_SECONDS = 0.2
-"""How long the trace function has to raise a breach the watchdog noted."""
+"""How long the trace function has to raise a breach the watchdog noted, before the
+watchdog raises it into the supervised thread itself."""
 WATCH_SECONDS = 0.05
 MAX_RECURSION = 300
 
@@ -180,6 +186,30 @@ class AddressSpaceCap:
         resource.setrlimit(resource.RLIMIT_AS, (previous, hard))
 
 
+_set_async_exc = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+
+
+def _raisable(breach: LimitExceeded) -> type[LimitExceeded]:
+    """The breach as a type: an asynchronous exception is raised by instantiating a type
+    with no arguments, so this subclass carries the breach's message."""
+    kind = type(breach)
+
+    def __init__(self: LimitExceeded) -> None:
+        kind.__init__(self, breach.message)
+
+    raisable: type[LimitExceeded] = type(kind.__name__, (kind,), {
+        "__init__": __init__, "__module__": kind.__module__, "__qualname__": kind.__qualname__})
+    return raisable
+
+
+def _check_for_pending() -> None:
+    """Nothing, in a call: entering a function is where CPython raises a pending
+    asynchronous exception.  (Not ``PyThreadState_SetAsyncExc(id, NULL)`` to drop one: on
+    CPython 3.11 that leaves the interpreter's "asynchronous exception pending" flag set
+    with nothing pending, and a traced thread then loops forever at its next call.)"""
+
+
 class Supervisor:
     """Enforces :class:`Limits` on the agent code run between start() and stop().
 
@@ -188,15 +218,19 @@ class Supervisor:
     can run after it: the dialect has no ``finally`` and no bare ``except``,
     agents cannot name a ``BaseException``, and their classes cannot define
     ``__exit__`` or ``__del__``, so the breach unwinds every agent frame.  If
-    agent code is still running 2 s after a breach anyway (say, it made an
-    ``except`` clause itself raise, and caught that), the watchdog kills the
-    process, as for code stuck in C.
+    agent code is still running a moment after a breach anyway (the trace
+    function was lost: it raised, or calling it hit the interpreter's
+    recursion limit), the watchdog raises the breach into it; if that does not
+    end it within 2 s (host code swallowed it, or C code never returns), the
+    watchdog kills the process, as for code stuck in C.
 
     The watchdog acts under ``_lock`` and only while the run is active, and
-    stop() ends the run under the same lock: nothing the watchdog does reaches
-    the host code that runs after stop() (the rollback, say, which may briefly
-    need as much memory again as the op grew, to compare the namespace with
-    what is stored).
+    stop() ends the run under the same lock (and raises and drops a breach
+    sent but not yet raised, which cannot happen: one is sent only while an
+    agent frame runs, and host code makes calls before it reaches stop()).
+    Nothing the watchdog does reaches the host code that runs after stop():
+    the rollback, say, which may briefly need as much memory again as the op
+    grew, to compare the namespace with what is stored.
     """
 
     def __init__(self, limits: Limits, *, describe: str) -> None:
@@ -210,6 +244,8 @@ class Supervisor:
         self._memory_base = 0
         self._previous_trace: Any = None
         self._breach_at = 0.0
+        self._thread_id = 0
+        self._sent = False
         self._active = False
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -227,6 +263,7 @@ class Supervisor:
         self._deadline = self._started + self.limits.seconds
         self._memory_base = resident_bytes()
         self._previous_trace = sys.gettrace()
+        self._thread_id = threading.get_ident()
         self._active = True
         # The last resort, in C: a thread that needs no GIL, so it fires even
         # while C code holds the GIL forever (the watchdog below cannot run then).
@@ -243,6 +280,14 @@ class Supervisor:
         try:
             with self._lock:
                 self._active = False
+                if self._sent:
+                    # Sent but not raised yet (see the class docstring): raised by
+                    # the first call, so it is dropped here, before anything else calls
+                    # (not contextlib.suppress: constructing it is a call, outside it).
+                    try:  # noqa: SIM105
+                        _check_for_pending()
+                    except LimitExceeded:
+                        pass
             self._stopped.set()  # wakes the watchdog, which then ends
             sys.settrace(self._previous_trace)
             faulthandler.cancel_dump_traceback_later()
@@ -324,8 +369,21 @@ class Supervisor:
             if late > BREACH_GRACE_SECONDS:
                 self._kill(f"it kept running {BREACH_GRACE_SECONDS:.0f} s after a breach "
                            "(stuck in C code, or past the interpreter's checks)")
-            elif late > INTERRUPT_AFTER_SECONDS and grown > 2 * self._memory_limit:
-                self._kill(f"it grew memory past {2 * self.limits.memory_mb} MB")
+            elif late > INTERRUPT_AFTER_SECONDS:
+                if grown > 2 * self._memory_limit:
+                    self._kill(f"it grew memory past {2 * self.limits.memory_mb} MB")
+                self._interrupt(self.breach)
+
+    def _interrupt(self, breach: LimitExceeded) -> None:
+        """Raise ``breach`` into the supervised thread, if it is running agent code.
+
+        Only an agent frame (or C code it called) on top: delivered anywhere
+        else, the breach could land in host code that does not expect it.
+        """
+        frame = sys._current_frames().get(self._thread_id)
+        if frame is not None and frame.f_code.co_filename.startswith(AGENT_FILENAME_PREFIX):
+            _set_async_exc(self._thread_id, _raisable(breach))
+            self._sent = True
 
     # -- layer 4: the process ---------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""Containment inside the interpreter: the address-space cap and a ``MemoryError``
-turned into a breach, without killing the process.
+"""Containment inside the interpreter: the address-space cap, a ``MemoryError`` turned
+into a breach, and the watchdog raising a breach into agent code that lost its trace
+function -- all without killing the process.
 
 A test whose failure would be the watchdog's kill (of pytest, here) runs its supervised
 code in a forked child (:func:`in_child`), which reports how it ended.
@@ -10,15 +11,21 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import sys
+import threading
 import time
+import types
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from kernos.agents import limits
 from kernos.agents.limits import (
     AGENT_FILENAME_PREFIX,
+    DeadlineExceeded,
     Limits,
+    MemoryLimitExceeded,
     Supervisor,
     address_space_bytes,
 )
@@ -170,7 +177,30 @@ def test_a_memory_error_from_host_code_is_a_breach_too() -> None:
     assert caught == []
 
 
-# -- the watchdog: nothing after stop() ---------------------------------------------------
+# -- the watchdog: a lost trace function, and nothing after stop() --------------------------
+
+
+def lose_the_trace() -> None:
+    """What a RecursionError inside the trace function does: CPython drops it."""
+    sys.settrace(None)
+
+
+def test_the_watchdog_stops_untraced_agent_code_at_the_deadline() -> None:
+    def work() -> str:
+        started = time.monotonic()
+        outcome = supervised("lose()\nwhile True:\n    pass", lose=lose_the_trace)
+        return f"{outcome} after {time.monotonic() - started:.1f} s"
+
+    outcome = in_child(work)
+    assert outcome.startswith("DeadlineExceeded: the test ran over its 1 s deadline"), outcome
+    assert float(outcome.split(" after ")[1].split()[0]) < 1.9
+
+
+def test_the_watchdog_stops_untraced_agent_code_over_its_memory() -> None:
+    source = ("lose()\nhoard = []\nwhile True:\n    try:\n        hoard.append('x' * 1000)\n"
+              "    except Exception:\n        pass")
+    outcome = in_child(lambda: supervised(source, lose=lose_the_trace))
+    assert outcome.startswith("MemoryLimitExceeded: the test grew memory by"), outcome
 
 
 def test_host_code_after_stop_is_not_watched() -> None:
@@ -186,3 +216,85 @@ def test_host_code_after_stop_is_not_watched() -> None:
 
     outcome = in_child(work)
     assert outcome.startswith("MemoryLimitExceeded: the test "), outcome
+
+
+def test_a_breach_sent_but_not_raised_is_dropped_by_stop() -> None:
+    """The watchdog sends a breach while stop() waits for its lock: stop() raises it where
+    it is caught (``PyThreadState_SetAsyncExc(id, NULL)`` instead would leave CPython 3.11
+    looping forever at the next traced call)."""
+    def work() -> str:
+        main = threading.get_ident()
+        supervisor = Supervisor(SAFE, describe="the test")
+        supervisor.start()
+        holding = threading.Event()
+
+        def watchdog() -> None:
+            with supervisor._lock:
+                holding.set()
+                time.sleep(0.2)  # stop() waits for the lock by now
+                limits._set_async_exc(main, limits._raisable(DeadlineExceeded("sent late")))
+                supervisor._sent = True
+
+        threading.Thread(target=watchdog).start()
+        holding.wait()
+        supervisor.stop()
+        calls = 0
+
+        def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+            return trace
+
+        sys.settrace(trace)
+        try:
+            for _ in range(1000):
+                calls += len("x")
+        finally:
+            sys.settrace(None)
+        return f"finished {calls} calls"
+
+    assert in_child(work, timeout=10) == "finished 1000 calls"
+
+
+def test_a_breach_is_raised_only_into_agent_code() -> None:
+    """Host code the agent called (a tool, the runtime) runs to its end past the deadline;
+    the breach is raised once an agent frame runs again."""
+    def work() -> str:
+        done: list[int] = []
+
+        def host_work() -> None:
+            time.sleep(1.5)  # past the 1 s deadline, but in C: no line events meanwhile
+            done.append(len("finished"))
+
+        outcome = supervised("host_work()\nx = 1", host_work=host_work)
+        return f"{outcome}, host work {done}"
+
+    outcome = in_child(work)
+    assert outcome == ("DeadlineExceeded: the test ran over its 1 s deadline, "
+                       "host work [8]"), outcome
+
+
+def test_the_interpreter_is_left_as_it_was_found() -> None:
+    """No stale "asynchronous exception pending" flag after stop(), which would make
+    CPython 3.11 loop forever at the next traced call."""
+    def work() -> str:
+        outcomes = [supervised("x = 1"),
+                    supervised("lose()\nwhile True:\n    pass", lose=lose_the_trace)]
+
+        def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+            return trace
+
+        sys.settrace(trace)
+        try:
+            calls = sum(len((lambda: "x")()) for _ in range(1000))
+        finally:
+            sys.settrace(None)
+        return f"{outcomes[0]}; {outcomes[1][:16]}; {calls} traced calls"
+
+    assert in_child(work, timeout=10) == "finished; DeadlineExceeded; 1000 traced calls"
+
+
+def test_the_breach_raised_into_agent_code_names_the_limit() -> None:
+    raisable = limits._raisable(MemoryLimitExceeded("op 3 (mallory) grew memory"))
+    error = raisable()
+    assert isinstance(error, MemoryLimitExceeded)
+    assert (type(error).__name__, error.message) == ("MemoryLimitExceeded",
+                                                     "op 3 (mallory) grew memory")
