@@ -78,7 +78,8 @@ class Limits:
     hard_seconds: int = 30
     """Seconds before the watchdog kills the process (code stuck in C)."""
     memory_mb: int = 512
-    """Resident memory the op may add; the watchdog kills at twice this."""
+    """Resident memory the op may add.  The address space is capped at 1.5 times this over
+    its size when the run starts; the watchdog kills past twice this, 0.2 s into a breach."""
     recursion: int = 100
     """Nested agent function calls (at most 300, well inside the interpreter's own limit)."""
     output_bytes: int = 64 * 1024
