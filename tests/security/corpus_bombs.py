@@ -10,9 +10,9 @@ from __future__ import annotations
 from security.harness import MALLORY_LIMITS
 from security.payload import PATH, P, Payload, code, tool_source
 
-DEADLINE = f"ran over its {MALLORY_LIMITS['seconds']} s deadline"
-DEPTH = f"nested calls over {MALLORY_LIMITS['recursion']} deep"
-MEMORY = f"its {MALLORY_LIMITS['memory_mb']} MB limit"
+DEADLINE = (f"ran over its {MALLORY_LIMITS['seconds']} s deadline",)
+DEPTH = (f"nested calls over {MALLORY_LIMITS['recursion']} deep",)
+MEMORY = (f"its {MALLORY_LIMITS['memory_mb']} MB limit",)
 
 SCHEMA = "{'type': 'object', 'properties': {}}"
 
@@ -164,7 +164,7 @@ RESOURCES = [
         l = []
         while True:
             l.append('x' * 1000)
-    """), naive=False, stops=MEMORY),
+    """), naive=False, stops=MEMORY + DEADLINE),  # 64 MB in 1 KB lines: 1 s under load
     P("resources", "try/finally loops that try to outlive the deadline", code("""
         n = 0
         while True:
