@@ -33,8 +33,8 @@
    ``faulthandler``'s C timer thread needs no GIL: once the op has run
    ``hard_seconds`` it dumps the stacks to the kernel's stderr and exits the
    process.  The watchdog, when it gets the GIL, also kills the process
-   (SIGKILL) if memory grows past twice the limit, or if agent code keeps
-   running 2 s after a breach.  The
+   (SIGKILL) if agent code keeps running 2 s after a breach, or if memory is
+   past twice the limit 0.2 s after one.  The
    kernel's supervisor (the Jupyter server, the Kernos client) restarts it,
    and the restart restores the last committed snapshot: the breaching op was
    never committed, so nothing of it remains.

@@ -298,3 +298,16 @@ def test_the_breach_raised_into_agent_code_names_the_limit() -> None:
     assert isinstance(error, MemoryLimitExceeded)
     assert (type(error).__name__, error.message) == ("MemoryLimitExceeded",
                                                      "op 3 (mallory) grew memory")
+
+
+def test_the_output_is_echoed_after_supervision(env) -> None:  # type: ignore[no-untyped-def]
+    """The kernel's I/O (IOPub) is host work: it runs without the cap an agent may have filled."""
+    with env.op():
+        env.agents.add("alice")
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    seen: list[tuple[str, tuple[int, int]]] = []
+    with env.op():
+        env.runtime.run("alice", "print('hello')",
+                        echo=lambda text: seen.append(
+                            (text, resource.getrlimit(resource.RLIMIT_AS))))
+    assert seen == [("hello\n", before)]
