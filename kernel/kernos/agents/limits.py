@@ -12,10 +12,10 @@
 
 2. **The address space.**  While agent code runs, the soft ``RLIMIT_AS`` is
    the process's size when the run started plus one and a half times the
-   memory limit.  One allocation bigger than that (``'x'.ljust(10**9)``,
-   ``s + s`` on a big string, a format width) fails in C with a
-   ``MemoryError`` and allocates nothing; the trace function turns a
-   ``MemoryError`` that reaches an agent frame into a
+   memory limit (at least the limit and 32 MB).  One allocation bigger than
+   that (``'x'.ljust(10**9)``, ``s + s`` on a big string, a format width)
+   fails in C with a ``MemoryError`` and allocates nothing; the trace
+   function turns a ``MemoryError`` that reaches an agent frame into a
    :class:`MemoryLimitExceeded`, before any ``except`` clause sees it.
    Gradual growth trips the memory check at the limit, before the cap.
 
@@ -66,6 +66,9 @@ INTERRUPT_AFTER_SECONDS = 0.2
 """How long the trace function has to raise a breach the watchdog noted, before the
 watchdog raises it into the supervised thread itself."""
 WATCH_SECONDS = 0.05
+CAP_HEADROOM = 32 * 2**20
+"""Address space the cap leaves above the memory limit, at least (for the kernel's
+other threads: a thread stack, a malloc arena's growth)."""
 MAX_RECURSION = 300
 
 
@@ -78,8 +81,9 @@ class Limits:
     hard_seconds: int = 30
     """Seconds before the watchdog kills the process (code stuck in C)."""
     memory_mb: int = 512
-    """Resident memory the op may add.  The address space is capped at 1.5 times this over
-    its size when the run starts; the watchdog kills past twice this, 0.2 s into a breach."""
+    """Resident memory the op may add.  The address space is capped at 1.5 times this (at
+    least this and 32 MB) over its size when the run starts; the watchdog kills past twice
+    this, 0.2 s into a breach."""
     recursion: int = 100
     """Nested agent function calls (at most 300, well inside the interpreter's own limit)."""
     output_bytes: int = 64 * 1024
@@ -274,7 +278,7 @@ class Supervisor:
                                           daemon=True)
         self._watchdog.start()
         # After the threads: their stacks are mapped outside the cap.
-        self._cap.lower(self._memory_limit + self._memory_limit // 2)
+        self._cap.lower(self._memory_limit + max(self._memory_limit // 2, CAP_HEADROOM))
         sys.settrace(self._global_trace)
 
     def stop(self) -> None:

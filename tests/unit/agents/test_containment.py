@@ -101,6 +101,18 @@ def test_the_address_space_is_capped_only_while_agent_code_runs() -> None:
     assert size + limit < seen[0] < size + 2 * limit
 
 
+def test_the_cap_leaves_other_threads_headroom_under_a_small_limit() -> None:
+    def work() -> str:
+        seen: list[int] = []
+        size = address_space_bytes()
+        supervised("see(cap())", Limits(memory_mb=1, hard_seconds=30), see=seen.append,
+                   cap=soft_cap)
+        return f"{(seen[0] - size) // 2**20} MB"
+
+    headroom = int(in_child(work).split()[0])
+    assert 1 + limits.CAP_HEADROOM // 2**20 <= headroom < 40
+
+
 @pytest.mark.parametrize("source", [
     "raise ValueError('agent error')",
     "while True:\n    pass",
