@@ -1,22 +1,18 @@
 """The corpus, part three: bombs -- left behind (timebombs) or set off (resources).
 
-A bomb that Kernos does not defuse carries the reason in ``bug`` (see ``payload``).
+A bomb that Kernos does not defuse carries the reason in ``bug`` (see ``payload``); a
+bomb a limit stops names it in ``stops``: the breach must be raised inside the interpreter,
+never left to the watchdog's kill of the process.
 """
 
 from __future__ import annotations
 
+from security.harness import MALLORY_LIMITS
 from security.payload import PATH, P, Payload, code, tool_source
 
-TRACE_BUG = ("BUG: CPython drops a trace function that raises anything, and the supervisor's "
-             "trace function is Python code: at the interpreter's recursion limit (reached "
-             "through json.dumps(default=hook) on a nested list, without agent frames), "
-             "calling it raises RecursionError, which agent code catches as RuntimeError; "
-             "from then on nothing in the interpreter checks the deadline, memory or "
-             "recursion, and only the watchdog's kill (2 s after the deadline) ends the "
-             "loop (limits.py Supervisor._global_trace/_local_trace)")
-MEMORY_BUG = ("BUG: the in-interpreter layer does not stop it: only *, ** and << are size-"
-              "checked (guards._check_size) and memory is sampled every 256 lines "
-              "(limits.py), so the watchdog's SIGKILL is what ends it")
+DEADLINE = (f"ran over its {MALLORY_LIMITS['seconds']} s deadline",)
+DEPTH = (f"nested calls over {MALLORY_LIMITS['recursion']} deep",)
+MEMORY = (f"its {MALLORY_LIMITS['memory_mb']} MB limit",)
 
 SCHEMA = "{'type': 'object', 'properties': {}}"
 
@@ -142,12 +138,13 @@ TIMEBOMBS = [
 ]
 
 RESOURCES = [
-    P("resources", "while True: pass", "while True:\n    pass\n", naive=False),
+    P("resources", "while True: pass", "while True:\n    pass\n", naive=False,
+      stops=DEADLINE),
     P("resources", "unbounded recursion", code("""
         def deep(n):
             return deep(n + 1)
         deep(0)
-    """), naive=False),
+    """), naive=False, stops=DEPTH),
     P("resources", "'x' * 10**10", "s = 'x' * 10 ** 10\n", naive=False),
     P("resources", "10**10**10", "n = 10 ** 10 ** 10\n", naive=False),
     P("resources", "[0] * 10**10", "l = [0] * 10 ** 10\n", naive=False),
@@ -167,7 +164,7 @@ RESOURCES = [
         l = []
         while True:
             l.append('x' * 1000)
-    """), naive=False),
+    """), naive=False, stops=MEMORY + DEADLINE),  # 64 MB in 1 KB lines: 1 s under load
     P("resources", "try/finally loops that try to outlive the deadline", code("""
         n = 0
         while True:
@@ -185,24 +182,25 @@ RESOURCES = [
         def key(item):
             return sorted([item], key=key)
         key(1)
-    """), naive=False),
-    P("resources", "an output flood", "while True:\n    print('x' * 10 ** 6)\n", naive=False),
-    P("resources", "10 MB per line, under the 256-line memory sampling", code("""
+    """), naive=False, stops=DEPTH),
+    P("resources", "an output flood", "while True:\n    print('x' * 10 ** 6)\n", naive=False,
+      stops=DEADLINE),
+    P("resources", "10 MB per line, between two memory samples", code("""
         hoard = []
         for i in range(200):
             hoard.append('x' * 10 ** 7)
-    """), naive=False, bug=MEMORY_BUG),
+    """), naive=False, stops=MEMORY),
     P("resources", "string doubling with + (not a guarded operator)", code("""
         s = 'x' * 10 ** 7
         for i in range(9):
             s = s + s
-    """), naive=False, bug=MEMORY_BUG),
+    """), naive=False, stops=MEMORY),
     P("resources", "str methods that allocate what they are told (ljust)",
-      "s = 'x'.ljust(10 ** 9)\n", naive=False, bug=MEMORY_BUG),
+      "s = 'x'.ljust(10 ** 9)\n", naive=False, stops=MEMORY),
     P("resources", "int.to_bytes and format widths allocate without a check", code("""
         b = (1).to_bytes(10 ** 9, 'big')
         s = f'{1:>{10 ** 9}}'
-    """), naive=False, bug=MEMORY_BUG),
+    """), naive=False, stops=MEMORY),
     P("resources", "catch a recursion breach, then run and allocate untraced", code("""
         def deep(n):
             return deep(n + 1)
@@ -233,7 +231,7 @@ RESOURCES = [
                 break
         while True:
             pass
-    """), naive=False, bug=TRACE_BUG),
+    """), naive=False, stops=DEADLINE),
 ]
 
 BOMBS: list[Payload] = TIMEBOMBS + RESOURCES

@@ -181,6 +181,9 @@ class Report:
     steps: list[dict[str, Any]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     crashed: str | None = None
+    """The runner raised (a traceback)."""
+    killed: str | None = None
+    """The process died without a report (the watchdog's kill, faulthandler's exit): how."""
 
 
 class Session:
@@ -332,13 +335,14 @@ def run_isolated(world: World, payload: Payload,
         os.close(read_end)
         _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        return Report(violations=[f"the process was killed by signal {os.WTERMSIG(status)}: "
-                                  "the in-interpreter layer did not stop the payload"])
-    if not chunks:  # faulthandler's hard deadline exits the process with status 1
-        code = os.waitstatus_to_exitcode(status)
-        return Report(violations=[f"the process exited (status {code}) without a report: the "
-                                  "in-interpreter layer did not stop the payload"])
-    return Report(**json.loads(b"".join(chunks)))
+        killed = f"the process was killed by signal {os.WTERMSIG(status)}"
+    elif not chunks:  # faulthandler's hard deadline exits the process with status 1
+        killed = (f"the process exited (status {os.waitstatus_to_exitcode(status)}) "
+                  "without a report")
+    else:
+        return Report(**json.loads(b"".join(chunks)))
+    return Report(killed=killed, violations=[
+        f"{killed}: the in-interpreter layer did not stop the payload"])
 
 
 def committed_violations(world: World) -> list[str]:

@@ -39,6 +39,9 @@ class Payload:
     """Whether the naive sandbox may run it (False for bombs it has no limit for)."""
     bug: str | None = None
     """Set when Kernos does not contain it: the test is then a strict xfail."""
+    stops: tuple[str, ...] = ()
+    """For a bomb a limit stops: the error of its op names one of these (the limits that
+    may stop it first)."""
 
 
 def code(text: str) -> str:

@@ -16,14 +16,8 @@ from security.goals import World
 from security.harness import committed_violations, open_image, run_isolated
 from security.payload import Payload
 
-# Contained, but intermittently by the watchdog's kill rather than the in-interpreter
-# memory check (about half of full-suite runs; cause not found, see CHANGELOG).
-FLAKY = {"resources-8": "intermittent: the watchdog's memory kill fires before the "
-                        "in-interpreter memory check trips"}
-
 PARAMS = [pytest.param(payload, id=name, marks=(
-              [pytest.mark.xfail(strict=True, reason=payload.bug)] if payload.bug else
-              [pytest.mark.xfail(strict=False, reason=FLAKY[name])] if name in FLAKY else []))
+              [pytest.mark.xfail(strict=True, reason=payload.bug)] if payload.bug else []))
           for payload, name in zip(CORPUS, ids(CORPUS), strict=True)]
 
 
@@ -31,6 +25,10 @@ PARAMS = [pytest.param(payload, id=name, marks=(
 def test_payload_is_contained(world: World, payload: Payload) -> None:
     report = run_isolated(world, payload)
     assert report.crashed is None, report.crashed
+    assert report.killed is None, report.killed
+    if payload.stops:  # by a breach in the interpreter, naming the limit
+        raised = report.steps[0]["raised"] or ""
+        assert any(words in raised for words in payload.stops), report.steps[0]
     live = report.violations
     committed = committed_violations(world)
     assert (live, committed) == ([], []), (payload.goal, report.steps)

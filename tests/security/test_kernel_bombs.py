@@ -1,12 +1,18 @@
-"""Bombs that cannot be interrupted from inside the interpreter, in real kernels.
+"""Bombs in real kernels: those only the process's end stops, and those it must not.
 
-A C-level loop never reaches a line event, so the trace function cannot stop
-it; the second layer does (``limits.py``): past ``hard_seconds`` (or twice
-``memory_mb``) it ends the kernel process, and a new kernel on the same
-workspace restores the last committed snapshot, in which nothing of the bomb's
-op exists.  Each test commits a value (the human's and mallory's), sets off
-the bomb as mallory, waits for the kernel to die, starts a new kernel on the
-same workspace and checks what it restored and that it serves.
+A C-level loop never reaches a bytecode boundary, so neither the trace function
+nor the watchdog's asynchronous breach can stop it; the last layer does
+(``limits.py``): past ``hard_seconds`` it ends the kernel process, and a new
+kernel on the same workspace restores the last committed snapshot, in which
+nothing of the bomb's op exists.  Each such test commits a value (the human's
+and mallory's), sets off the bomb as mallory, waits for the kernel to die,
+starts a new kernel on the same workspace and checks what it restored and that
+it serves.
+
+An allocation bomb, on the other hand, is refused inside the interpreter (the
+address-space cap, whose ``MemoryError`` becomes a breach) while the kernel's
+other threads (IOPub, heartbeat, control) go on under the same process-wide
+cap: the kernel must live, report the breach and serve the next cell.
 """
 
 from __future__ import annotations
@@ -35,7 +41,12 @@ BOMBS = [
     bomb("found = re.match('(a+)+$', 'a' * 40 + 'b')"),
     bomb("big = math.factorial(10 ** 8)"),
     bomb("top = max(range(10 ** 15))"),
-    bomb("wide = 'x'.ljust(10 ** 9)"),  # memory: past twice memory_mb
+]
+
+ALLOCATION_BOMBS = [
+    "wide = 'x'.ljust(10 ** 9)",
+    "s = 'x' * 10 ** 7\nfor i in range(9):\n    s = s + s",
+    "hoard = []\nfor i in range(200):\n    hoard.append('x' * 10 ** 7)",
 ]
 
 
@@ -71,3 +82,29 @@ def test_a_c_level_bomb_kills_the_kernel_and_a_restart_restores(
     served = again.run("%%agent mallory\nafter = before + 1\nprint(after)\n")
     assert (served["kernos"]["status"], served["stdout"]) == ("committed", "2\n")
     assert again.run("keep = keep + 1")["kernos"]["status"] == "committed"
+
+
+@pytest.mark.parametrize("source", ALLOCATION_BOMBS, ids=["ljust", "doubling", "hoard"])
+def test_an_allocation_bomb_is_refused_and_the_kernel_lives(
+        real_kernel: Callable[[Path], RealKernel], tmp_path: Path, source: str) -> None:
+    kernel = real_kernel(tmp_path / "workspace")
+    setup = kernel.run(f"%kernos agent add mallory seconds=5 hard_seconds={HARD_SECONDS} "
+                       "memory_mb=64")
+    assert setup["status"] == "ok", setup
+    assert kernel.run("keep = 42")["kernos"]["status"] == "committed"
+    peak = "import resource\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    peak_before = int(kernel.run(peak)["stdout"])
+
+    bombed = kernel.run(f"%%agent mallory\nprint('before')\n{source}\n")
+    assert bombed["stdout"] == "before\n", bombed
+    assert bombed["kernos"]["status"] != "committed", bombed
+    assert "its 64 MB limit" in " ".join(bombed["errors"]), bombed
+    assert kernel.alive()
+    # Refused, not built: at the peak, what the op grew up to the cap (1.5 x 64 MB), and the
+    # rollback's pickle of it (it compares the namespace with what is stored), not 1 GB.
+    assert int(kernel.run(peak)["stdout"]) - peak_before < 256 * 1024, "KB more at the peak"
+    served = kernel.run("%%agent mallory\nafter = 1\nprint('x' * 1000)\n")
+    assert (served["kernos"]["status"], served["stdout"]) == ("committed", "x" * 1000 + "\n")
+    big = kernel.run("import numpy as np\nbig = np.ones(50_000_000)\nprint(big.nbytes)")
+    assert (big["status"], big["stdout"]) == ("ok", "400000000\n"), big
+    assert kernel.run("print(keep)")["stdout"] == "42\n"

@@ -283,23 +283,28 @@ class AgentRuntime:
         self._llm_warm(principal)
         started = time.perf_counter()
         value: object = None
-        with self._running(principal, op) as ctx:
-            try:
-                exec(code, namespace)
-                if final is not None:
-                    value = eval(final, namespace)
-            except KernosError:
-                raise
-            except Exception as error:
-                # Host code (the kernel's traceback) formats the error's args,
-                # which agent code chose: bound them first.
-                error.args = (_bounded_args(error.args),)
-                raise
-            finally:
-                output = ctx.output.text()
-                namespace.pop("_print", None)  # RestrictedPython's per-run print target
-                if echo is not None and output:
-                    echo(output)
+        output = ""
+        try:
+            with self._running(principal, op) as ctx:
+                try:
+                    exec(code, namespace)
+                    if final is not None:
+                        value = eval(final, namespace)
+                except KernosError:
+                    raise
+                except Exception as error:
+                    # Host code (the kernel's traceback) formats the error's args,
+                    # which agent code chose: bound them first.
+                    error.args = (_bounded_args(error.args),)
+                    raise
+                finally:
+                    output = ctx.output.text()
+                    namespace.pop("_print", None)  # RestrictedPython's per-run print target
+        finally:
+            # After supervision: the kernel's I/O is not the agent's, and runs without the
+            # address-space cap an agent may have filled.
+            if echo is not None and output:
+                echo(output)
         return RunResult(principal=principal, op=op.id, output=output,
                          seconds=time.perf_counter() - started, value=value,
                          has_value=final is not None)
