@@ -10,6 +10,7 @@ never mutated), and the survivors, with their diffs, are written to
     scripts/mutation                     # every target
     scripts/mutation op transaction      # only these
     scripts/mutation --list              # the targets and their tests
+    scripts/mutation --report op         # the last run's table again, without running
 
 Not part of pytest or CI: a full run takes tens of minutes.
 """
@@ -17,6 +18,7 @@ Not part of pytest or CI: a full run takes tens of minutes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -155,27 +157,47 @@ def mutmut(scratch: Path, *args: str, quiet: bool = False) -> str:
     return result.stdout or ""
 
 
-def run(name: str, target: Target) -> dict[str, Counter[str]]:
-    scratch = prepare(name, target)
-    mutmut(scratch, "run", "--max-children", "1", quiet=True)
+def run(name: str, target: Target, *, again: bool = True) -> dict[str, Counter[str]]:
+    scratch = WORK / name
+    if again:
+        scratch = prepare(name, target)
+        mutmut(scratch, "run", "--max-children", "1", quiet=True)
+    elif not scratch.is_dir():
+        raise SystemExit(f"{name} has not been run yet (no {scratch})")
     statuses = parse_results(mutmut(scratch, "results", "--all", "true", quiet=True))
     survivors = sorted(mutant for mutant, status in statuses.items() if status not in KILLED)
-    with (WORK / f"survivors-{name}.txt").open("w") as out:
-        for mutant in survivors:
-            out.write(mutmut(scratch, "show", mutant, quiet=True).rstrip() + "\n\n")
+    (WORK / f"survivors-{name}.txt").write_text(
+        "".join(f"# {mutant}: {statuses[mutant]}\n{diff}\n\n"
+                for mutant, diff in zip(survivors, diffs(scratch, survivors), strict=True)))
     return tally(statuses, target.files)
 
 
-def report(results: dict[str, Counter[str]]) -> str:
-    lines = [f"{'module':<28} {'mutants':>7} {'killed':>6} {'survived':>8} "
-             f"{'no tests':>8} {'timeout':>7} {'score':>6}"]
-    for file, counts in results.items():
-        lines.append(
-            f"{module_name(file):<28} {sum(counts.values()):>7} {counts['killed']:>6} "
+# ``mutmut show`` starts a process per mutant; this asks for all the diffs in one.
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+print(json.dumps([get_diff_for_mutant(name) for name in json.load(sys.stdin)]))
+"""
+
+
+def diffs(scratch: Path, mutants: list[str]) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", _DIFFS], cwd=scratch, input=json.dumps(mutants), text=True,
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": ""}, check=True,
+    )
+    found: list[str] = json.loads(result.stdout)
+    return found
+
+
+HEADER = (f"{'module':<28} {'mutants':>7} {'killed':>6} {'survived':>8} {'no tests':>8} "
+          f"{'timeout':>7} {'score':>6}")
+
+
+def row(file: str, counts: Counter[str]) -> str:
+    """One line of the table: ``survived`` and ``no tests`` are both survivors."""
+    return (f"{module_name(file):<28} {sum(counts.values()):>7} {counts['killed']:>6} "
             f"{counts['survived']:>8} {counts['no tests']:>8} {counts['timeout']:>7} "
-            f"{score(counts):>5.1f}%"
-        )
-    return "\n".join(lines)
+            f"{score(counts):>5.1f}%")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("targets", nargs="*", metavar="target",
                         help=f"any of: {', '.join(TARGETS)} (default: all)")
     parser.add_argument("--list", action="store_true", help="show the targets and their tests")
+    parser.add_argument("--report", action="store_true",
+                        help="report the last run of each target again, without running")
     options = parser.parse_args(argv)
     unknown = [name for name in options.targets if name not in TARGETS]
     if unknown:
@@ -192,10 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in chosen:
             print(f"{name}: {', '.join(TARGETS[name].files)} <- {' '.join(TARGETS[name].tests)}")
         return 0
-    results: dict[str, Counter[str]] = {}
+    print(HEADER, flush=True)
     for name in chosen:
-        results.update(run(name, TARGETS[name]))
-        print(report(results), flush=True)
+        for file, counts in run(name, TARGETS[name], again=not options.report).items():
+            print(row(file, counts), flush=True)
     print(f"\nsurvivors: {WORK}/survivors-<target>.txt")
     return 0
 
