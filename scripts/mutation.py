@@ -11,6 +11,7 @@ never mutated), and the survivors, with their diffs, are written to
     scripts/mutation op transaction      # only these
     scripts/mutation --list              # the targets and their tests
     scripts/mutation --report op         # the last run's table again, without running
+    scripts/mutation --survivors op      # re-test only the last run's survivors
 
 Not part of pytest or CI: a full run takes tens of minutes.
 """
@@ -142,6 +143,10 @@ def prepare(name: str, target: Target) -> Path:
     config += f"pytest_add_cli_args_test_selection = {tests!r}\n"
     config += 'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
     config += "use_git_change_detection = false\n"
+    # Forked from mutmut's own process, after the tests ran there, every mutant of op.py
+    # hit the CPU limit, whatever it changed: that process has run workspaces (threads,
+    # locks).  A fork server that has only collected the tests starts them clean.
+    config += 'process_isolation = "forkserver"\n'
     (scratch / "pyproject.toml").write_text(config)
     return scratch
 
@@ -157,14 +162,26 @@ def mutmut(scratch: Path, *args: str, quiet: bool = False) -> str:
     return result.stdout or ""
 
 
-def run(name: str, target: Target, *, again: bool = True) -> dict[str, Counter[str]]:
+def run(name: str, target: Target, *, mode: str = "all") -> dict[str, Counter[str]]:
+    """Run (``all``), re-test the last run's survivors (``survivors``) or re-read it."""
     scratch = WORK / name
-    if again:
+    saved = scratch / "statuses.json"
+    if mode != "all" and not saved.is_file():
+        raise SystemExit(f"{name} has not been run yet (no {saved})")
+    if mode == "report":
+        statuses: dict[str, str] = json.loads(saved.read_text())
+    else:
+        previous: dict[str, str] = json.loads(saved.read_text()) if mode == "survivors" else {}
+        again = [mutant for mutant, status in previous.items() if status not in KILLED]
         scratch = prepare(name, target)
-        mutmut(scratch, "run", "--max-children", "1", quiet=True)
-    elif not scratch.is_dir():
-        raise SystemExit(f"{name} has not been run yet (no {scratch})")
-    statuses = parse_results(mutmut(scratch, "results", "--all", "true", quiet=True))
+        if mode == "survivors" and not again:
+            statuses = previous
+        else:
+            mutmut(scratch, "run", "--max-children", "1", *again, quiet=True)
+            found = parse_results(mutmut(scratch, "results", "--all", "true", quiet=True))
+            statuses = {**previous, **{mutant: found[mutant] for mutant in again}} \
+                if again else found
+        saved.write_text(json.dumps(statuses, indent=0, sort_keys=True))
     survivors = sorted(mutant for mutant, status in statuses.items() if status not in KILLED)
     (WORK / f"survivors-{name}.txt").write_text(
         "".join(f"# {mutant}: {statuses[mutant]}\n{diff}\n\n"
@@ -207,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="show the targets and their tests")
     parser.add_argument("--report", action="store_true",
                         help="report the last run of each target again, without running")
+    parser.add_argument("--survivors", action="store_true",
+                        help="re-test only the last run's survivors (after adding tests); "
+                             "the others keep their last status")
     options = parser.parse_args(argv)
     unknown = [name for name in options.targets if name not in TARGETS]
     if unknown:
@@ -218,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(HEADER, flush=True)
     for name in chosen:
-        for file, counts in run(name, TARGETS[name], again=not options.report).items():
+        mode = "report" if options.report else "survivors" if options.survivors else "all"
+        for file, counts in run(name, TARGETS[name], mode=mode).items():
             print(row(file, counts), flush=True)
     print(f"\nsurvivors: {WORK}/survivors-<target>.txt")
     return 0
