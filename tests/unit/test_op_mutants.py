@@ -1,0 +1,345 @@
+"""The op: what its reports say, how vetoes and kept failures are recorded.
+
+Mutation testing (``scripts/mutation op``) found these unpinned: the keys of
+a rollback's JSON, the summary's wording once names could not be reset, the
+cut-off of long name lists, which veto status wins, keeping a failed op, an op
+run as another principal, and a requested full scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core_support import CoreEnv
+from kernos.errors import OpVetoed, UsageError
+from kernos.op import AbortReport, _sealed_source, outcome
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> Iterator[CoreEnv]:
+    opened = CoreEnv(tmp_path / "ws")
+    yield opened
+    opened.close()
+
+
+def last_record(env: CoreEnv) -> dict[str, object]:
+    return env.image.audit.records(type="op")[-1]  # type: ignore[no-any-return]
+
+
+# -- the rollback report -----------------------------------------------------------------
+
+
+def test_a_rollback_as_json_names_every_kind_of_undoing() -> None:
+    report = AbortReport(op=3, removed=["a"], rebound=["b"], reloaded=["c"], deleted=["d"],
+                         not_reset=["e"], random_reset=True)
+    assert report.undone() == {"added": ["a"], "rebound": ["b"], "deleted": ["d"],
+                               "reloaded": ["c"], "not_reset": ["e"], "random": True}
+    assert not report.nothing_undone
+
+
+@pytest.mark.parametrize("field", ["removed", "rebound", "reloaded", "deleted", "not_reset"])
+def test_any_one_undoing_is_something_undone(field: str) -> None:
+    lists = {"removed": [], "rebound": [], "reloaded": [], "deleted": [], "not_reset": []}
+    assert AbortReport(op=1, **lists).nothing_undone  # type: ignore[arg-type]
+    lists[field] = ["x"]
+    assert not AbortReport(op=1, **lists).nothing_undone  # type: ignore[arg-type]
+
+
+def test_the_summary_adds_what_could_not_be_reset_to_what_was_undone() -> None:
+    report = AbortReport(op=3, removed=["a"], rebound=[], reloaded=[], not_reset=["conn"])
+    assert report.summary() == (
+        "rolled back — not kept: a (added); could not be reset: conn (they hold live "
+        "resources, so they stay as the cell left them)")
+
+
+def test_long_name_lists_are_cut_after_eight() -> None:
+    eight = [f"n{i}" for i in range(8)]
+    report = AbortReport(op=1, removed=eight, rebound=[], reloaded=[])
+    assert report.summary() == "rolled back — not kept: " + ", ".join(eight) + " (added)"
+    ten = [*eight, "n8", "n9"]
+    report = AbortReport(op=1, removed=ten, rebound=[], reloaded=[])
+    assert report.summary() == ("rolled back — not kept: " + ", ".join(eight)
+                                + " and 2 more (added)")
+
+
+# -- vetoes ------------------------------------------------------------------------------------
+
+
+def test_a_denial_wins_over_other_veto_statuses(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    op.veto("first", status="failed")
+    assert op.veto_status == "failed"
+    op.veto("second", status="denied")
+    op.veto("third", status="failed")
+    assert op.vetoes == ["first", "second", "third"] and op.veto_status == "denied"
+    with pytest.raises(OpVetoed, match="first; second; third"):
+        op.commit()
+    assert last_record(env)["status"] == "denied"
+
+
+def test_a_later_veto_status_replaces_an_earlier_one_short_of_a_denial(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    assert op.veto_status == "vetoed"
+    op.veto("breached", status="failed")
+    op.veto("timed out", status="timeout")
+    with pytest.raises(OpVetoed):
+        op.commit()
+    assert last_record(env)["status"] == "timeout"
+
+
+def test_a_plain_veto_is_recorded_as_vetoed(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    op.veto("no")
+    with pytest.raises(OpVetoed):
+        op.commit()
+    assert last_record(env)["status"] == "vetoed"
+
+
+# -- kept failures, other principals, full scans ------------------------------------------------
+
+
+def test_a_human_op_kept_after_an_error_records_the_cut_error(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    env.ns["x"] = 1
+    op.keep_failed("K" * 200, "m" * 900)
+    report = op.commit()
+    assert op.failure == {"kind": "K" * 120, "message": "m" * 500}
+    assert report.failed == op.failure
+    assert env.ns["x"] == 1 and "x" in report.added
+
+
+def test_an_agents_op_cannot_be_kept_after_an_error(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1", principal="alice")
+    try:
+        with pytest.raises(UsageError) as raised:
+            op.keep_failed("ValueError", "bad")
+        assert str(raised.value) == ("an op of 'alice' cannot be kept after an error: agents' "
+                                     "ops always roll back")
+        assert op.failure is None
+    finally:
+        op.abort()
+
+
+def test_an_op_acting_as_an_agent_is_recorded_as_the_agent(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    op.act_as("alice", "agent-cell")
+    assert (op.principal, op.transaction.principal, op.kind) == ("alice", "alice", "agent-cell")
+    env.ns["x"] = 1
+    report = op.commit()
+    assert (report.principal, report.kind) == ("alice", "agent-cell")
+    record = last_record(env)
+    assert (record["principal"], record["kind"]) == ("alice", "agent-cell")
+
+
+def test_a_full_scan_is_reported_with_its_reason(env: CoreEnv) -> None:
+    env.run("items = [1]")
+    op = env.image.begin(source="pass")
+    env.ns["items"].append(2)  # a change the source's reach cannot see
+    op.scan_everything("the test asked")
+    report = op.commit()
+    assert report.reach == "everything: the test asked"
+    assert report.changed == ["items"]
+    env.reopen()
+    assert env.ns["items"] == [1, 2]
+
+
+# -- rolling back values that hold live resources -------------------------------------------
+
+
+def abort(env: CoreEnv, source: str) -> AbortReport:
+    """Run ``source`` as an op that fails; return its rollback report."""
+    op = env.image.begin(source=source)
+    try:
+        exec(compile(source, "<cell>", "exec"), env.ns)
+    except BaseException as error:
+        return op.abort(error=error)
+    raise AssertionError(f"{source!r} did not fail")
+
+
+def test_containers_sharing_a_live_resource_are_reset_and_keep_holding_each_other(
+        env: CoreEnv) -> None:
+    env.run("import socket\nsock = socket.socket()\nrows = [1]\n"
+            "db = {'conn': sock, 'rows': rows}\nlinks = [sock, rows]")
+    db, rows, links, sock = (env.ns[name] for name in ("db", "rows", "links", "sock"))
+    report = abort(env, "rows.append(2)\ndb['n'] = 1\nlinks.append(3)\n1/0")
+    assert sorted(report.reloaded) == ["db", "links", "rows"]
+    assert env.ns["db"] is db and env.ns["rows"] is rows and env.ns["links"] is links
+    assert db == {"conn": sock, "rows": [1]} and links == [sock, [1]] and rows == [1]
+    # What the containers hold of each other is the live object, not a reloaded copy.
+    assert db["rows"] is rows and links[1] is rows and db["conn"] is sock
+    sock.close()
+
+
+@pytest.mark.parametrize("holder", [
+    "{'conn': sock, 'deep': {'rows': rows}}",
+    "{'conn': sock, 'read': (lambda r=rows: r)}",
+    "{'conn': sock, 'read': (lambda held: lambda: held)(rows)}",
+    "[sock, (rows,)]",
+])
+def test_a_container_that_holds_another_deeper_down_is_not_reset(
+        env: CoreEnv, holder: str) -> None:
+    # The copy's deeper reference could not be pointed at the live ``rows``: resetting
+    # in place would leave it holding a copy, so the group stays as the op left it.
+    env.run(f"import socket\nsock = socket.socket()\nrows = [1]\ndb = {holder}")
+    db, rows = env.ns["db"], env.ns["rows"]
+    report = abort(env, "rows.append(2)\n1/0")
+    assert set(report.not_reset) >= {"db", "rows"}
+    assert env.ns["db"] is db and env.ns["rows"] is rows and rows == [1, 2]
+    env.ns["sock"].close()
+
+
+def test_a_library_instance_holding_a_live_resource_is_not_reset_in_place(
+        env: CoreEnv) -> None:
+    env.run("import socket, types\nsock = socket.socket()\n"
+            "ns = types.SimpleNamespace(conn=sock, n=0)")
+    live = env.ns["ns"]
+    report = abort(env, "ns.n = 1\n1/0")
+    assert env.ns["ns"] is live and live.n == 1 and "ns" in report.not_reset
+    env.ns["sock"].close()
+
+
+def test_a_cell_class_with_slots_holding_a_live_resource_is_not_reset_in_place(
+        env: CoreEnv) -> None:
+    env.run("import socket\nclass Slotted:\n    __slots__ = ('conn', 'n', '__dict__')\n"
+            "    def __init__(self):\n        self.conn = socket.socket()\n"
+            "        self.n = 0\ns = Slotted()")
+    live = env.ns["s"]
+    report = abort(env, "s.n = 1\n1/0")
+    assert env.ns["s"] is live and live.n == 1 and "s" in report.not_reset
+    live.conn.close()
+
+
+# -- deciding what a rollback reloads ------------------------------------------------------
+
+
+def test_a_value_that_no_longer_pickles_is_reloaded(env: CoreEnv) -> None:
+    env.run("class Bad:\n    def __reduce__(self):\n        raise RuntimeError('no')\n"
+            "items = [1]")
+    report = abort(env, "items.append(Bad())\n1/0")
+    assert report.reloaded == ["items"] and env.ns["items"] == [1]
+
+
+def test_a_value_that_gained_a_buffer_is_reloaded(env: CoreEnv) -> None:
+    np = pytest.importorskip("numpy")
+    env.ns["np"] = np
+    env.run("items = [1]")
+    report = abort(env, "items.append(np.arange(100_000))\n1/0")
+    assert report.reloaded == ["items"] and env.ns["items"] == [1]
+
+
+def test_a_changed_buffer_of_the_same_size_is_reloaded(env: CoreEnv) -> None:
+    np = pytest.importorskip("numpy")
+    env.ns["np"] = np
+    env.run("data = np.zeros(100_000)\nother = np.ones(10)")
+    report = abort(env, "data[5] = 1.0\n1/0")
+    assert report.reloaded == ["data"]
+    assert env.ns["data"][5] == 0.0 and env.ns["other"][0] == 1.0
+
+
+class FakeOp:
+    """What ``outcome`` reads of an op."""
+
+    def __init__(self, *, vetoes: tuple[str, ...] = (), denied: tuple[object, ...] = (),
+                 veto_status: str = "vetoed") -> None:
+        self.vetoes = list(vetoes)
+        self.denied = list(denied)
+        self.veto_status = veto_status
+
+
+class CapabilityDenied(Exception):
+    """Named as the runtime's error: ``outcome`` goes by the error's class name."""
+
+
+@pytest.mark.parametrize(("op", "status", "error", "expected"), [
+    (FakeOp(), None, None, ("rolled back", None)),
+    (FakeOp(), None, ValueError("bad"), ("failed", {"kind": "ValueError", "message": "bad"})),
+    (FakeOp(), None, KeyboardInterrupt(), (
+        "interrupted", {"kind": "KeyboardInterrupt", "message": ""})),
+    (FakeOp(denied=({"capability": "call:x"},)), None, CapabilityDenied("no"),
+     ("denied", {"kind": "CapabilityDenied", "message": "no"})),
+    (FakeOp(), None, CapabilityDenied("no"), (
+        "failed", {"kind": "CapabilityDenied", "message": "no"})),
+    (FakeOp(denied=({"capability": "call:x"},)), None, ("OpVetoed", "rolled back: no"),
+     ("denied", {"kind": "OpVetoed", "message": "rolled back: no"})),
+    (FakeOp(denied=({"capability": "call:x"},)), None, ValueError("bad"),
+     ("failed", {"kind": "ValueError", "message": "bad"})),
+    (FakeOp(vetoes=("breach",), veto_status="timeout"), None, ValueError("late"),
+     ("timeout", {"kind": "ValueError", "message": "late"})),
+    (FakeOp(), "conflict", ValueError("stale"),
+     ("conflict", {"kind": "ValueError", "message": "stale"})),
+    (FakeOp(), None, ("E" * 200, "m" * 900), ("failed", {"kind": "E" * 120, "message": "m" * 500})),
+])
+def test_the_audit_status_of_an_op_that_did_not_commit(
+        op: FakeOp, status: str | None, error: object, expected: object) -> None:
+    assert outcome(op, status, error) == expected  # type: ignore[arg-type]
+
+
+def test_an_aborted_op_records_why(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    op.abort(error=KeyboardInterrupt())
+    record = last_record(env)
+    assert record["status"] == "interrupted"
+    assert record["error"] == {"kind": "KeyboardInterrupt", "message": ""}
+
+
+def test_the_sealed_source_names_the_subjects_in_order() -> None:
+    assert _sealed_source(frozenset({"bob", "alice"})) == (
+        "# The code of this op tagged personal data of alice, bob, so it is kept\n"
+        "# only in the audit log, sealed under those subjects' keys (see "
+        "kernos.personal).\n")
+
+
+# -- the snapshot's commit message ------------------------------------------------------------
+
+
+def headline(env: CoreEnv, report: object) -> str:
+    workspace = env.workspace
+    assert workspace is not None
+    commit = workspace.read_commit(bytes.fromhex(report.commit))  # type: ignore[attr-defined]
+    first = commit.message.split("\n", 1)[0]
+    prefix = f"op {report.op} by {report.principal}: "  # type: ignore[attr-defined]
+    assert first.startswith(prefix)
+    return first[len(prefix):]
+
+
+def test_the_headline_is_the_first_line_with_a_count_of_the_others(env: CoreEnv) -> None:
+    assert headline(env, env.run("x = 1")) == "x = 1"
+    assert headline(env, env.run("\ny = 2  \n\nz = 3\nif z:\n    w = 4\n")) == (
+        "y = 2 (+3 lines)")
+
+
+def test_a_long_first_line_is_cut_to_sixty_characters(env: CoreEnv) -> None:
+    exactly = "x = '" + "a" * 54 + "'"
+    assert len(exactly) == 60
+    assert headline(env, env.run(exactly)) == exactly
+    longer = "x = '" + "a" * 55 + "'"
+    assert headline(env, env.run(longer)) == longer[:57] + "..."
+
+
+def test_an_op_without_code_is_named_by_its_kind(env: CoreEnv) -> None:
+    op = env.image.begin(source=None, kind="restore-test")
+    env.ns["x"] = 1
+    assert headline(env, op.commit()) == "(restore-test)"
+    op = env.image.begin(source="   \n")
+    env.ns["x"] = 2
+    assert headline(env, op.commit()) == "(cell)"
+
+
+def test_a_note_is_the_headline_and_a_kept_failure_is_appended(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    env.ns["x"] = 1
+    op.note = "the note"
+    op.keep_failed("ValueError", "bad")
+    assert headline(env, op.commit()) == "the note [failed: ValueError, kept]"
+
+
+def test_the_message_carries_the_op_trailers(env: CoreEnv) -> None:
+    report = env.run("x = 1")
+    workspace = env.workspace
+    assert workspace is not None
+    message = workspace.read_commit(bytes.fromhex(report.commit)).message
+    assert message.endswith(f"\n\nKernos-Op: {report.op}\nKernos-Principal: human\n"
+                            "Kernos-Kind: cell\n")
