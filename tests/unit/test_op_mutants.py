@@ -343,3 +343,182 @@ def test_the_message_carries_the_op_trailers(env: CoreEnv) -> None:
     message = workspace.read_commit(bytes.fromhex(report.commit)).message
     assert message.endswith(f"\n\nKernos-Op: {report.op}\nKernos-Principal: human\n"
                             "Kernos-Kind: cell\n")
+
+
+# -- what the history knows of each name ----------------------------------------------------
+
+
+def manifest(env: CoreEnv, report: object) -> dict[str, object]:
+    from kernos.store.snapshots import read_snapshot
+
+    workspace = env.workspace
+    assert workspace is not None
+    commit = bytes.fromhex(report.commit)  # type: ignore[attr-defined]
+    return read_snapshot(workspace, commit).manifest  # type: ignore[no-any-return]
+
+
+def test_a_name_gets_a_new_version_only_when_its_content_changes(env: CoreEnv) -> None:
+    first = env.run("x = [1]")
+    meta = env.image.meta["x"]
+    assert (meta.version, meta.op, meta.principal, meta.type) == (1, first.op, "human", "list")
+    assert meta.size > 0 and meta.changed_at == first.committed_at
+    same = env.run("x = [1]")  # rebound to an equal value: the same content
+    assert same.changed == [] and env.image.meta["x"] == meta
+    second = env.run("x.append(2)")
+    assert second.changed == ["x"]
+    assert (env.image.meta["x"].version, env.image.meta["x"].op) == (2, second.op)
+    assert env.image.meta["x"].hash != meta.hash
+
+
+def test_names_that_start_sharing_move_to_one_group_with_their_versions(env: CoreEnv) -> None:
+    env.run("a = [1]\nb = [2]")
+    versions = {name: env.image.meta[name].version for name in "ab"}
+    assert env.image.meta["a"].group != env.image.meta["b"].group
+    report = env.run("holder = {'a': a}\nc = a")
+    group = env.image.group_of["a"]
+    assert env.image.group_of["c"] == env.image.group_of["holder"] == group
+    assert env.image.meta["a"].group == group == env.image.meta["c"].group
+    assert env.image.meta["a"].version == versions["a"]
+    assert "a" not in report.changed and sorted(report.added) == ["c", "holder"]
+    env.reopen()
+    assert env.ns["holder"]["a"] is env.ns["a"] is env.ns["c"]
+
+
+def test_the_manifest_says_what_the_op_was(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1", principal="human")
+    env.ns["x"] = 1
+    op.facts["tools"] = {"pay": 1}
+    op.note = "noted"
+    op.keep_failed("ValueError", "bad")
+    report = op.commit()
+    found = manifest(env, report)
+    assert {key: found[key] for key in ("format", "op", "principal", "kind", "note",
+                                        "committed_at", "changes", "failed")} == {
+        "format": 1, "op": report.op, "principal": "human", "kind": "cell", "note": "noted",
+        "committed_at": report.committed_at,
+        "changes": {"added": ["x"], "changed": [], "deleted": []},
+        "failed": {"kind": "ValueError", "message": "bad"}}
+    assert found["facts"]["tools"] == {"pay": 1}  # type: ignore[index]
+    assert set(found["names"]) == {"x"}  # type: ignore[arg-type]
+    assert "sealed_for" not in found
+
+
+def test_the_manifest_lists_changes_and_deletions(env: CoreEnv) -> None:
+    env.run("x = 1\ny = [1]")
+    report = env.run("del x\ny.append(2)\nz = 3")
+    assert manifest(env, report)["changes"] == {
+        "added": ["z"], "changed": ["y"], "deleted": ["x"]}
+    assert report.reach == "2 names"  # what it touched and still has: y and z
+
+
+# -- an op that changes nothing ---------------------------------------------------------------
+
+
+def test_an_op_that_changes_nothing_writes_no_snapshot(env: CoreEnv) -> None:
+    first = env.run("x = [1]")
+    report = env.run("y = x[0]\ndel y")
+    assert report.unchanged and report.commit == first.commit
+    assert env.workspace is not None and env.workspace.head() == bytes.fromhex(first.commit)
+
+
+@pytest.mark.parametrize("extra", ["facts", "failure", "note-only"])
+def test_an_op_with_something_to_say_writes_a_snapshot(env: CoreEnv, extra: str) -> None:
+    first = env.run("x = [1]")
+    op = env.image.begin(source="x[0]")
+    if extra == "facts":
+        op.facts["tools"] = {"t": 1}
+    elif extra == "failure":
+        op.keep_failed("ValueError", "bad")
+    else:
+        op.note = "a note alone changes nothing"
+    report = op.commit()
+    assert report.unchanged is (extra == "note-only")
+    assert (report.commit == first.commit) is (extra == "note-only")
+
+
+def test_a_new_live_resource_is_reported_once(env: CoreEnv) -> None:
+    first = env.run("import socket\nsock = socket.socket()")
+    assert [(entry["name"], entry["op"]) for entry in first.unpersisted] == [
+        ("sock", first.op)]
+    assert not first.unchanged
+    again = env.run("items = [sock]")
+    assert again.unpersisted == []
+    env.ns["sock"].close()
+
+
+# -- checkout, the commit's audit, the runtime's own state --------------------------------------
+
+
+def test_a_checkout_reports_what_it_restored_and_names_it_in_the_history(env: CoreEnv) -> None:
+    first = env.run("a = [1]\nb = 'x' * 10")
+    first_hash = env.image.meta["a"].hash
+    env.run("a.append(2)\nc = 3")
+    op = env.image.begin(source="%kernos checkout")
+    checkout = op.checkout(f"@{first.op}")
+    assert (checkout.ref, checkout.commit, checkout.op, checkout.names) == (
+        f"@{first.op}", first.commit, first.op, 2)
+    assert checkout.bytes == first.image_bytes > 0
+    assert op.kind == "checkout" and op.note == f"checkout {first.commit[:12]}"
+    report = op.commit()
+    assert headline(env, report) == f"checkout {first.commit[:12]}"
+    assert not report.unchanged and report.deleted == ["c"] and report.changed == ["a"]
+    # A restored name is a new version, with the content the snapshot had.
+    restored = env.image.meta["a"]
+    assert (restored.version, restored.op, restored.hash) == (3, report.op, first_hash)
+
+
+def test_a_commit_reports_its_audit_record(env: CoreEnv) -> None:
+    report = env.run("x = 1")
+    audit = env.image.audit
+    assert report.audit == {"index": audit.published,
+                            "hash": audit.entries[audit.published].hash}
+    assert audit.read(report.audit["index"])["op"] == report.op
+    assert report.events == []
+
+
+def test_the_commit_id_is_known_from_the_commit_phase_on(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    assert op.commit_id() is None
+    env.ns["x"] = 1
+    report = op.commit()
+    assert op.commit_id() == report.commit
+    unchanged = env.image.begin(source="x")
+    assert unchanged.commit().unchanged and unchanged.commit_id() == report.commit
+
+
+def test_an_op_that_leaves_the_runtimes_own_state_unstorable_is_vetoed(env: CoreEnv) -> None:
+    import socket
+
+    sock = socket.socket()
+    op = env.image.begin(source="pass")
+    env.image.bind("kernos:test", {"conn": sock})
+    op.touch("kernos:test")
+    with pytest.raises(OpVetoed) as raised:
+        op.commit()
+    message = str(raised.value)
+    assert "what 'human' did left the runtime's own state unstorable: " in message
+    assert "socket" in message
+    assert "kernos:* names must always persist (a restart would lose the principals, grants, " \
+           "tools or subscribers)" in message
+    assert "kernos:test" not in env.image.system
+    assert op.vetoes == list(raised.value.reasons) and len(op.vetoes) == 1
+    sock.close()
+
+
+def test_the_image_is_the_last_participant_to_vote() -> None:
+    from kernos.op import _ImageParticipant
+
+    key = _ImageParticipant.sort_key(None)  # type: ignore[arg-type]
+    assert key == "~kernos.image"
+    assert key > "kernos.audit" and key > "kernos.generators"
+
+
+def test_union_find_groups_names_that_share() -> None:
+    from kernos.op import _UnionFind
+
+    sharing = _UnionFind(["d", "c", "b", "a", "e"])
+    sharing.union("d", "c")
+    sharing.union("b", "d")
+    sharing.union("a", "a")
+    assert sorted(sharing.groups()) == [["a"], ["b", "c", "d"], ["e"]]
+    assert sharing.find("d") == sharing.find("b") == "b"
