@@ -522,3 +522,90 @@ def test_union_find_groups_names_that_share() -> None:
     sharing.union("a", "a")
     assert sorted(sharing.groups()) == [["a"], ["b", "c", "d"], ["e"]]
     assert sharing.find("d") == sharing.find("b") == "b"
+
+
+# -- more of the op's surface --------------------------------------------------------------
+
+
+def test_a_full_scan_has_a_default_reason(env: CoreEnv) -> None:
+    op = env.image.begin(source="pass")
+    op.scan_everything()
+    env.ns["x"] = 1
+    assert op.commit().reach == "everything: a full scan was requested"
+
+
+def test_an_abort_records_the_status_it_is_given(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    op.abort(status="conflict", error=("StaleRead", "budget changed"))
+    record = last_record(env)
+    assert record["status"] == "conflict"
+    assert record["error"] == {"kind": "StaleRead", "message": "budget changed"}
+
+
+def test_a_checkout_puts_the_random_generators_back(env: CoreEnv) -> None:
+    first = env.run("import random\nrandom.seed(7)")
+    env.run("drawn = random.random()")
+    drawn = env.ns["drawn"]
+    op = env.image.begin(source="%kernos checkout")
+    op.checkout(f"@{first.op}")
+    op.commit()
+    env.run("again = random.random()")
+    assert env.ns["again"] == drawn
+
+
+# -- how deep a rollback looks for references to reset containers ----------------------------
+
+
+def test_a_reference_two_levels_down_past_plain_values_is_found(env: CoreEnv) -> None:
+    env.run("import socket\nsock = socket.socket()\nrows = [1]\n"
+            "db = {'conn': sock, 'deep': {'a': 1, 'b': 'x', 'more': {'n': 2, 'rows': rows}}}")
+    db, rows = env.ns["db"], env.ns["rows"]
+    report = abort(env, "rows.append(2)\n1/0")
+    assert set(report.not_reset) >= {"db", "rows"}
+    assert env.ns["db"] is db and rows == [1, 2]
+    env.ns["sock"].close()
+
+
+def test_containers_held_directly_are_swapped_not_searched(env: CoreEnv) -> None:
+    # db holds rows, which holds inner: each is held directly by a container of the
+    # group, so each is swapped for its live object and everything is reset in place.
+    env.run("import socket\nsock = socket.socket()\ninner = [1]\nrows = [inner]\n"
+            "db = {'conn': sock, 'rows': rows}")
+    db, rows, inner = env.ns["db"], env.ns["rows"], env.ns["inner"]
+    report = abort(env, "inner.append(2)\nrows.append(3)\ndb['x'] = 4\n1/0")
+    assert sorted(report.reloaded) == ["db", "inner", "rows"] and report.not_reset == []
+    assert db == {"conn": env.ns["sock"], "rows": [[1]]}
+    assert db["rows"] is rows and rows[0] is inner
+    env.ns["sock"].close()
+
+
+def test_a_function_with_an_empty_cell_does_not_stop_a_rollback(env: CoreEnv) -> None:
+    env.run("import socket\nsock = socket.socket()\n"
+            "def outer():\n    def inner():\n        return late\n    return inner\n"
+            "    late = 1\n"
+            "rows = [1]\ndb = {'conn': sock, 'read': outer(), 'rows': rows}")
+    db, rows = env.ns["db"], env.ns["rows"]
+    report = abort(env, "rows.append(2)\n1/0")
+    assert "db" in report.reloaded and db["rows"] is rows and rows == [1]
+    env.ns["sock"].close()
+
+
+def test_the_search_gives_up_as_unsure_when_its_budget_runs_out() -> None:
+    from kernos.op import _reaches
+
+    nested = [[[[1]]]]  # two lists below the direct contents
+    assert _reaches(nested, {}, budget=3) is False
+    assert _reaches(nested, {}, budget=2) is True  # unsure means yes
+    assert _reaches(nested, {}, budget=1) is True
+
+
+def test_classes_are_not_searched() -> None:
+    from kernos.op import _reaches
+
+    root = [1]
+
+    class Holder:
+        held = root
+
+    assert _reaches([[Holder]], {id(root): root}) is False
+    assert _reaches([[root]], {id(root): root}) is True
