@@ -166,6 +166,7 @@ def test_containers_sharing_a_live_resource_are_reset_and_keep_holding_each_othe
     db, rows, links, sock = (env.ns[name] for name in ("db", "rows", "links", "sock"))
     report = abort(env, "rows.append(2)\ndb['n'] = 1\nlinks.append(3)\n1/0")
     assert sorted(report.reloaded) == ["db", "links", "rows"]
+    assert report.not_reset == []  # sock is a live resource, but the op did not reach it
     assert env.ns["db"] is db and env.ns["rows"] is rows and env.ns["links"] is links
     assert db == {"conn": sock, "rows": [1]} and links == [sock, [1]] and rows == [1]
     # What the containers hold of each other is the live object, not a reloaded copy.
@@ -609,3 +610,71 @@ def test_classes_are_not_searched() -> None:
 
     assert _reaches([[Holder]], {id(root): root}) is False
     assert _reaches([[root]], {id(root): root}) is True
+
+
+# -- the commit's phases and the rollback's bookkeeping ---------------------------------------
+
+
+def test_a_commit_passes_its_crash_points_in_order_and_times_itself(
+        env: CoreEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos import _faults
+
+    passed: list[str] = []
+    real = _faults.point
+
+    def point(name: str) -> None:
+        passed.append(name)
+        real(name)
+
+    monkeypatch.setattr(_faults, "point", point)
+    report = env.run("x = [1] * 1000")
+    assert [name for name in passed if name in ("serialize", "objects", "sealed")] == [
+        "serialize", "objects", "sealed"]
+    timings = report.timings_ms
+    assert {"analyze", "serialize", "write", "publish", "total"} <= set(timings)
+    assert 0 <= timings["publish"] <= timings["total"] < 600_000
+    assert timings["total"] >= timings["analyze"] + timings["serialize"]
+    assert env.image.head_op == report.op
+    unchanged = env.run("x[0]")
+    assert unchanged.unchanged and env.image.head_op == report.op
+
+
+def test_a_rollback_after_a_full_scan_reloads_what_the_code_did_not_name(env: CoreEnv) -> None:
+    env.run("items = [1]")
+    op = env.image.begin(source="pass")
+    env.ns["items"].append(2)
+    op.scan_everything()
+    report = op.abort(error=ValueError("no"))
+    assert report.op == op.id and report.reloaded == ["items"] and env.ns["items"] == [1]
+
+
+def test_the_runtimes_own_names_are_not_in_the_rollback_report(env: CoreEnv) -> None:
+    op = env.image.begin(source="x = 1")
+    env.image.bind("kernos:test", {"a": 1})
+    env.ns["x"] = 1
+    report = op.abort(error=ValueError("no"))
+    assert report.removed == ["x"] and "kernos:test" not in env.image.system
+
+
+def test_several_groups_are_reloaded_and_stay_reloaded(env: CoreEnv) -> None:
+    env.run("a = [1]\nb = {'k': 1}")
+    a, b = env.ns["a"], env.ns["b"]
+    report = abort(env, "a.append(2)\nb['k'] = 2\n1/0")
+    assert report.reloaded == ["a", "b"]
+    assert env.ns["a"] == [1] and env.ns["b"] == {"k": 1}
+    assert env.ns["a"] is not a and env.ns["b"] is not b  # fresh copies of what was committed
+    # A later rollback that does not reach them leaves the reloaded values alone.
+    later = abort(env, "c = 3\n1/0")
+    assert later.reloaded == [] and later.removed == ["c"]
+    assert env.ns["a"] == [1] and env.ns["b"] == {"k": 1}
+    assert env.run("d = a + [2]").added == ["d"] and env.ns["d"] == [1, 2]
+
+
+def test_several_groups_holding_live_resources_are_all_reported(env: CoreEnv) -> None:
+    env.run("import socket\ns1 = socket.socket()\ns2 = socket.socket()\n"
+            "r1 = [1]\nr2 = [1]\n"
+            "d1 = {'conn': s1, 'deep': {'rows': r1}}\nd2 = {'conn': s2, 'deep': {'rows': r2}}")
+    report = abort(env, "r1.append(2)\nr2.append(2)\n1/0")
+    assert set(report.not_reset) >= {"d1", "r1", "d2", "r2"}
+    env.ns["s1"].close()
+    env.ns["s2"].close()
