@@ -678,3 +678,39 @@ def test_several_groups_holding_live_resources_are_all_reported(env: CoreEnv) ->
     assert set(report.not_reset) >= {"d1", "r1", "d2", "r2"}
     env.ns["s1"].close()
     env.ns["s2"].close()
+
+
+def test_a_checkout_of_the_head_still_writes_a_snapshot(env: CoreEnv) -> None:
+    first = env.run("x = [1]")
+    op = env.image.begin(source="%kernos checkout")
+    op.checkout("HEAD")
+    report = op.commit()
+    assert not report.unchanged and report.commit != first.commit
+    assert report.kind == "checkout"
+
+
+def test_the_first_op_of_a_workspace_writes_a_snapshot_even_if_empty(tmp_path: Path) -> None:
+    env = CoreEnv(tmp_path / "fresh")
+    try:
+        report = env.run("pass")
+        assert not report.unchanged and report.commit
+        assert env.workspace is not None
+        assert env.workspace.head() == bytes.fromhex(report.commit)
+    finally:
+        env.close()
+
+
+def test_a_name_rebound_to_a_new_live_resource_is_a_new_version(env: CoreEnv) -> None:
+    env.run("import socket\nsock = socket.socket()")
+    old = env.ns["sock"]
+    report = env.run("sock = socket.socket()")
+    assert report.changed == ["sock"] and env.image.meta["sock"].version == 2
+    old.close()
+    env.ns["sock"].close()
+
+
+def test_the_size_of_a_name_counts_its_buffers(env: CoreEnv) -> None:
+    np = pytest.importorskip("numpy")
+    env.ns["np"] = np
+    env.run("data = np.zeros(100_000)")
+    assert env.image.meta["data"].size >= 800_000
