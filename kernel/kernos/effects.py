@@ -186,8 +186,8 @@ def queue(runtime: AgentRuntime, op: Op, principal: str, version: ToolVersion,
     try:
         check_json(arguments, what=f"the arguments of {version.name}")
     except EventError as error:
-        raise UsageError(f"{error}; an external effect's arguments are recorded as JSON") \
-            from None
+        raise UsageError(f"{str(error).rstrip('.')}; an external effect's arguments are "
+                         "recorded as JSON") from None
     image = runtime.image
     outbox = image.system.get(OUTBOX)
     if not isinstance(outbox, Outbox):

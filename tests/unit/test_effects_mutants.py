@@ -196,6 +196,7 @@ def test_arguments_that_are_not_json_are_refused(tmp_path: Path, ledger: Path) -
     message = reply["result"]["error"]["message"]
     assert message.startswith("the arguments of ship['items'] is a tuple")
     assert message.endswith("; an external effect's arguments are recorded as JSON")
+    assert ".;" not in message  # the JSON check's own sentence is joined, not doubled
     assert OUTBOX not in harness.env.image.system
 
 
