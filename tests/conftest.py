@@ -76,3 +76,20 @@ def reopen(workspace_dir: Path) -> Iterator[object]:
     yield _reopen
     for workspace in opened:
         workspace.close()
+
+
+@pytest.fixture
+def points_passed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The crash points (``kernos._faults.point``) the test passes, in order; each still
+    does what it does (crashes, if one is armed)."""
+    from kernos import _faults
+
+    passed: list[str] = []
+    real = _faults.point
+
+    def point(name: str) -> None:
+        passed.append(name)
+        real(name)
+
+    monkeypatch.setattr(_faults, "point", point)
+    return passed

@@ -16,9 +16,9 @@ from typing import Any
 from kernos import Image, Workspace
 from kernos.events.bus import EventBus
 from kernos.image import default_is_persistent
-from kernos.op import CommitReport
+from kernos.op import AbortReport, CommitReport
 
-__all__ = ["CoreEnv"]
+__all__ = ["CoreEnv", "abort"]
 
 
 class CoreEnv:
@@ -61,3 +61,13 @@ class CoreEnv:
             op.abort(error=error)
             raise
         return op.commit()
+
+
+def abort(env: CoreEnv, source: str) -> AbortReport:
+    """Run ``source`` as an op that fails; return its rollback report."""
+    op = env.image.begin(source=source)
+    try:
+        exec(compile(source, "<cell>", "exec"), env.ns)
+    except BaseException as error:
+        return op.abort(error=error)
+    raise AssertionError(f"{source!r} did not fail")

@@ -20,7 +20,6 @@ import pytest
 from tests.harness_support import Harness
 from tests.unit.test_effects import effect_records, effects, ledger_rows, setup
 
-from kernos import _faults
 from kernos.agents.registry import ToolVersion
 from kernos.audit.canonical import canonical
 from kernos.effects import (
@@ -217,17 +216,10 @@ def test_journal_records_carry_the_request_and_the_attempt(
 
 
 def test_the_crash_points_are_passed_in_order(
-        tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, ledger: Path, points_passed: list[str]) -> None:
     harness = setup(tmp_path, ledger)
     queued(harness)
-    passed: list[str] = []
-    real = _faults.point
-
-    def point(name: str) -> None:
-        passed.append(name)
-        real(name)
-
-    monkeypatch.setattr(_faults, "point", point)
+    passed = points_passed
     runner_of(harness).drain()
     assert [name for name in passed if name.startswith("effect.")] == [
         "effect.before", "effect.started", "effect.executed", "effect.journaled",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core_support import CoreEnv
+from core_support import CoreEnv, abort
 from kernos.errors import OpVetoed, UsageError
 from kernos.op import AbortReport, _sealed_source, outcome
 
@@ -147,16 +147,6 @@ def test_a_full_scan_is_reported_with_its_reason(env: CoreEnv) -> None:
 
 
 # -- rolling back values that hold live resources -------------------------------------------
-
-
-def abort(env: CoreEnv, source: str) -> AbortReport:
-    """Run ``source`` as an op that fails; return its rollback report."""
-    op = env.image.begin(source=source)
-    try:
-        exec(compile(source, "<cell>", "exec"), env.ns)
-    except BaseException as error:
-        return op.abort(error=error)
-    raise AssertionError(f"{source!r} did not fail")
 
 
 def test_containers_sharing_a_live_resource_are_reset_and_keep_holding_each_other(
@@ -616,17 +606,8 @@ def test_classes_are_not_searched() -> None:
 
 
 def test_a_commit_passes_its_crash_points_in_order_and_times_itself(
-        env: CoreEnv, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernos import _faults
-
-    passed: list[str] = []
-    real = _faults.point
-
-    def point(name: str) -> None:
-        passed.append(name)
-        real(name)
-
-    monkeypatch.setattr(_faults, "point", point)
+        env: CoreEnv, points_passed: list[str]) -> None:
+    passed = points_passed
     report = env.run("x = [1] * 1000")
     assert [name for name in passed if name in ("serialize", "objects", "sealed")] == [
         "serialize", "objects", "sealed"]

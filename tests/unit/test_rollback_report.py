@@ -9,18 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core_support import CoreEnv
-from kernos.op import AbortReport
-
-
-def abort(env: CoreEnv, source: str) -> AbortReport:
-    """Run ``source`` as an op that fails; return its rollback report."""
-    op = env.image.begin(source=source)
-    try:
-        exec(compile(source, "<cell>", "exec"), env.ns)
-    except BaseException as error:
-        return op.abort(error=error)
-    raise AssertionError(f"{source!r} did not fail")
+from core_support import CoreEnv, abort
 
 
 @pytest.fixture()

@@ -314,25 +314,20 @@ class HarnessService:
         """
         principal = self._principal(request.get("principal"))
         limit = request.get("limit")
-        if principal == HUMAN:
-            entries = history.log(self.image.workspace, limit=limit)
-            return self._ok(request, {"snapshots": [
-                {"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
-                 "principal": entry.principal, "kind": entry.kind, "changes": entry.changes,
-                 "message": entry.headline, "bytes": entry.bytes} for entry in entries]})
+        human = principal == HUMAN
         own = f"kernos:ns:{principal}"
         shown: list[dict[str, Any]] = []
-        for entry in history.log(self.image.workspace, limit=None):
-            changes = {kind: [name for name in names
-                              if name == own or self._may_read(principal, name)]
-                       for kind, names in entry.changes.items()}
-            mine = entry.principal == principal
+        for entry in history.log(self.image.workspace, limit=limit if human else None):
+            changes = entry.changes if human else {
+                kind: [name for name in names if name == own or self._may_read(principal, name)]
+                for kind, names in entry.changes.items()}
+            mine = human or entry.principal == principal
             if not mine and not any(changes.values()):
                 continue
             shown.append({"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
                           "principal": entry.principal, "kind": entry.kind,
                           "changes": changes, "message": entry.headline if mine else None,
-                          "bytes": None})
+                          "bytes": entry.bytes if human else None})
             if limit is not None and len(shown) >= limit:
                 break
         return self._ok(request, {"snapshots": shown})

@@ -126,20 +126,11 @@ class Ledger:
             with open(self.path, "r+b") as file:
                 file.truncate(end)
             data = data[:end]
-        reserved: dict[int, dict[str, Any]] = {}
-        for line in data.splitlines():
-            entry = json.loads(line)
-            number = entry["call"]
-            self.next_call = max(self.next_call, number + 1)
-            if entry["type"] == "reserve":
-                reserved[number] = entry
-            elif entry["type"] == "settle":
-                opened = reserved.pop(number, None)
-                keys = opened["keys"] if opened else entry.get("keys", [])
-                self._charge(self._spent, keys, entry["tokens"], _decimal(entry["cost"]))
-        for entry in reserved.values():  # in doubt: charged at the worst case
-            self.in_doubt += 1
-            self._charge(self._spent, entry["keys"], entry["tokens"], _decimal(entry["cost"]))
+        for call in _calls(data):
+            self.next_call = max(self.next_call, call["call"] + 1)
+            if not call["settled"]:  # in doubt: charged at the worst case
+                self.in_doubt += 1
+            self._charge(self._spent, call["keys"], call["tokens"], _decimal(call["cost"]))
 
     @staticmethod
     def _charge(table: dict[str, Spent], keys: Iterable[str], tokens: int,
@@ -271,23 +262,30 @@ class Ledger:
 
 
 def read_calls(path: Path) -> list[dict[str, Any]]:
-    """The calls of the ledger at ``path``, read only: number, op, keys, tokens and cost,
-    as settled (or, never settled, the reservation's worst case), in call order."""
+    """The calls of the ledger at ``path``, read only (a torn last line, never
+    acknowledged, is left out): see :func:`_calls`."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
+    return _calls(data[:data.rfind(b"\n") + 1])
+
+
+def _calls(data: bytes) -> list[dict[str, Any]]:
+    """Each call of the ledger lines ``data``, in call order: number, op, keys, tokens and
+    cost as settled (or, never ``settled``, the reservation's worst case)."""
     calls: dict[int, dict[str, Any]] = {}
-    for line in data[:data.rfind(b"\n") + 1].splitlines():  # a torn last line: never acked
+    for line in data.splitlines():
         entry = json.loads(line)
         number = entry["call"]
         if entry["type"] == "reserve":
             calls[number] = {"call": number, "op": entry.get("op"), "keys": entry["keys"],
-                             "tokens": entry["tokens"], "cost": entry["cost"]}
+                             "tokens": entry["tokens"], "cost": entry["cost"],
+                             "settled": False}
         elif entry["type"] == "settle":
             call = calls.setdefault(number, {"call": number, "op": entry.get("op"),
                                              "keys": entry.get("keys", [])})
-            call.update(tokens=entry["tokens"], cost=entry["cost"])
+            call.update(tokens=entry["tokens"], cost=entry["cost"], settled=True)
     return [calls[number] for number in sorted(calls)]
 
 
@@ -324,8 +322,9 @@ class LlmStore:
 
         With ``subjects`` (the data subjects whose values the op created or
         revealed), the bytes are written sealed under their keys, so erasing any
-        of them shreds the recording (and :meth:`erase` deletes it).  The name is
-        still the hash of the plain bytes: it proves a guess, it reveals nothing.
+        of them shreds the recording (and :func:`erase_recordings` replaces it).
+        The name is still the hash of the plain bytes: it proves a guess, it
+        reveals nothing.
         """
         data = canonical(value)
         name = digest(data)
@@ -340,10 +339,11 @@ class LlmStore:
     def get(self, name: str) -> dict[str, Any]:
         """The data stored as ``name``; LLMRecordingErased if a subject of it was erased."""
         found: dict[str, Any] = json.loads((self.objects / f"{name}.json").read_bytes())
-        envelope = found.get(SEALED) if len(found) == 1 else None
+        envelope = _only(found, SEALED)
         if envelope is None:
-            if len(found) == 1 and ERASED in found:
-                raise LLMRecordingErased(name, [str(s) for s in found[ERASED]["subjects"]])
+            erased = _only(found, ERASED)
+            if erased is not None:
+                raise LLMRecordingErased(name, [str(s) for s in erased["subjects"]])
             return found
         subjects = [str(subject) for subject in envelope["subjects"]]
         plain = None if self.keyring is None else self.keyring.open(
@@ -381,10 +381,20 @@ def erase_recordings(workspace: Path, subject: str, *, durable: bool = True) -> 
                 found = json.loads(path.read_bytes())
             except (OSError, ValueError):
                 continue
-            envelope = found.get(SEALED) if isinstance(found, dict) and len(found) == 1 else None
-            if isinstance(envelope, dict) and subject in envelope.get("subjects", ()):
+            envelope = _only(found, SEALED)
+            if envelope is not None and subject in envelope.get("subjects", ()):
                 note = canonical({ERASED: {"subjects": envelope["subjects"]}})
                 replace_file(path, note, durable=durable,
                              temporary=workspace / DIRECTORY / "tmp" / f"{path.name}.erasing")
                 deleted += 1
     return deleted
+
+
+def _only(found: object, key: str) -> dict[str, Any] | None:
+    """``found[key]`` if ``found`` is an object with that one key (a sealed or erased
+    recording), else None."""
+    if isinstance(found, dict) and len(found) == 1:
+        value = found.get(key)
+        if isinstance(value, dict):
+            return value
+    return None

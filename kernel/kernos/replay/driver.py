@@ -298,8 +298,9 @@ class _Replayer:
         replayed = {int(record["op"]) for record in records}
         # The ledger outside the image follows the source's: the calls of ops this
         # replay does not re-run are charged before the ops after them run.
-        unrun = [call for call in read_calls(Path(self.original.path) / LEDGER_FILE)
-                 if call["op"] not in replayed]
+        # (In op order; a call outside any op, first.)
+        unrun = sorted((call for call in read_calls(Path(self.original.path) / LEDGER_FILE)
+                        if call["op"] not in replayed), key=lambda call: call["op"] or 0)
         ledger = self.runtime.llm_client().store.ledger
         for record in records:
             op = int(record["op"])
@@ -307,10 +308,11 @@ class _Replayer:
                 report.stopped_before = op
                 report.pending_code = self._code(record)
                 break
-            before = [call for call in unrun if call["op"] is None or call["op"] < op]
-            if before:
-                ledger.absorb(before)
-                unrun = [call for call in unrun if call["op"] is not None and call["op"] >= op]
+            due = next((at for at, call in enumerate(unrun) if (call["op"] or 0) >= op),
+                       len(unrun))
+            if due:
+                ledger.absorb(unrun[:due])
+                del unrun[:due]
             step, divergence = self._step(record)
             report.steps.append(step)
             if divergence is not None and report.divergence is None:

@@ -166,10 +166,11 @@ def _lost(error: OSError) -> str:
 
 def _sync_failure(path: Path, error: OSError) -> OSError:
     """The sticky error of a failed sync: :class:`DiskFull` if the disk said it is full."""
+    lost = _lost(error)
     if is_disk_full(error):
         return DiskFull.from_os_error(error, path=path, what="the commit tail",
-                                      then=_lost(error)[0].upper() + _lost(error)[1:] + ".")
-    return OSError(error.errno, _lost(error))
+                                      then=lost[0].upper() + lost[1:] + ".")
+    return OSError(error.errno, lost)
 
 
 def continuing(frames: list[Frame], ref: bytes | None) -> list[Frame]:
