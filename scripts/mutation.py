@@ -9,6 +9,7 @@ never mutated), and the survivors, with their diffs, are written to
 
     scripts/mutation                     # every target
     scripts/mutation op transaction      # only these
+    scripts/mutation store               # a group: every module of store/, one target each
     scripts/mutation --list              # the targets and their tests
     scripts/mutation --report op         # the last run's table again, without running
     scripts/mutation --survivors op      # re-test only the last run's survivors
@@ -73,19 +74,32 @@ TARGETS: dict[str, Target] = {
         files=("effects.py",),
         tests=("tests/unit/test_effects.py", "tests/unit/test_effects_mutants.py"),
     ),
-    "audit": Target(
-        files=("audit/log.py", "audit/verify.py"),
-        tests=("tests/unit/audit",),
-    ),
-    "store": Target(
-        files=tuple(
-            f"store/{name}.py"
-            for name in ("buffers", "lock", "maintenance", "objects", "packs", "retention",
-                         "snapshots", "tail", "workspace")
-        ),
-        tests=("tests/unit/store",),
-    ),
+    "audit.log": Target(files=("audit/log.py",), tests=("tests/unit/audit",)),
+    "audit.verify": Target(files=("audit/verify.py",), tests=("tests/unit/audit",)),
+    **{
+        f"store.{name}": Target(files=(f"store/{name}.py",), tests=("tests/unit/store",))
+        for name in ("buffers", "lock", "maintenance", "objects", "packs", "retention",
+                     "snapshots", "tail", "workspace")
+    },
 }
+
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    group: tuple(name for name in TARGETS if name.startswith(group + "."))
+    for group in ("audit", "store")
+}
+"""A package's modules, each a target of its own (its own scratch copy and results), so
+that one module can be re-run, or several at once, without disturbing the others."""
+
+
+def expand(names: list[str]) -> list[str]:
+    """Targets and groups -> targets, in order, each once."""
+    chosen: list[str] = []
+    for name in names:
+        for target in GROUPS.get(name, (name,)):
+            if target not in chosen:
+                chosen.append(target)
+    return chosen
 
 
 def module_name(file: str) -> str:
@@ -220,7 +234,8 @@ def row(file: str, counts: Counter[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="*", metavar="target",
-                        help=f"any of: {', '.join(TARGETS)} (default: all)")
+                        help=f"any of: {', '.join(TARGETS)}, or a group: {', '.join(GROUPS)} "
+                             "(default: all)")
     parser.add_argument("--list", action="store_true", help="show the targets and their tests")
     parser.add_argument("--report", action="store_true",
                         help="report the last run of each target again, without running")
@@ -228,10 +243,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-test only the last run's survivors (after adding tests); "
                              "the others keep their last status")
     options = parser.parse_args(argv)
-    unknown = [name for name in options.targets if name not in TARGETS]
+    unknown = [name for name in options.targets if name not in TARGETS and name not in GROUPS]
     if unknown:
-        parser.error(f"unknown target(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
-    chosen = options.targets or list(TARGETS)
+        parser.error(f"unknown target(s) {', '.join(unknown)}; choose from "
+                     f"{', '.join([*TARGETS, *GROUPS])}")
+    chosen = expand(options.targets) if options.targets else list(TARGETS)
     if options.list:
         for name in chosen:
             print(f"{name}: {', '.join(TARGETS[name].files)} <- {' '.join(TARGETS[name].tests)}")
