@@ -74,6 +74,8 @@ class Transaction:
         self.principal = principal
         self.status = Status.ACTIVE
         self.cleanup_errors: list[BaseException] = []
+        self.failure: BaseException | None = None
+        """What made :meth:`commit` fail, set before the participants are undone."""
         self._participants: list[Participant] = []
         self._on_cleanup_error = on_cleanup_error
 
@@ -100,8 +102,9 @@ class Transaction:
                 participant.tpc_vote(self)
             for participant in participants:
                 participant.tpc_finish(self)
-        except BaseException:
+        except BaseException as error:
             self.status = Status.COMMIT_FAILED
+            self.failure = error
             for participant in begun:
                 self._quietly(participant.tpc_abort)
             for participant in participants:

@@ -166,6 +166,11 @@ def test_failed_commit_rolls_back_and_leaves_no_trace(session, monkeypatch) -> N
     assert raised.value.op is not None
     assert session.namespace["data"] == [1] and "big" not in session.namespace
     assert commits(session) == before
+    # The audit record of the op that failed says why, as the user was told.
+    last = session.image.audit.read(len(session.image.audit.entries) - 1)
+    assert (last["op"], last["status"]) == (raised.value.op, "rolled back"), last
+    assert last["error"]["kind"] == "OSError", last
+    assert "No space left on device" in last["error"]["message"], last
     monkeypatch.setattr(objects, "write", real_write)
     fsck = subprocess.run(["git", "-C", str(session.image.workspace.git_dir), "fsck", "--full",
                            "--strict", "--dangling"], capture_output=True, text=True)

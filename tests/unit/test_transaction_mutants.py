@@ -103,3 +103,24 @@ def test_the_refusal_names_the_action_the_op_and_what_to_do(action: str) -> None
         calls[action]()
     assert str(raised.value) == (
         f"cannot {action} op 9: its transaction is committed. Start a new op instead.")
+
+
+def test_the_commit_failure_is_known_to_the_participants_undoing_it() -> None:
+    vote = ValueError("vote")
+    failures: list[BaseException | None] = []
+
+    class Reader(Watcher):
+        def abort(self, txn: Transaction) -> None:
+            failures.append(txn.failure)
+            super().abort(txn)
+
+    fine = Transaction(op=5, principal="human")
+    fine.join(Reader("quiet"))
+    fine.commit()
+    assert fine.failure is None
+    txn = Transaction(op=6, principal="human")
+    txn.join(Watcher("a", fail_in="tpc_vote", error=vote))
+    txn.join(Reader("b"))
+    with pytest.raises(ValueError, match="vote"):
+        txn.commit()
+    assert txn.failure is vote and failures == [vote]

@@ -162,4 +162,8 @@ class AuditParticipant:
             return
         self.closed = True
         status, error = self.op.outcome
+        if error is None and txn.failure is not None:
+            # The commit itself failed: the record says why, as the user was told.
+            error = {"kind": type(txn.failure).__name__[:120],
+                     "message": str(txn.failure)[:500]}
         self.log.append(self._body(status=status, commit=None, error=error))
