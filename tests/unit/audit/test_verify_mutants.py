@@ -390,13 +390,15 @@ def test_each_payload_of_an_op_is_checked_and_an_erasure_after_it_explains_a_mis
     intact = payload(failed, b"plain event", stored=b"plain event")
     modified = payload(failed, b"an event", stored=b"an EVENT")
     deleted = payload(failed, b"no subject")  # missing, and nobody's erasure explains it
+    for_carol = payload(failed, b"carol's event")  # missing, and carol was never erased
     append(failed,
            op_record(4, code={"sha256": "0" * 64, "ref": code, "sealed": ["alice"]},
                      events=[{"seq": 1, "ref": for_bob, "subjects": ["bob"]},
                              {"seq": 2, "ref": intact, "subjects": []},
                              {"seq": 3, "ref": modified},
                              {"seq": 4, "payload": {"inline": True}},
-                             {"seq": 5, "ref": deleted}]),
+                             {"seq": 5, "ref": deleted},
+                             {"seq": 6, "ref": for_carol, "subjects": ["carol", "bob"]}]),
            {"type": "erasure", "subject": "alice", "refs": [code]},
            {"type": "erasure", "subject": "bob", "refs": []})
     report = verify(failed)
@@ -404,6 +406,11 @@ def test_each_payload_of_an_op_is_checked_and_an_erasure_after_it_explains_a_mis
         problem(4, f"its payload {modified[:16]} was modified"),
         problem(4, f"its payload {deleted[:16]} is missing (deleted without a recorded "
                    "erasure)"))
+    # One subject's erasure explains it; a subject never erased explains nothing.
+    append(failed, op_record(5, events=[{"seq": 7, "ref": for_carol, "subjects": ["carol"]}]))
+    assert verify(failed).problems[2:] == (
+        problem(7, f"its payload {for_carol[:16]} is missing (deleted without a recorded "
+                   "erasure)"),)
 
 
 def test_an_erasure_before_an_op_does_not_explain_its_missing_payload(failed: Path) -> None:
