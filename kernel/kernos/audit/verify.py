@@ -169,10 +169,12 @@ class _Checker(HistoryChecks):
     # -- payloads -----------------------------------------------------------------------
 
     def payloads(self) -> None:
+        # Subject -> its latest erasure: a subject given a new key after an erasure can
+        # be erased again, and that erasure explains the payloads sealed in between.
         erased: dict[str, int] = {}
         for index, record in self.in_range():
             if record is not None and record.get("type") == "erasure":
-                erased.setdefault(str(record.get("subject")), index)
+                erased[str(record.get("subject"))] = index
         directory = Path(self.workspace.path) / DIRECTORY / PAYLOADS
         for index, record in self.in_range():
             if record is None or record.get("type") != "op":
