@@ -158,7 +158,7 @@ def test_voiding_an_older_record_keeps_the_newest_prune(log: AuditLog) -> None:
 def test_a_void_that_names_no_earlier_record_voids_nothing(log: AuditLog) -> None:
     log.append({"type": "genesis", "adopts": None})
     log.append(op_body(1, commit="a" * 40, key="k"))
-    log.append({"type": "void", "voids": 3})    # itself
+    log.append({"type": "void", "voids": 2})    # itself
     log.append({"type": "void", "voids": 99})   # beyond the chain
     last = log.append({"type": "void"})         # no target
     log.close()
@@ -446,20 +446,29 @@ def test_a_full_disk_while_storing_a_payload_says_the_record_was_not_appended(
     assert list(log.payload_dir.iterdir()) == []  # no payload, no temporary
 
 
+def sealed_code(log: AuditLog, source: str, subject: str) -> dict[str, Any]:
+    """A code field sealed for ``subject``, as kernos.audit.record writes it."""
+    sealed = log.keyring.seal([subject], source.encode())
+    return {"sealed": [subject], "ref": log.store_payload(sealed), "size": len(source)}
+
+
 def test_sealed_code_reads_back_until_its_subject_is_erased(log: AuditLog) -> None:
-    source = "name = personal('Zoe', subject='c-1')"
-    sealed = log.keyring.seal(["c-1"], source.encode())
-    code = {"sha256": digest(source.encode()), "size": len(source),
-            "sealed": ["c-1"], "ref": log.store_payload(sealed)}
+    from kernos.audit.erasure import erase
+
+    first = "name = personal('Zoe', subject='c-1')"
+    second = "name = personal('Ann', subject='c-2')"
     log.append({"type": "genesis", "adopts": None})
-    log.append(op_body(1, commit="a" * 40, code=code))
+    log.append(op_body(1, commit="a" * 40, code=sealed_code(log, first, "c-1")))
     plain = {"sha256": digest(b"x = 1"), "size": 5, "ref": log.store_payload(b"x = 1")}
     log.append(op_body(2, commit="b" * 40, code=plain))
-    assert log.code(1) == source
-    assert log.code(2) == "x = 1"
-    assert log.keyring.destroy("c-1")
-    assert log.code(1) is None
-    assert log.code(2) == "x = 1"
+    log.append(op_body(3, commit="c" * 40, code=sealed_code(log, second, "c-2")))
+    assert [log.code(op) for op in (1, 2, 3)] == [first, "x = 1", second]
+    assert log.keyring.destroy("c-1")  # the key gone, the sealed payload still there
+    assert [log.code(op) for op in (1, 2, 3)] == [None, "x = 1", second]
+    report = erase(log, "c-2")  # in the log's workspace: its key, its code, its recordings
+    assert report.payloads == (log.read(3)["code"]["ref"],) and report.key_destroyed
+    assert log.read(report.record)["type"] == "erasure"
+    assert [log.code(op) for op in (1, 2, 3)] == [None, "x = 1", None]
     assert log.delete_payload(plain["ref"])
     assert log.code(2) is None
 
