@@ -8,7 +8,8 @@ that nothing is published before recovery or beyond ``published``; which
 records ``recover`` voids (and which it must leave to verify), with the words
 it records and reports; and ``restore_records``, which puts back the records
 a crash took from the chain (from a missing, empty, torn or whole chain; only
-the next records, in order; synced only when it wrote).
+the next records, in order; synced only when it wrote; past a last record
+longer than the 1 MiB it reads first, which made a workspace fail to open).
 """
 
 from __future__ import annotations
@@ -306,10 +307,62 @@ def test_restore_writes_and_syncs_nothing_when_the_chain_holds_every_record(
     assert fsyncs == []
 
 
-def test_restore_leaves_a_torn_line_longer_than_the_window_to_verify(
-        chain: Path, lines: list[bytes]) -> None:
-    torn = b'{"at":"' + b"x" * (3 << 19)  # 1.5 MiB, no newline
-    chain.write_bytes(lines[0] + torn)
-    assert restore_records(chain, lines[1:3], durable=False) == 0
-    held = chain.read_bytes()
-    assert held.startswith(lines[0] + b'{"at":"xxx') and lines[1] not in held
+def long_chain(tmp_path: Path, size: int) -> list[bytes]:
+    """Genesis, a failed op whose record is about ``size`` bytes long, two more after it."""
+    source = new_log(tmp_path / "long", durable=False)
+    source.ensure_genesis(None)
+    source.append(op_body(1, status="failed", output="x" * size))
+    source.append(op_body(2, status="failed"))
+    source.append(op_body(3, status="failed"))
+    source.close()
+    return source.path.read_bytes().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("held", [2, 3])
+@pytest.mark.parametrize("size", [1 << 10, (1 << 20) - 900, 3 << 19, 5 << 20])
+def test_restore_finds_the_last_record_however_long_it_is(
+        tmp_path: Path, chain: Path, size: int, held: int) -> None:
+    """An op's record can pass 1 MiB (10,000 events of up to 1 KB each are allowed).
+
+    With ``held=2`` the long record is the last one the chain holds; with ``held=3`` a
+    short one follows it, and the first 1 MiB read back starts inside the long one.
+    """
+    (tmp_path / "long").mkdir()
+    lines = long_chain(tmp_path, size)
+    assert len(lines[1]) > size
+    chain.write_bytes(b"".join(lines[:held]))
+    assert restore_records(chain, lines[1:], durable=False) == 4 - held
+    assert chain.read_bytes() == b"".join(lines)
+
+
+@pytest.mark.parametrize("size", [3 << 19, 5 << 20])
+def test_restore_cuts_a_torn_line_longer_than_the_window(
+        tmp_path: Path, chain: Path, size: int) -> None:
+    (tmp_path / "long").mkdir()
+    lines = long_chain(tmp_path, size)
+    chain.write_bytes(b"".join(lines[:2]) + lines[2][:-1] + b"y" * size)
+    assert restore_records(chain, lines[2:], durable=False) == 2
+    assert chain.read_bytes() == b"".join(lines)
+
+
+def test_a_workspace_opens_after_a_crash_that_follows_an_op_with_a_long_record(
+        tmp_path: Path) -> None:
+    """The crash leaves the op in the commit tail; the next open restores from it."""
+    import shutil
+
+    from core_support import CoreEnv
+
+    env = CoreEnv(tmp_path / "ws")
+    try:
+        env.run("for i in range(1400): bus.emit('big.event', 'x' * 800)")
+        assert env.workspace is not None and env.workspace.tail.frames  # not folded yet
+        assert len(env.chain.read_bytes()) > 1 << 20
+        shutil.copytree(tmp_path / "ws", tmp_path / "crashed")  # what a kill -9 leaves
+    finally:
+        env.close()
+    crashed = CoreEnv(tmp_path / "crashed")
+    try:
+        assert "folded 1 commit(s)" in (crashed.restore_report.recovery or "")
+        assert len(crashed.image.audit.events_since()) == 1400
+    finally:
+        crashed.close()
