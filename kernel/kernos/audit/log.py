@@ -625,20 +625,23 @@ def restore_records(path: Path, lines: Sequence[bytes], *, durable: bool = True)
     except FileNotFoundError:
         size = 0
     with open(path, "a+b") as handle:
-        handle.seek(max(0, size - (1 << 20)))
-        end = handle.read()
-        whole = end[: end.rfind(b"\n") + 1] if b"\n" in end else b""
-        start = size - len(end)
+        window = 1 << 20
+        while True:  # read back until the last whole line starts after a newline read
+            start = max(0, size - window)
+            handle.seek(start)
+            end = handle.read()
+            whole = end[: end.rfind(b"\n") + 1]
+            if start == 0 or b"\n" in whole[:-1]:
+                break
+            window *= 2
         if len(whole) != len(end):
             handle.truncate(start + len(whole))
         lines_before = whole.splitlines()
         if lines_before:
             last = json.loads(lines_before[-1])
             index, previous = int(last["index"]), str(last["hash"])
-        elif start == 0:
-            index, previous = -1, GENESIS_PREV
         else:
-            return 0  # a last line longer than the window read: leave it to verify
+            index, previous = -1, GENESIS_PREV
         restored = 0
         for line in lines:
             record = json.loads(line)
