@@ -415,3 +415,28 @@ def test_a_miss_rescans_once_unless_told_not_to_and_an_added_pack_is_read_at_onc
     reader.close()
     writer.close()
 
+
+def test_a_delta_chain_resolves_at_any_depth_git_makes_and_a_looping_one_is_refused(
+        tmp_path: Path) -> None:
+    """git repacks with ``--depth`` up to 4095: deeper than Python's recursion limit."""
+    builder = PackBuilder()
+    builder.add_raw(b"\x00" * 20, whole(b"v"))
+    expected = b"v"
+    previous = 12
+    for step in range(1, 1500):  # each version is the last plus one byte, by offset
+        insert = bytes([step % 251 + 1])
+        delta = (varint(len(expected)) + varint(len(expected) + 1)
+                 + bytes([0x80 | 0x10 | 0x20, len(expected) & 0xFF, len(expected) >> 8])
+                 + b"\x01" + insert)
+        expected += insert
+        offset = builder.size
+        builder.add_raw(step.to_bytes(2, "big") + b"\x00" * 18, ofs_delta(delta, offset - previous))
+        previous = offset
+    # A delta whose base is itself (a damaged distance): the chain never ends.
+    builder.add_raw(b"\xff" * 20, ofs_delta(varint(1) + varint(1) + b"\x01x", 0))
+    pack = write(builder, tmp_path / "pack")
+    packs = PackSet(tmp_path / "pack")
+    assert packs.read((1499).to_bytes(2, "big") + b"\x00" * 18) == (b"blob", expected)
+    with pytest.raises(ValueError, match=rf"^a delta chain in {pack.name} does not end$"):
+        packs.read(b"\xff" * 20)
+    packs.close()
