@@ -40,6 +40,7 @@ from kernos.store.objects import (
     encode_tree,
     object_id,
 )
+from kernos.store.packs import PackBuilder
 from kernos.store.snapshots import (
     ChunkCache,
     SnapshotWriter,
@@ -120,15 +121,20 @@ def test_blobs_under_4_kib_bypass_the_cache_and_new_chunks_are_hashed_once(
         return real_object_id(kind, data)
 
     monkeypatch.setattr(snapshots, "object_id", counting)
+
+    def stored(data: bytes) -> int:
+        """What an object takes in a pack, the measure of ``bytes_written``."""
+        return PackBuilder().add(b"blob", data, object_id(b"blob", data))
+
     with SnapshotWriter(workspace, cache) as writer:
+        assert writer.bytes_written == 0
         assert writer.blob(small) == object_id(b"blob", small)  # not looked up
         assert writer.blob(large) == b"\x02" * 20  # known: trusted, not hashed or written
-        assert hashed == [4095] and writer.bytes_written > 0
-        written = writer.bytes_written
+        assert hashed == [4095] and writer.bytes_written == stored(small)
         new = b"N" * 5000
         assert writer.blob(new) == object_id(b"blob", new)
         assert writer.blob(new) == object_id(b"blob", new)  # the second time from the batch
-        assert hashed == [4095, 5000] and writer.bytes_written > written
+        assert hashed == [4095, 5000] and writer.bytes_written == stored(small) + stored(new)
         workspace.objects.discard()
 
 
@@ -179,6 +185,9 @@ def test_chunk_ids_are_the_ids_part_writes_taking_known_ones_from_the_cache(
     head, tail = data[:MIB], data[MIB:]
     cache.update([(cache.digest(head), b"\x0a" * 20), (cache.digest(tail), b"\x0b" * 20)])
     assert chunk_ids(data, cache) == (b"\x0a" * 20, object_id(b"blob", tail))  # 4095 bytes
+    longer = data + b"!"
+    cache.update([(cache.digest(longer[MIB:]), b"\x0c" * 20)])
+    assert chunk_ids(longer, cache) == (b"\x0a" * 20, b"\x0c" * 20)  # 4096 bytes: looked up
 
 
 def test_a_group_tree_holds_its_index_stream_and_buffers_under_fixed_names(
@@ -406,6 +415,13 @@ def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress
     assert type(out) is bytearray and out == pieces
     assert sorted(progress) == sorted(cut.sizes) and len(progress) == len(cut.chunks)
 
+    pair = rng.randbytes(MIB + 5)
+    both = write_part(workspace, pair)
+    workspace.buffers.drop()  # neither chunk mapped: both copied, by the two threads
+    progress.clear()
+    assert read_part(workspace, both, on_chunk=progress.append)[:] == pair
+    assert progress == [MIB, 5]
+
     two = write_part(workspace, rng.randbytes(2 * 1000), stream=False)
     progress.clear()
     assert read_part(workspace, two, on_chunk=progress.append, writable=True) == bytearray(
@@ -491,6 +507,8 @@ def test_reading_a_damaged_snapshot_says_what_is_wrong(workspace: Workspace) -> 
     bad_manifest = commit(root((BLOB_MODE, "kernos.json", not_json), (TREE_MODE, "ns", empty)))
     tree_manifest = commit(root((BLOB_MODE, "kernos.json", empty), (TREE_MODE, "ns", empty)))
     blob_root = commit(manifest)
+    latin_source = commit(root((BLOB_MODE, "kernos.json", manifest), (TREE_MODE, "ns", empty),
+                               (BLOB_MODE, "source.py", put(b"blob", b"s = '\xe9'\n"))))
     index = put(b"blob", json.dumps({"names": ["a/b"], "stream": [2], "buffers": [],
                                      "segments": 1}).encode())
     no_sizes = root((BLOB_MODE, "c.000000", manifest))
@@ -517,6 +535,8 @@ def test_reading_a_damaged_snapshot_says_what_is_wrong(workspace: Workspace) -> 
     assert problem(read_snapshot, tree_manifest) == f"{empty.hex()} is a tree, not a blob"
     assert problem(read_snapshot, blob_root) == f"{manifest.hex()} is a blob, not a tree"
     assert problem(read_group, "a%2Fb", no_index) == "group 'a/b' has no index"
+    # Code that is not UTF-8 (written by something else) is shown, not refused.
+    assert read_snapshot(workspace, latin_source, with_source=True).source == "s = '\ufffd'\n"
     assert problem(read_group, "a%2Fb", broken_group) == (
         f"segment tree {no_sizes.hex()} has no sizes")
     group = read_group(workspace, "a%2Fb", old_group)  # written before code refs and unpersisted
