@@ -105,9 +105,12 @@ def test_each_entry_is_its_header_then_zlib_at_level_1_or_0_and_inflates_back() 
     rng = random.Random(2)
     builder = PackBuilder()
     assert builder.size == 12 and len(builder) == 0
+    words = [bytes(rng.choice(b"abcdefghij") for _ in range(rng.randrange(2, 9)))
+             for _ in range(300)]
+    text = b" ".join(rng.choice(words) for _ in range(4000))  # each level makes other bytes
     cases = [(b"blob", b""), (b"blob", b"x" * 15), (b"tree", b"t" * 16),
              (b"commit", b"c" * 2047), (b"tag", b"g" * 2048), (b"blob", b"a" * 300_000),
-             (b"blob", rng.randbytes(40_000))]  # the last one is stored at level 0
+             (b"blob", text), (b"blob", rng.randbytes(40_000))]  # the last one at level 0
     expected_size = 12
     for number, (kind, data) in enumerate(cases):
         taken = builder.add(kind, data, bytes([number]) * 20)
@@ -439,4 +442,25 @@ def test_a_delta_chain_resolves_at_any_depth_git_makes_and_a_looping_one_is_refu
     assert packs.read((1499).to_bytes(2, "big") + b"\x00" * 18) == (b"blob", expected)
     with pytest.raises(ValueError, match=rf"^a delta chain in {pack.name} does not end$"):
         packs.read(b"\xff" * 20)
+    packs.close()
+
+
+def test_closing_lets_go_of_the_mappings_even_while_a_reader_holds_a_view(
+        tmp_path: Path) -> None:
+    builder = PackBuilder()
+    builder.add(b"blob", b"data", object_id(b"blob", b"data"))
+    path = write(builder, tmp_path / "pack")
+    pack = Pack(path)
+    held = memoryview(pack._pack)  # a restore thread inflating from it
+    pack.close()  # no BufferError: the mapping goes when the view does
+    assert bytes(held[:4]) == b"PACK"
+    held.release()
+    pack.close()
+    assert pack._pack.closed and pack._idx.closed
+    packs = PackSet(tmp_path / "pack")
+    mapped = list(packs)
+    packs.close()
+    assert all(pack._pack.closed for pack in mapped)
+    packs.refresh()  # a closed set forgot its packs: it maps them anew
+    assert packs.read(object_id(b"blob", b"data")) == (b"blob", b"data")
     packs.close()
