@@ -298,6 +298,8 @@ def test_a_commit_is_a_root_tree_of_manifest_namespace_and_source(
                               parent=None, message=message, author="alice <a@kernos.invalid>")
         assert workspace.objects.framed_parent is None  # sealed for the tail, with no parent
         writer.publish(first)
+    assert workspace.tail.frames[-1].commit == first
+    assert workspace.tail.frames[-1].record == b""  # no audit record given: none copied
     assert message == ("op 1 by alice: x = 1\n\n"
                        "Kernos-Op: 1\nKernos-Principal: alice\nKernos-Kind: cell\n")
     data = workspace.read_commit(first)
@@ -376,10 +378,14 @@ def test_chunks_of_big_buffers_go_to_the_buffer_cache_whole_pages_only(
     assert workspace.buffers.accepting
     with SnapshotWriter(workspace, ChunkCache()) as writer:
         big = writer.part(rng.randbytes(2 * MIB + 5))
+        exactly = writer.part(rng.randbytes(MIB))
         writer.part(rng.randbytes(MIB - PAGE))  # too small to be worth mapping
-        writer.part(rng.randbytes(2 * MIB), stream=True)  # cut by content: never mapped
+        # Cut by content, never mapped: zeros are cut at FastCDC's maximum, 32 whole pages.
+        zeros = writer.part(bytes(2 * MIB), stream=True)
+        assert zeros.by_content and zeros.sizes[0] == 128 * 1024
         workspace.objects.discard()
-    assert workspace.buffers.entries() == {big.chunks[0]: MIB, big.chunks[1]: MIB}
+    assert workspace.buffers.entries() == {big.chunks[0]: MIB, big.chunks[1]: MIB,
+                                           exactly.chunks[0]: MIB}
 
 
 def write_part(workspace: Workspace, data: bytes, **options: bool) -> StoredPart:
@@ -414,6 +420,10 @@ def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress
     out = read_part(workspace, cut, on_chunk=progress.append)
     assert type(out) is bytearray and out == pieces
     assert sorted(progress) == sorted(cut.sizes) and len(progress) == len(cut.chunks)
+    zeros = write_part(workspace, bytes(2 * MIB), stream=True)  # 16 chunks of 32 pages
+    cached = workspace.buffers.entries()
+    assert read_part(workspace, zeros)[:] == bytes(2 * MIB)
+    assert workspace.buffers.entries() == cached  # content-cut chunks are never cached
 
     pair = rng.randbytes(MIB + 5)
     both = write_part(workspace, pair)
@@ -448,14 +458,16 @@ def test_read_part_maps_what_the_buffer_cache_holds_and_refills_it(workspace: Wo
 def test_a_chunk_of_the_wrong_size_is_reported_as_damage(workspace: Workspace) -> None:
     part = write_part(workspace, b"four")
     wrong = dataclasses.replace(part, sizes=(5,))
-    with pytest.raises(WorkspaceCorrupt, match=f"chunk {part.chunks[0].hex()} has the wrong size"):
+    with pytest.raises(WorkspaceCorrupt) as raised:
         read_part(workspace, wrong)
+    assert raised.value.problem == f"chunk {part.chunks[0].hex()} has the wrong size"
+    assert raised.value.path == str(workspace.path)
 
 
 def test_the_buffer_cache_is_dropped_when_it_holds_over_twice_what_is_needed(
         workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(9)
-    big = write_part(workspace, rng.randbytes(2 * MIB + 5))
+    data = random.Random(9).randbytes(2 * MIB + 5)
+    big = write_part(workspace, data)
     size = workspace.buffers.size
     assert size == 2 * (PAGE + MIB)
 
@@ -463,24 +475,27 @@ def test_the_buffer_cache_is_dropped_when_it_holds_over_twice_what_is_needed(
         return StoredGroup(key="k", names=("k",), tree=b"", stream=parts[0], buffers=parts)
 
     half = dataclasses.replace(big, chunks=big.chunks[:1] + big.chunks[2:],
-                             sizes=(MIB, 5))  # needs one chunk of the two
+                               sizes=(MIB, 5))  # needs one chunk of the two
     monkeypatch.setattr(snapshots, "CACHE_SLACK_BYTES", size - 2 * MIB)
     trim_buffer_cache(workspace, [group(half)])  # exactly twice plus the slack: kept
     assert workspace.buffers.size == size
-    trim_buffer_cache(workspace, [group(big)])
-    assert workspace.buffers.size == size
-    monkeypatch.setattr(snapshots, "CACHE_SLACK_BYTES", size - 2 * MIB - 1)
-    trim_buffer_cache(workspace, [group(big)])  # needs both: kept
+    reader = Workspace.open(workspace.path, writable=False, durable=False)
+    trim_buffer_cache(reader, [])  # a reader never deletes the cache
+    reader.close()
     assert workspace.buffers.size == size
     # Chunks of streams, of content-cut parts and partial pages do not count as needed.
     content_cut = dataclasses.replace(big, by_content=True)
     tiny = dataclasses.replace(big, chunks=big.chunks[2:], sizes=(5,))
-    reader = Workspace.open(workspace.path, writable=False, durable=False)
-    trim_buffer_cache(reader, [group(tiny)])  # a reader never deletes the cache
-    reader.close()
-    assert workspace.buffers.size == size
     trim_buffer_cache(workspace, [group(content_cut, tiny), StoredGroup(
         key="s", names=("s",), tree=b"", stream=big, buffers=())])
+    assert workspace.buffers.size == 0
+
+    assert write_part(workspace, data) == big  # the next write fills it again
+    assert workspace.buffers.size == size
+    monkeypatch.setattr(snapshots, "CACHE_SLACK_BYTES", size - 2 * MIB - 1)
+    trim_buffer_cache(workspace, [group(big)])  # needs both (not the partial page): kept
+    assert workspace.buffers.size == size
+    trim_buffer_cache(workspace, [group(half)])  # one byte more than twice plus the slack
     assert workspace.buffers.size == 0
 
 
@@ -525,6 +540,7 @@ def test_reading_a_damaged_snapshot_says_what_is_wrong(workspace: Workspace) -> 
     def problem(read: object, *args: object) -> str:
         with pytest.raises(WorkspaceCorrupt) as raised:
             read(workspace, *args)  # type: ignore[operator]
+        assert raised.value.path == str(workspace.path)
         return raised.value.problem
 
     for commit_id in (only_manifest, only_ns):
