@@ -413,8 +413,10 @@ def test_a_miss_rescans_once_unless_told_not_to_and_an_added_pack_is_read_at_onc
     writer.add(mine)
     assert [pack.path for pack in writer] == [mine, late]  # newest first, whatever the clock
     assert writer.read(b"\x44" * 20, rescan=False) == (b"tree", b"mine")
+    added = next(iter(writer))
     writer.refresh()
     assert [pack.path for pack in writer] == [late, mine]
+    assert list(writer)[1] is added  # known since it was added: not mapped again
     reader.close()
     writer.close()
 
