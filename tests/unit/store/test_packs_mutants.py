@@ -53,6 +53,7 @@ def header(kind: int, size: int) -> bytes:
 
 def varint(value: int) -> bytes:
     """A delta's size field: 7 bits at a time, least significant first."""
+    assert value >= 0  # (a negative one would never end)
     out = []
     while True:
         out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
@@ -63,6 +64,7 @@ def varint(value: int) -> bytes:
 
 def ofs_distance(distance: int) -> bytes:
     """How an offset delta names its base (git's ``offset encoding``)."""
+    assert distance >= 0, f"a base after its delta ({distance})"  # never ends otherwise
     out = [distance & 0x7F]
     distance >>= 7
     while distance:
