@@ -313,6 +313,7 @@ def test_a_commit_is_a_root_tree_of_manifest_namespace_and_source(
     assert tree(workspace, root["ns"][1]) == {"x": (TREE_MODE, group.tree)}
     snapshot = read_snapshot(workspace, first, with_source=True)
     assert snapshot.manifest == manifest and snapshot.source == "x = 1\n"
+    assert snapshot.commit == first and snapshot.data == data  # the commit as read
     assert snapshot.group_trees == {"x": group.tree} and snapshot.namespace_tree == root["ns"][1]
     assert read_snapshot(workspace, first).source is None
 
