@@ -371,30 +371,37 @@ class PackSet:
                 return None
         pack, offset = found
         try:
-            kind, data = self._resolve(pack, offset, 0)
+            kind, data = self._resolve(pack, offset)
         except (zlib.error, IndexError, struct.error) as error:
             raise ValueError(f"object {sha.hex()} is damaged in {pack.path.name} ({error})"
                              ) from None
         return _NAMES[kind], data
 
-    def _resolve(self, pack: Pack, offset: int, depth: int) -> tuple[int, bytes]:
-        if depth > _MAX_DELTA_DEPTH:
-            raise ValueError(f"a delta chain in {pack.path.name} does not end")
-        kind, size, start, base = pack.entry(offset)
-        if kind in _NAMES:
-            return kind, pack.inflate(start, offset, size)
-        if kind not in (_OFS_DELTA, _REF_DELTA):
-            raise ValueError(f"{pack.path.name} has an entry of unknown type {kind}")
-        delta = pack.inflate(start, offset, size)
-        if isinstance(base, int):
-            base_kind, source = self._resolve(pack, base, depth + 1)
-        else:
-            assert isinstance(base, bytes)
-            found = self.locate(base)
-            if found is None:
-                raise ValueError(f"the delta base {base.hex()} is in no pack")
-            base_kind, source = self._resolve(found[0], found[1], depth + 1)
-        return base_kind, apply_delta(source, delta)
+    def _resolve(self, pack: Pack, offset: int) -> tuple[int, bytes]:
+        """Follow a delta chain down to its whole object, then apply the deltas back up
+        (a loop, not recursion: git makes chains up to 4095 deep)."""
+        deltas: list[bytes] = []
+        while True:
+            if len(deltas) > _MAX_DELTA_DEPTH:
+                raise ValueError(f"a delta chain in {pack.path.name} does not end")
+            kind, size, start, base = pack.entry(offset)
+            if kind in _NAMES:
+                data = pack.inflate(start, offset, size)
+                break
+            if kind not in (_OFS_DELTA, _REF_DELTA):
+                raise ValueError(f"{pack.path.name} has an entry of unknown type {kind}")
+            deltas.append(pack.inflate(start, offset, size))
+            if isinstance(base, int):
+                offset = base
+            else:
+                assert isinstance(base, bytes)
+                found = self.locate(base)
+                if found is None:
+                    raise ValueError(f"the delta base {base.hex()} is in no pack")
+                pack, offset = found
+        for delta in reversed(deltas):
+            data = apply_delta(data, delta)
+        return kind, data
 
 
 def _varint(data: bytes, position: int) -> tuple[int, int]:
