@@ -106,6 +106,18 @@ def test_one_process_gets_one_lock_per_directory_whatever_its_name(tmp_path: Pat
     again.release()
 
 
+def test_one_process_may_hold_the_locks_of_several_workspaces(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first = WorkspaceLock.acquire(tmp_path / "one", "kernel")
+    second = WorkspaceLock.acquire(tmp_path / "two", "kernel")
+    assert first.held and second.held
+    first.release()
+    with pytest.raises(WorkspaceLocked):  # releasing one leaves the other held
+        WorkspaceLock.acquire(tmp_path / "two", "gc")
+    second.release()
+
+
 def test_another_process_holding_it_is_named_in_the_refusal(tmp_path: Path, holder) -> None:  # type: ignore[no-untyped-def]
     owner = {"pid": 4242, "host": "lab-7", "purpose": "kernel", "since": "2026-01-02 03:04:05"}
     process = holder(tmp_path, json.dumps(owner))

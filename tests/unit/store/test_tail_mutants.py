@@ -378,9 +378,11 @@ def test_a_sync_the_disk_refuses_for_space_is_a_disk_full_error(
     assert raised.value.what == "the commit tail" and raised.value.errno == errno.ENOSPC
     assert raised.value.__cause__ is refusal and tail.sync_error is refusal
     assert (tail.appended, tail.synced, tail.syncs) == (1, 0, 0)
-    with pytest.raises(DiskFull) as again:
-        tail.append(small(B, A))
-    assert again.value.then == raised.value.then and again.value.__cause__ is refusal
+    for attempt in (lambda: tail.sync(), lambda: tail.append(small(B, A))):
+        with pytest.raises(DiskFull) as again:
+            attempt()
+        assert again.value.then == raised.value.then and again.value.errno == errno.ENOSPC
+        assert str(path) in str(again.value)
     tail.close()
 
 
