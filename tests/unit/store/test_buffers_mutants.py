@@ -202,6 +202,32 @@ def test_a_new_writer_appends_after_what_the_file_holds(tmp_path: Path) -> None:
     second.close()
 
 
+def flags_of(fd: int | None) -> int:
+    assert fd is not None
+    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8)
+    raise AssertionError("no flags")
+
+
+def test_a_reader_opens_the_file_read_only_and_no_child_inherits_it(tmp_path: Path) -> None:
+    path = tmp_path / "buffers"
+    writer = cache(path)
+    writer.add(A, memoryview(chunk(b"a", 1)))  # creates the file
+    reader = cache(path, writable=False)
+    assert reader.entries() == {A: PAGE}
+    for opened, mode in ((writer, os.O_RDWR), (reader, os.O_RDONLY)):
+        flags = flags_of(opened._fd)
+        assert flags & os.O_ACCMODE == mode and flags & os.O_CLOEXEC
+    writer.close()
+    again = cache(path)  # a writer that opens the file it finds
+    assert again.entries() == {A: PAGE}
+    flags = flags_of(again._fd)
+    assert flags & os.O_ACCMODE == os.O_RDWR and flags & os.O_CLOEXEC
+    again.close()
+    reader.close()
+
+
 def test_a_cache_that_is_closed_holds_no_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "buffers"
     writer = cache(path)
@@ -226,7 +252,7 @@ def damaged(sha: bytes, length: int, magic: bytes = b"KBC1") -> bytes:
     damaged(B, 0) + chunk(b"b", 1),
     damaged(B, PAGE + 1) + chunk(b"b", 2),
     damaged(B, 4 * PAGE) + chunk(b"b", 1),  # its chunk past the end of the file
-], ids=["magic", "empty", "partial-page", "short"])
+], ids=["magic", "empty", "partial-page", "past-the-end"])
 def test_damage_ends_the_entries_and_the_writer_starts_a_new_file(tmp_path: Path,
                                                                    bad: bytes) -> None:
     path = tmp_path / "buffers"
@@ -234,6 +260,17 @@ def test_damage_ends_the_entries_and_the_writer_starts_a_new_file(tmp_path: Path
     reader = cache(path, writable=False)
     assert reader.entries() == {A: PAGE} and reader.size == 2 * PAGE
     assert path.exists()  # a reader never deletes
+    reader.close()
+    writer = cache(path)
+    assert writer.entries() == {} and not path.exists()
+    writer.close()
+
+
+def test_a_header_page_torn_from_its_chunk_at_the_end_starts_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "buffers"
+    path.write_bytes(entry(A, chunk(b"a", 1)) + entry(B, chunk(b"b", 1))[:PAGE])
+    reader = cache(path, writable=False)
+    assert reader.entries() == {A: PAGE} and path.exists()
     reader.close()
     writer = cache(path)
     assert writer.entries() == {} and not path.exists()
@@ -292,6 +329,7 @@ def test_a_short_write_deletes_the_file_and_turns_the_cache_off(
     path = tmp_path / "buffers"
     writer = cache(path)
     writer.add(A, memoryview(chunk(b"a", 1)))
+    assert writer.off_because is None and writer.enabled is True
     real = os.pwritev
 
     def short(fd: int, buffers: list[bytes], offset: int) -> int:

@@ -421,3 +421,26 @@ def test_each_sync_passes_the_pause_point_for_a_slow_disk(
     tail.sync()
     assert events == ["pause 0.001", "fdatasync"] * 2
     tail.close()
+
+
+def test_a_frame_the_disk_has_no_room_for_says_how_much_it_needed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tail"
+    tail = Tail(path, ref=lambda: None, writable=True, durable=True)
+    tail.append(small(A, None))
+    before = path.read_bytes()
+
+    def full(fd: int, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tail_module, "write_all", full)
+    frame = small(B, A, b"record\n")
+    with pytest.raises(DiskFull) as raised:
+        tail.append(frame)
+    assert raised.value.needed == len(encode_frame(B, A, frame.objects.items(), b"record\n"))
+    assert raised.value.what == "the commit tail" and str(path) in str(raised.value)
+    assert raised.value.then == ("Nothing was committed: the image is as the last committed "
+                                 "op left it.")
+    assert path.read_bytes() == before and tail.sync_error is None
+    assert (tail.head, tail.appended, tail.synced) == (A, 1, 1)
+    tail.close()
