@@ -186,3 +186,19 @@ def test_a_release_forgets_the_owner_and_frees_the_lock(tmp_path: Path, holder) 
     with pytest.raises(WorkspaceLocked) as refused:
         WorkspaceLock.acquire(tmp_path, "gc")
     assert refused.value.owner == "another process"
+
+
+
+def test_a_lock_taken_by_a_relative_path_is_released_after_the_process_changed_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel's user code may ``os.chdir`` anywhere while the kernel holds its workspace."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    lock = WorkspaceLock.acquire(Path("ws"), "kernel")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    lock.release()
+    assert not lock.held and lock_module._held == {}
+    again = WorkspaceLock.acquire(tmp_path / "ws", "kernel")  # nobody holds it now
+    assert again.held
+    again.release()
