@@ -80,7 +80,7 @@ def test_a_file_that_goes_while_it_is_counted_is_left_out(
     assert footprint(tmp_path) == Footprint(packs=1, loose=0, files=1, bytes=9)
 
 
-def test_gc_leaves_one_pack_keeps_every_object_and_runs_git_durably(
+def test_gc_beside_a_kernel_leaves_one_pack_keeps_every_object_and_runs_git_durably(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "ws"
     sessions(path, 3)
@@ -97,7 +97,8 @@ def test_gc_leaves_one_pack_keeps_every_object_and_runs_git_durably(
         return real(command, **kwargs)
 
     monkeypatch.setattr(maintenance.subprocess, "run", recorded)
-    before, after = gc(path, timeout=77)
+    with Workspace.open(path, purpose="kernel"):  # safe beside a running kernel
+        before, after = gc(path, timeout=77)
     assert (before.packs, before.loose) == (3, 1) and before.files >= 7  # a .pack and .idx each
     assert (after.packs, after.loose) == (1, 0) and after.files < before.files
     assert after == footprint(git_dir)

@@ -178,7 +178,9 @@ def test_the_counters_say_how_far_durability_reached(tmp_path: Path, syncs: list
     assert syncs == [fd, fd] and (tail.appended, tail.synced, tail.syncs) == (3, 3, 2)
     tail.sync()  # nothing left to sync: no call
     assert syncs == [fd, fd] and tail.syncs == 2
-    assert [frame.commit for frame in tail.frames] == [A, B, C] and tail.head == C
+    tail.append(small(X, C))
+    assert syncs == [fd, fd, fd] and (tail.appended, tail.synced, tail.syncs) == (4, 4, 3)
+    assert [frame.commit for frame in tail.frames] == [A, B, C, X] and tail.head == X
     assert set(tail.objects) == {X, A, B, C}
     assert tail.size == path.stat().st_size == sum(
         len(encode_frame(f.commit, f.parent, f.objects.items())) for f in tail.frames)
@@ -443,4 +445,24 @@ def test_a_frame_the_disk_has_no_room_for_says_how_much_it_needed(
                                  "op left it.")
     assert path.read_bytes() == before and tail.sync_error is None
     assert (tail.head, tail.appended, tail.synced) == (A, 1, 1)
+    tail.close()
+
+
+def test_a_frame_whose_sync_finds_the_disk_full_with_frames_waiting_is_a_disk_full_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tail"
+    tail = Tail(path, ref=lambda: None, writable=True, durable=True)
+    tail.append(small(A, None), sync=False)
+    waiting = path.read_bytes()
+    refusal = OSError(errno.ENOSPC, "No space left on device")
+
+    def refused(fd: int) -> None:
+        raise refusal
+
+    monkeypatch.setattr(tail_module.os, "fdatasync", refused)
+    with pytest.raises(DiskFull) as raised:
+        tail.append(small(B, A))
+    assert raised.value.what == "the commit tail" and str(path) in str(raised.value)
+    assert "Restart the kernel" in raised.value.then and raised.value.__cause__ is refusal
+    assert tail.sync_error is refusal and path.read_bytes() == waiting
     tail.close()
