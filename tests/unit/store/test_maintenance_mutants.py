@@ -173,3 +173,21 @@ def test_loosen_puts_back_a_pack_git_cannot_unpack(tmp_path: Path) -> None:
         "pack-1.pack": b"PACK damaged", "pack-1.idx": b"index 1",
         "pack-2.pack": b"PACK two", "pack-2.idx": b"index 2"}  # the first fails: all as was
     assert not list(git_dir.glob("unpacking-*"))
+
+
+def test_loosen_cuts_git_s_words_to_a_length(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    git_dir = tmp_path / "repo.git"
+    pack_dir = git_dir / "objects" / "pack"
+    pack_dir.mkdir(parents=True)
+    (pack_dir / "pack-1.pack").write_bytes(b"PACK")
+    (pack_dir / "pack-1.idx").write_bytes(b"index")
+
+    def chatty(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(command, 128, "", "w" * 600)
+
+    monkeypatch.setattr(maintenance.subprocess, "run", chatty)
+    with pytest.raises(KernosError) as failed:
+        loosen(git_dir)
+    assert str(failed.value) == "git unpack-objects failed on pack-1.pack: " + "w" * 500
+    assert sorted(os.listdir(pack_dir)) == ["pack-1.idx", "pack-1.pack"]
