@@ -359,3 +359,31 @@ def test_a_failed_write_says_why_the_cache_is_off(
     assert writer.off_because == (f"writing {path} failed: [Errno {errno.EDQUOT}] "
                                   "Disk quota exceeded")
     assert not path.exists() and not writer.enabled
+
+
+def test_chunks_and_their_sizes_must_pair_up(tmp_path: Path) -> None:
+    writer = cache(tmp_path / "buffers")
+    writer.add(A, memoryview(chunk(b"a", 1)))
+    with pytest.raises(ValueError):
+        writer.map_part((PAGE,), (A, B))
+    with pytest.raises(ValueError):
+        writer.map_part((PAGE, PAGE), (A,))
+    writer.close()
+
+
+def test_the_memory_is_private_to_this_process(tmp_path: Path) -> None:
+    """A child the kernel forks may write to its copy of a buffer: never to the kernel's."""
+    writer = cache(tmp_path / "buffers")
+    writer.add(A, memoryview(chunk(b"a", 1)))
+    found = writer.map_part((PAGE, PAGE), (A, B))
+    assert found is not None and found[1] == [1]
+    memory = found[0]
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        memory[:] = b"!" * (2 * PAGE)
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert memory[:] == chunk(b"a", 1) + bytes(PAGE)
+    memory.close()
+    writer.close()
