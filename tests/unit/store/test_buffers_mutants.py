@@ -368,6 +368,26 @@ def test_chunks_and_their_sizes_must_pair_up(tmp_path: Path) -> None:
         writer.map_part((PAGE,), (A, B))
     with pytest.raises(ValueError):
         writer.map_part((PAGE, PAGE), (A,))
+    with pytest.raises(ValueError):  # a check must answer for every chunk it was given
+        writer.map_part((PAGE,), (A,), lambda order, matches: [])
+    writer.close()
+
+
+def test_a_damaged_chunk_the_buffer_holds_twice_is_copied_twice(tmp_path: Path) -> None:
+    """Identical chunks (zeros, say) are one blob: a buffer may name it more than once."""
+    path = tmp_path / "buffers"
+    writer = cache(path)
+    writer.add(A, memoryview(chunk(b"a", 1)))
+    found = writer.map_part((PAGE, PAGE), (A, A))
+    assert found is not None and found[1] == [] and found[0][:] == chunk(b"a", 2)
+    found[0].close()
+    with open(path, "r+b") as handle:
+        handle.seek(PAGE)
+        handle.write(b"!")
+    found = writer.map_part((PAGE, PAGE), (A, A))
+    assert found is not None and found[1] == [0, 1]
+    found[0].close()
+    assert writer.entries() == {}
     writer.close()
 
 
