@@ -54,8 +54,15 @@ def holder(tmp_path: Path) -> Iterator[object]:
         process.communicate("", timeout=30)
 
 
-def open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def descriptors_of(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path`` (others come and go)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path.resolve())
+        except FileNotFoundError:
+            continue
+    return count
 
 
 def test_the_lock_file_names_its_owner(tmp_path: Path) -> None:
@@ -90,7 +97,7 @@ def test_one_process_gets_one_lock_per_directory_whatever_its_name(tmp_path: Pat
     (tmp_path / "ws").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "ws")
     lock = WorkspaceLock.acquire(tmp_path / "ws", "kernel")
-    descriptors = open_descriptors()
+    assert descriptors_of(tmp_path / "ws" / "lock") == 1
     for name in (tmp_path / "ws", tmp_path / "link", tmp_path / "ws" / ".." / "ws"):
         with pytest.raises(WorkspaceLocked) as refused:
             WorkspaceLock.acquire(name, "replay")
@@ -98,7 +105,7 @@ def test_one_process_gets_one_lock_per_directory_whatever_its_name(tmp_path: Pat
         assert str(refused.value).startswith(
             f"The workspace {(tmp_path / 'ws').resolve()} is in use by this process (pid "
             f"{os.getpid()}) already. ")
-    assert open_descriptors() == descriptors  # a refusal opens nothing
+    assert descriptors_of(tmp_path / "ws" / "lock") == 1  # a refusal opens nothing
     assert json.loads((tmp_path / "ws" / "lock").read_text())["purpose"] == "kernel"
     lock.release()
     again = WorkspaceLock.acquire(tmp_path / "link", "replay")  # released: free again
@@ -121,13 +128,12 @@ def test_one_process_may_hold_the_locks_of_several_workspaces(tmp_path: Path) ->
 def test_another_process_holding_it_is_named_in_the_refusal(tmp_path: Path, holder) -> None:  # type: ignore[no-untyped-def]
     owner = {"pid": 4242, "host": "lab-7", "purpose": "kernel", "since": "2026-01-02 03:04:05"}
     process = holder(tmp_path, json.dumps(owner))
-    descriptors = open_descriptors()
     with pytest.raises(WorkspaceLocked) as refused:
         WorkspaceLock.acquire(tmp_path, "gc")
     assert refused.value.owner == "a kernel (pid 4242 on lab-7, since 2026-01-02 03:04:05)"
     assert str(tmp_path.resolve()) in str(refused.value)
     assert refused.value.__cause__ is None and refused.value.__suppress_context__
-    assert open_descriptors() == descriptors  # the refused attempt closed its descriptor
+    assert descriptors_of(tmp_path / "lock") == 0  # the refused attempt closed its descriptor
     assert json.loads((tmp_path / "lock").read_text()) == owner  # the holder's record stays
     process.communicate("", timeout=30)  # the holder goes: the lock is free
     lock = WorkspaceLock.acquire(tmp_path, "gc")
@@ -175,11 +181,11 @@ def test_an_owner_is_read_from_the_start_of_its_record(tmp_path: Path) -> None:
 
 def test_a_release_forgets_the_owner_and_frees_the_lock(tmp_path: Path, holder) -> None:  # type: ignore[no-untyped-def]
     lock = WorkspaceLock.acquire(tmp_path, "kernel")
-    descriptors = open_descriptors()
+    assert descriptors_of(tmp_path / "lock") == 1
     lock.release()
     assert not lock.held and (tmp_path / "lock").read_bytes() == b""
     assert str(tmp_path.resolve()) not in lock_module._held
-    assert open_descriptors() == descriptors - 1
+    assert descriptors_of(tmp_path / "lock") == 0
     lock.release()  # twice is fine, and touches nothing
     assert not lock.held
     holder(tmp_path, "")  # another process can take it now
