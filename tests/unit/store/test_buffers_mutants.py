@@ -413,3 +413,20 @@ def test_the_memory_is_private_to_this_process(tmp_path: Path) -> None:
     assert memory[:] == chunk(b"a", 1) + bytes(PAGE)
     memory.close()
     writer.close()
+
+
+def test_memory_that_cannot_be_put_back_after_a_failed_mapping_is_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, ...]] = []
+
+    def refusing(*args: int) -> int:
+        calls.append(args)
+        return 0  # neither the file's pages nor zeroed memory went where they were asked
+
+    monkeypatch.setattr(buffers_module, "_mmap_function", lambda: refusing)
+    with pytest.raises(MemoryError) as failed:
+        _map_fixed(0x7F0000000000, PAGE, 3, 0)
+    assert str(failed.value) == (
+        "could not restore memory at 0x7f0000000000 after a failed mapping")
+    assert len(calls) == 2 and calls[1][0] == 0x7F0000000000
+    assert calls[1][3] & mmap.MAP_ANONYMOUS and calls[1][4:] == (-1, 0)  # no file this time
