@@ -35,6 +35,8 @@ class WorkspaceLock:
 
     def __init__(self, workspace: Path, fd: int) -> None:
         self.workspace = workspace
+        self._key = str(workspace.resolve())
+        """The name it is held under: ``workspace`` may be relative, and the cwd may change."""
         self._fd: int | None = fd
 
     @classmethod
@@ -75,7 +77,7 @@ class WorkspaceLock:
         if self._fd is None:
             return
         with _held_guard:
-            _held.pop(str(self.workspace.resolve()), None)
+            _held.pop(self._key, None)
             try:
                 os.ftruncate(self._fd, 0)
                 fcntl.lockf(self._fd, fcntl.LOCK_UN)

@@ -49,6 +49,13 @@ def test_from_a_checkout_workspaces_live_in_snapshots(tmp_path: Path,
     assert default_workspace(data) == checkout / "snapshots" / "default"
 
 
+def test_this_checkout_keeps_its_workspaces_in_its_snapshots_directory() -> None:
+    checkout = Path(__file__).resolve().parents[3]
+    if not (checkout / "snapshots" / "README.md").exists():
+        pytest.skip("not run from a checkout (scripts/mutation runs the tests in a copy)")
+    assert default_workspace({}) == checkout / "snapshots" / "default"
+
+
 def test_new_workspace_is_a_valid_bare_repository(workspace: Workspace) -> None:
     assert json.loads((workspace.path / "workspace.json").read_text())["format"] == 1
     out = subprocess.run(["git", "-C", str(workspace.git_dir), "rev-parse", "--is-bare-repository"],
