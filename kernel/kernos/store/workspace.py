@@ -140,7 +140,8 @@ class Workspace:
         commit (or a ``kernos prune``) that a crash interrupted.  A read-only
         one takes no lock.
         """
-        root = Path(path).expanduser() if path is not None else default_workspace()
+        # Absolute, once: the user's code may os.chdir, and the history must not follow it.
+        root = (Path(path).expanduser() if path is not None else default_workspace()).absolute()
         if durable is None:
             durable = os.environ.get("KERNOS_DURABILITY", "full") != "process"
         if not (root / "workspace.json").exists():

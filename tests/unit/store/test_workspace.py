@@ -134,3 +134,23 @@ def test_refs_resolve_by_op_by_offset_and_by_prefix(session) -> None:  # type: i
     for bad in ("@99", "HEAD~9", "deadbeef", "no such ref"):
         with pytest.raises(UnknownRef, match="names no snapshot"):
             workspace.resolve(bad)
+
+
+def test_a_workspace_opened_by_a_relative_path_survives_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """KERNOS_WORKSPACE=ws, then the user's code calls os.chdir: the history stays put."""
+    from conftest import Session
+
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with Workspace.open("ws") as workspace:
+        assert workspace.path == tmp_path / "ws"
+        session = Session(workspace)
+        session.run("x = 1")
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        session.run("x += 1")
+        assert workspace.head() is not None
+    assert not (tmp_path / "elsewhere" / "ws").exists()
+    with Workspace.open(tmp_path / "ws") as reopened:
+        assert Session(reopened).namespace["x"] == 2
