@@ -243,6 +243,7 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
     with Workspace.open(path, writable=False, create=False) as workspace:
         checker = _Checker(workspace)
         chain = Path(workspace.path) / DIRECTORY / CHAIN
+        emptied = False  # the file is there with nothing in it, not even its genesis
         if since is not None:
             found = checker.since_chain(chain, since)
         else:
@@ -252,6 +253,8 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
             except FileNotFoundError:
                 data = b""
                 checker.bad(0, f"the audit log {chain} is missing")
+            else:
+                emptied = not data
             checker.chain(data)
         if found:
             checker.payloads()
@@ -261,6 +264,10 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
                 checker.bad(0, "the audit log holds no records, but the history holds "
                                "snapshots with no audit record: the log was truncated or "
                                "emptied")
+            elif emptied:
+                # The log is created by its genesis record's append: empty, it was emptied.
+                checker.bad(0, f"the audit log {chain} is empty, but every log starts with "
+                               "its genesis record: its records were deleted")
             if anchor is not None:
                 checker.anchor(anchor)
         problems = sorted(checker.problems, key=lambda problem: problem.index)

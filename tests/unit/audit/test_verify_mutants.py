@@ -470,3 +470,14 @@ def test_a_newest_record_whose_commit_was_never_published_is_an_unfinished_op(
         "process died before its commit point (or is committing it now); the next kernel or "
         "writable command to open the workspace voids it")
     assert verify(committed, since=anchor_of(committed, 1)).unfinished == report.unfinished
+
+
+def test_an_emptied_log_fails_even_when_no_op_ever_committed(failed: Path) -> None:
+    """Only refused or failed ops: no snapshot betrays the log, its genesis record does."""
+    chain = chain_file(failed)
+    chain.write_bytes(b"")
+    report = verify(failed)
+    assert report.problems == (problem(0, f"the audit log {chain} is empty, but every log "
+                                          "starts with its genesis record: its records were "
+                                          "deleted"),)
+    assert report.records == 0
