@@ -31,9 +31,22 @@ def test_each_notebook_gets_its_own_default_workspace() -> None:
     assert default_workspace({}).name == "default"
 
 
-def test_from_a_checkout_workspaces_live_in_snapshots() -> None:
-    checkout = Path(__file__).resolve().parents[3]
-    assert default_workspace({}) == checkout / "snapshots" / "default"
+def test_from_a_checkout_workspaces_live_in_snapshots(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wherever the code runs from (a checkout, a copy such as scripts/mutation's)."""
+    from kernos.store import workspace as workspace_module
+
+    checkout = tmp_path / "checkout"
+    source = checkout / "kernel" / "kernos" / "store" / "workspace.py"
+    source.parent.mkdir(parents=True)
+    monkeypatch.setattr(workspace_module, "__file__", str(source))
+    data = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    assert default_workspace(data) == tmp_path / "data" / "kernos" / "workspaces" / "default"
+    (checkout / "pyproject.toml").write_text("")
+    assert default_workspace(data) == tmp_path / "data" / "kernos" / "workspaces" / "default"
+    (checkout / "snapshots").mkdir()
+    (checkout / "snapshots" / "README.md").write_text("")
+    assert default_workspace(data) == checkout / "snapshots" / "default"
 
 
 def test_new_workspace_is_a_valid_bare_repository(workspace: Workspace) -> None:
