@@ -1,0 +1,443 @@
+"""The workspace directory, pinned exactly: where it is, what a new one holds, what it refuses,
+its settings, and how references resolve.
+
+These close gaps mutation testing (scripts/mutation store.workspace) found: the
+default directory outside a checkout, the files a new workspace is created with,
+the exact refusals an open gives (and the path they name), the durability an open
+picks from ``KERNOS_DURABILITY``, the settings file, a ref git has packed,
+corruption reported as such by the readers, and the corners of
+``snapshot_of_op`` and ``resolve`` (lower case, ``~N``, full ids off the branch,
+ambiguous prefixes).  Histories are built with git itself (``commit-tree``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernos._version import __version__
+from kernos.errors import (
+    KernosError,
+    UnknownRef,
+    UsageError,
+    WorkspaceCorrupt,
+    WorkspaceFormatError,
+    WorkspaceLocked,
+)
+from kernos.store import workspace as workspace_module
+from kernos.store.objects import CommitData
+from kernos.store.workspace import Workspace, default_workspace, op_of
+
+IDENTITY = {"GIT_AUTHOR_NAME": "human", "GIT_AUTHOR_EMAIL": "human@kernos.invalid",
+            "GIT_COMMITTER_NAME": "human", "GIT_COMMITTER_EMAIL": "human@kernos.invalid",
+            "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000"}
+
+
+def git(workspace: Workspace, *args: str, input: str | bytes | None = None) -> str:
+    done = subprocess.run(["git", f"--git-dir={workspace.git_dir}", *args],
+                          input=input.encode() if isinstance(input, str) else input,
+                          capture_output=True, env={**os.environ, **IDENTITY})
+    assert done.returncode == 0, (args, done.stderr)
+    return done.stdout.decode().strip()
+
+
+def empty_tree(workspace: Workspace) -> str:
+    return git(workspace, "mktree", input="")
+
+
+def commit(workspace: Workspace, message: str, *parents: str) -> str:
+    arguments = [argument for parent in parents for argument in ("-p", parent)]
+    return git(workspace, "commit-tree", empty_tree(workspace), *arguments, "-m", message)
+
+
+def ops(workspace: Workspace, *numbers: int | None) -> list[str]:
+    """A chain of commits, one per number (its ``Kernos-Op`` trailer; None: no trailer)."""
+    commits: list[str] = []
+    for number in numbers:
+        message = "no op" if number is None else f"op {number}\n\nKernos-Op: {number}"
+        commits.append(commit(workspace, message, *commits[-1:]))
+    git(workspace, "update-ref", "refs/heads/main", commits[-1])
+    return commits
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Workspace]:
+    with Workspace.open(tmp_path / "ws", durable=False) as opened:
+        yield opened
+
+
+# -- where -------------------------------------------------------------------------------------
+
+
+def test_outside_a_checkout_the_default_is_under_the_data_home(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "site" / "kernos" / "store" / "workspace.py"
+    monkeypatch.setattr(workspace_module, "__file__", str(source))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    session = {"JPY_SESSION_NAME": "/home/ada/My Notes (v2).ipynb"}
+    assert default_workspace(session) == (
+        tmp_path / "home" / ".local" / "share" / "kernos" / "workspaces" / "home-ada-My-Notes-v2")
+    assert default_workspace({**session, "XDG_DATA_HOME": ""}) == (
+        tmp_path / "home" / ".local" / "share" / "kernos" / "workspaces" / "home-ada-My-Notes-v2")
+    assert default_workspace({"JPY_SESSION_NAME": "../.hidden.ipynb",
+                              "XDG_DATA_HOME": "/data"}) == Path("/data/kernos/workspaces/hidden")
+    assert default_workspace({"JPY_SESSION_NAME": "/..."}).name == "default"
+    assert default_workspace({"JPY_SESSION_NAME": ""}).name == "default"
+    # An empty KERNOS_WORKSPACE is no choice; one with ~ is the user's.
+    assert default_workspace({"KERNOS_WORKSPACE": "", "XDG_DATA_HOME": "/data"}) == Path(
+        "/data/kernos/workspaces/default")
+    assert default_workspace({"KERNOS_WORKSPACE": "~/w"}) == tmp_path / "home" / "w"
+    monkeypatch.setenv("KERNOS_WORKSPACE", str(tmp_path / "from-env"))
+    assert default_workspace() == tmp_path / "from-env"
+
+
+# -- creating and opening ----------------------------------------------------------------------
+
+
+def test_a_new_workspace_holds_exactly_what_git_and_kernos_need(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[Path] = []
+    monkeypatch.setattr(workspace_module, "fsync_dir", synced.append)
+    root = tmp_path / "deep" / "er" / "ws"
+    with Workspace.open(root, durable=False) as opened:
+        assert opened.path == root and opened.git_dir == root / "history.git"
+        assert opened.recovery_note is None and opened.writable
+    assert synced[0] == root
+    git_dir = root / "history.git"
+    assert (git_dir / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert (git_dir / "config").read_text() == (
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+        "\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n")
+    assert (git_dir / "description").read_text() == "Kernos image history\n"
+    assert all((git_dir / sub).is_dir() for sub in ("objects", "refs/heads", "refs/tags", "info"))
+    text = (root / "workspace.json").read_text()
+    meta = json.loads(text)
+    assert text == json.dumps(meta, indent=2) + "\n"
+    assert set(meta) == {"format", "created_by", "created_at"}
+    assert meta["format"] == 1 and meta["created_by"] == f"kernos {__version__}"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", meta["created_at"])
+    assert not (root / "workspace.json.tmp").exists()
+    # An empty directory that exists is made a workspace too.
+    (tmp_path / "empty").mkdir()
+    with Workspace.open(tmp_path / "empty", durable=False) as made:
+        assert made.head() is None
+    assert (tmp_path / "empty" / "workspace.json").exists()
+
+
+def test_the_lock_records_what_holds_it(tmp_path: Path) -> None:
+    with Workspace.open(tmp_path / "a", durable=False):
+        assert json.loads((tmp_path / "a" / "lock").read_text())["purpose"] == "kernos process"
+    with Workspace.open(tmp_path / "a", purpose="kernos prune", durable=False) as opened:
+        assert json.loads((tmp_path / "a" / "lock").read_text())["purpose"] == "kernos prune"
+        assert opened.lock is not None and opened.lock.held
+        with Workspace.open(tmp_path / "a", writable=False) as reader:
+            assert reader.lock is None and not reader.writable
+    assert not opened.writable  # closed: the lock is let go
+    with Workspace.open(tmp_path / "a") as again:
+        assert again.writable
+
+
+def test_refusals_name_the_path_and_say_what_to_do(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    for options in ({"writable": False}, {"create": False}):
+        with pytest.raises(WorkspaceFormatError) as raised:
+            Workspace.open(missing, **options)  # type: ignore[arg-type]
+        assert str(raised.value) == (
+            f"{missing} does not exist. Check the path (or KERNOS_WORKSPACE); a kernel "
+            "creates its workspace when it first starts.")
+        assert raised.value.path == str(missing)
+        assert not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for options in ({"writable": False}, {"create": False}):
+        with pytest.raises(WorkspaceFormatError) as raised:
+            Workspace.open(empty, **options)  # type: ignore[arg-type]
+        assert str(raised.value) == (
+            f"{empty} is not a Kernos workspace (it has no workspace.json). Check the path, "
+            "or open it from a kernel to create it.")
+        assert raised.value.path == str(empty)
+        assert list(empty.iterdir()) == []
+    (empty / "notes.txt").write_text("mine")
+    with pytest.raises(WorkspaceFormatError) as raised:
+        Workspace.open(empty)
+    assert str(raised.value) == (
+        f"{empty} exists and is not empty, but is not a Kernos workspace. Choose an empty or "
+        "new directory for KERNOS_WORKSPACE.")
+    assert raised.value.path == str(empty)
+    assert sorted(path.name for path in empty.iterdir()) == ["notes.txt"]
+
+
+def test_the_open_checks_the_format(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    Workspace.open(root, durable=False).close()
+    meta = root / "workspace.json"
+    for text in ("{torn", json.dumps({"format": "one"}), json.dumps({"version": 1}),
+                 json.dumps([1])):
+        meta.write_text(text)
+        for writable in (True, False):
+            with pytest.raises(WorkspaceCorrupt) as raised:
+                Workspace.open(root, writable=writable)
+            assert raised.value.problem.startswith("workspace.json is unreadable (")
+            assert raised.value.path == str(root)
+    meta.write_text(json.dumps({"format": 2}))
+    with pytest.raises(WorkspaceFormatError) as newer:
+        Workspace.open(root, writable=False)
+    assert str(newer.value) == (f"{root} was written by a newer Kernos (format 2; this one "
+                                "reads format 1). Upgrade Kernos to open it.")
+    assert newer.value.path == str(root)
+    meta.write_text(json.dumps({"format": 1}))
+    (root / "history.git" / "objects").rename(root / "elsewhere")
+    with pytest.raises(WorkspaceCorrupt) as raised:
+        Workspace.open(root)
+    assert raised.value.problem == "history.git/objects is missing"
+    (root / "elsewhere").rename(root / "history.git" / "objects")
+    with Workspace.open(root, writable=False) as reader:
+        assert reader.head() is None
+
+
+def test_durability_follows_kernos_durability_unless_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "ws"
+    found = {}
+    for value in ("process", "full", None):
+        if value is None:
+            monkeypatch.delenv("KERNOS_DURABILITY", raising=False)
+        else:
+            monkeypatch.setenv("KERNOS_DURABILITY", value)
+        with Workspace.open(root) as opened:
+            found[value] = (opened.durable, opened.objects.durable, opened.tail.durable)
+    assert found == {"process": (False, False, False), "full": (True, True, True),
+                     None: (True, True, True)}
+    monkeypatch.setenv("KERNOS_DURABILITY", "process")
+    with Workspace.open(root, durable=True) as opened:
+        assert opened.durable
+
+
+def test_a_failed_recovery_closes_the_workspace_and_lets_the_lock_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.store import retention
+
+    root = tmp_path / "ws"
+    Workspace.open(root, durable=False).close()
+
+    def failing(workspace: Workspace) -> str | None:
+        raise KernosError("recovery failed")
+
+    monkeypatch.setattr(retention, "finish_interrupted", failing)
+    with pytest.raises(KernosError, match="recovery failed"):
+        Workspace.open(root)
+    monkeypatch.setattr(retention, "finish_interrupted", lambda workspace: "pruned it")
+    with Workspace.open(root) as opened:
+        assert opened.recovery_note == "pruned it"
+        with pytest.raises(WorkspaceLocked):
+            Workspace.open(root)
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def test_settings_default_change_durably_and_refuse_what_they_do_not_know(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ws.setting("on_error") == "rollback"
+    replaced: list[tuple[Path, bytes, bool, Path | None]] = []
+    real = workspace_module.replace_file
+
+    def replace_file(path: Path, data: bytes, *, durable: bool,
+                     temporary: Path | None = None) -> None:
+        replaced.append((path, data, durable, temporary))
+        real(path, data, durable=durable, temporary=temporary)
+
+    monkeypatch.setattr(workspace_module, "replace_file", replace_file)
+    ws.durable = True
+    ws.set_setting("on_error", "keep")
+    path = ws.path / "settings.json"
+    assert replaced == [(path, b'{\n  "on_error": "keep"\n}\n', True,
+                         ws.path / "settings.json.tmp")]
+    assert ws.setting("on_error") == "keep"
+    ws.set_setting("on_error", "rollback")
+    assert json.loads(path.read_text()) == {"on_error": "rollback"}
+    for call in (lambda: ws.setting("colour"), lambda: ws.set_setting("colour", "red")):
+        with pytest.raises(UsageError) as raised:
+            call()
+        assert str(raised.value) == "there is no setting 'colour'; settings: on_error"
+    with pytest.raises(UsageError) as raised:
+        ws.set_setting("on_error", "ignore")
+    assert str(raised.value) == "on_error takes one of rollback, keep, not 'ignore'"
+    assert ws.setting("on_error") == "rollback"
+    with Workspace.open(ws.path, writable=False) as reader:
+        with pytest.raises(UsageError) as raised:
+            reader.set_setting("on_error", "keep")
+        assert str(raised.value) == "settings change only in a workspace opened writable"
+        assert reader.setting("on_error") == "rollback"
+
+
+def test_a_stored_setting_that_is_not_allowed_reads_as_the_default_and_garbage_is_corruption(
+        ws: Workspace) -> None:
+    path = ws.path / "settings.json"
+    path.write_text(json.dumps({"on_error": "explode", "other": 1}))
+    assert ws.setting("on_error") == "rollback"
+    ws.set_setting("on_error", "keep")
+    assert json.loads(path.read_text()) == {"on_error": "keep"}  # only known settings stay
+    for garbage in ("{torn", "[1, 2]"):
+        path.write_text(garbage)
+        with pytest.raises(WorkspaceCorrupt) as raised:
+            ws.setting("on_error")
+        assert raised.value.problem.startswith("settings.json is unreadable (")
+        assert raised.value.problem.endswith("); fix or delete it")
+
+
+# -- the branch --------------------------------------------------------------------------------
+
+
+def test_a_ref_git_packed_is_read_from_packed_refs(ws: Workspace) -> None:
+    first, second = ops(ws, 1, 2)
+    (ws.git_dir / "refs" / "heads" / "main").unlink()
+    assert ws.git_ref() is None and ws.head() is None  # no loose ref, no packed-refs
+    packed = ws.git_dir / "packed-refs"
+    packed.write_text(f"# pack-refs with: peeled fully-peeled sorted \n{first} refs/heads/backup\n"
+                      f"{second} refs/heads/main\n")
+    assert ws.git_ref() == bytes.fromhex(second)
+    packed.write_text(f"{first} refs/heads/backup\n")
+    assert ws.git_ref() is None
+    (ws.git_dir / "refs" / "heads" / "main").write_text("")
+    assert ws.git_ref() is None
+
+
+def test_a_ref_that_is_no_commit_id_is_corruption(ws: Workspace) -> None:
+    ref = ws.git_dir / "refs" / "heads" / "main"
+    for text, shown in (("abcd", "'abcd'"), ("ab" * 21, repr("ab" * 21)),
+                        ("z" * 80, repr("z" * 60))):
+        ref.write_text(text + "\n")
+        with pytest.raises(WorkspaceCorrupt) as raised:
+            ws.git_ref()
+        assert raised.value.problem == f"refs/heads/main holds {shown}"
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def test_readers_report_what_they_cannot_read_as_corruption(ws: Workspace) -> None:
+    tree = empty_tree(ws)
+    with pytest.raises(WorkspaceCorrupt) as raised:
+        ws.read_commit(bytes.fromhex(tree))
+    assert raised.value.problem == f"{tree} is a tree, not a commit"
+    missing = bytes.fromhex("0" * 40)
+    with pytest.raises(WorkspaceCorrupt) as raised:
+        ws.read_object(missing)
+    assert raised.value.problem.startswith(f"object {'0' * 40} is unreadable (")
+    with pytest.raises(WorkspaceCorrupt) as raised:
+        ws.read_blob_into(missing, memoryview(bytearray(1)))
+    assert raised.value.problem.startswith(f"object {'0' * 40} is unreadable (")
+    # A loose blob whose bytes are not zlib: zlib.error is corruption too.
+    content = b"hello"
+    sha = hashlib.sha1(b"blob 5\0" + content).hexdigest()
+    path = ws.git_dir / "objects" / sha[:2] / sha[2:]
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(zlib.compress(b"blob 5\0" + content)[:-6] + b"garbage")
+    with pytest.raises(WorkspaceCorrupt) as raised:
+        ws.read_blob_into(bytes.fromhex(sha), memoryview(bytearray(5)))
+    assert raised.value.problem.startswith(f"object {sha} is unreadable (")
+
+
+def test_history_walks_first_parents_from_any_start(ws: Workspace) -> None:
+    c = ops(ws, 1, 2, 3)
+    other = commit(ws, "elsewhere")
+    merge = commit(ws, "op 4\n\nKernos-Op: 4", c[2], other)
+    git(ws, "update-ref", "refs/heads/main", merge)
+    assert [sha.hex() for sha, _ in ws.history()] == [merge, c[2], c[1], c[0]]
+    assert [sha.hex() for sha, _ in ws.history(bytes.fromhex(c[1]))] == [c[1], c[0]]
+    assert [op_of(data) for _, data in ws.history()] == [4, 3, 2, 1]
+
+
+def test_snapshot_of_op_exact_or_the_newest_before(ws: Workspace) -> None:
+    with pytest.raises(UnknownRef) as raised:
+        ws.snapshot_of_op(1, exact=False)
+    assert raised.value.ref == "@1"
+    c = ops(ws, 1, 2, None, 5, 7)
+    assert ws.snapshot_of_op(5, exact=True).hex() == c[3]
+    assert ws.snapshot_of_op(5, exact=False).hex() == c[3]
+    assert ws.snapshot_of_op(4, exact=False).hex() == c[1]  # op 4 wrote none: op 2's is newest
+    assert ws.snapshot_of_op(9, exact=False).hex() == c[4]
+    for op in (4, 9, 3):
+        with pytest.raises(UnknownRef) as raised:
+            ws.snapshot_of_op(op, exact=True)
+        assert raised.value.ref == f"@{op}"
+    with pytest.raises(UnknownRef) as raised:
+        ws.snapshot_of_op(0, exact=False, ref="before the first")  # op 1 is the oldest
+    assert raised.value.ref == "before the first"
+    assert ws.snapshot_of_op(2, exact=False).hex() == c[1]
+
+
+def test_resolve_reads_head_offsets_ops_and_ids_in_any_case(ws: Workspace) -> None:
+    with pytest.raises(UnknownRef) as raised:
+        ws.resolve("HEAD")
+    assert raised.value.ref == "HEAD"
+    c = ops(ws, 1, 2, 3)
+    off_branch = commit(ws, "op 9\n\nKernos-Op: 9")
+    cases = {"HEAD": c[2], "head": c[2], " HEAD ": c[2], "": c[2], "HEAD~0": c[2],
+             "HEAD~1": c[1], "head~2": c[0], "~1": c[1], "@1": c[0], "@3": c[2],
+             c[1]: c[1], c[1].upper(): c[1], c[0][:4]: c[0], c[0][:4].upper(): c[0],
+             off_branch: off_branch}
+    assert {ref: ws.resolve(ref).hex() for ref in cases} == cases
+    tree = empty_tree(ws)
+    for bad in ("HEAD~3", "Head", "HEAD~", "@9", "@x", c[0][:3], "0" * 40, tree, "HEAD^",
+                c[0] + "0"):
+        with pytest.raises(UnknownRef) as raised:
+            ws.resolve(bad)
+        assert raised.value.ref == bad
+
+
+def test_an_ambiguous_prefix_is_refused_with_the_count(ws: Workspace) -> None:
+    # Two commits of the branch whose ids share their first four digits.
+    first = ops(ws, 1)[0]
+    header = f"tree {empty_tree(ws)}\nparent {first}\nauthor a <a@b> 1 +0000\n".encode()
+    for n in range(1_000_000):
+        data = header + b"committer a <a@b> 1 +0000\n\nop 2 try %d\n" % n
+        sha = hashlib.sha1(b"commit %d\0" % len(data) + data).hexdigest()
+        if sha[:4] == first[:4]:
+            break
+    assert git(ws, "hash-object", "-t", "commit", "-w", "--stdin", input=data) == sha
+    git(ws, "update-ref", "refs/heads/main", sha)
+    with pytest.raises(UnknownRef) as raised:
+        ws.resolve(first[:4])
+    assert raised.value.ref == f"{first[:4]} (ambiguous: 2 commits)"
+    assert ws.resolve(first[:12]).hex() == first
+
+
+# -- the rest ----------------------------------------------------------------------------------
+
+
+def test_repo_is_one_git_repository_for_the_history(ws: Workspace) -> None:
+    c = ops(ws, 1)
+    repo = ws.repo
+    assert ws.repo is repo
+    assert repo.head.commit.hexsha == c[0]
+    assert Path(repo.git_dir) == ws.git_dir
+    ws.close()
+    assert ws._repo is None
+
+
+def test_disk_usage_is_the_size_of_every_file_of_the_history(ws: Workspace) -> None:
+    ops(ws, 1, 2)
+    expected = sum(path.lstat().st_size for path in ws.git_dir.rglob("*")
+                   if not path.is_dir())
+    assert ws.disk_usage() == expected > 0
+
+
+def test_op_of_reads_only_a_whole_trailer_line() -> None:
+    def data(message: str) -> CommitData:
+        return CommitData(tree=b"", parents=(), author="a", timestamp=0, message=message)
+
+    assert op_of(data("op 12\n\nKernos-Op: 12\n")) == 12
+    assert op_of(data("Kernos-Op: 3\nmore text\n")) == 3
+    assert op_of(data("op\n\nKernos-Op: 12 or so\n")) is None
+    assert op_of(data("op\n\nKernos-Op: x\n")) is None
+    assert op_of(data("see Kernos-Op: 4\n")) is None
