@@ -30,6 +30,7 @@ from kernos.store.retention import (
     Freed,
     Intent,
     Policy,
+    Selection,
     Snapshot,
     finish,
     finish_interrupted,
@@ -77,8 +78,10 @@ def tree(workspace: Workspace, **files: str) -> str:
 
 def commit(workspace: Workspace, op: int, when: int, *parents: str,
            files: dict[str, str] | None = None) -> str:
-    """A snapshot of op ``op`` at ``when``: its tree holds a blob only it has."""
-    contents = files if files is not None else {f"x{op}": blob(workspace, f"value {op}\n")}
+    """A snapshot of op ``op`` at ``when``: its tree holds a blob only it has, and one that
+    every snapshot shares."""
+    contents = files if files is not None else {f"x{op}": blob(workspace, f"value {op}\n"),
+                                                "base": blob(workspace, "shared\n")}
     stamp = {"GIT_AUTHOR_DATE": f"{when} +0000", "GIT_COMMITTER_DATE": f"{when} +0000"}
     arguments = [argument for parent in parents for argument in ("-p", parent)]
     return git(workspace, "commit-tree", tree(workspace, **contents), *arguments,
@@ -118,6 +121,7 @@ class History:
         ws = workspace
         self.c = ["", *linear(ws, 6)]  # c[1] .. c[6]
         self.blobs = {op: git(ws, "rev-parse", f"{self.c[op]}:x{op}") for op in range(1, 7)}
+        self.base = git(ws, "rev-parse", f"{self.c[1]}:base")
         self.trees = {op: git(ws, "rev-parse", f"{self.c[op]}^{{tree}}") for op in range(1, 7)}
         git(ws, "update-ref", "refs/heads/backup", self.c[1])
         git(ws, "update-ref", "refs/kernos/source", self.c[1])
@@ -202,8 +206,8 @@ def test_measure_counts_what_only_the_pruned_snapshots_reach(history: History) -
     ws, c = history.workspace, history.c
     planned = plan(ws, POLICY)
     freed = measure(ws, planned)
-    # c2 and c4 with their trees and c4's blob (c2's is held by the tag ``side``), the old
-    # ids of c3, c5, c6 and the annotated tag object that v3 named.
+    # c2 and c4 with their trees and c4's blob (c2's is held by the tag ``side``, the one they
+    # all share by the kept ones), the old ids of c3, c5, c6 and the tag object v3 named.
     expected = sorted({c[2], history.trees[2], c[4], history.trees[4], history.blobs[4],
                        c[3], c[5], c[6], history.v3})
     assert freed.objects == tuple(expected)
@@ -272,6 +276,7 @@ def test_the_whole_prune_moves_the_branch_and_tags_and_deletes_what_was_pruned(
     # Nothing the pruned snapshots alone reached is left, loose or packed; the rest is.
     assert [sha for sha in freed.objects if present(ws, sha)] == []
     assert present(ws, history.blobs[2]) and present(ws, history.attic)  # held by refs
+    assert present(ws, history.base)  # held by the kept snapshots
     assert git(ws, "rev-list", "refs/heads/main").split() == [
         planned.new_head, planned.rewritten[c[5]], planned.rewritten[c[3]], c[1]]
     # The workspace reads the new history from the packs the repack wrote.
@@ -283,6 +288,9 @@ def test_finish_without_tags_or_durability_deletes_and_syncs_nothing_more(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with Workspace.open(tmp_path / "w", durable=False) as ws:
         c = linear(ws, 3)
+        for sha in c:  # reflogs (a user's git may write them) would keep the pruned commits
+            git(ws, "update-ref", "--create-reflog", "-m", "moved", "refs/heads/main", sha)
+        assert len(git(ws, "reflog", "show", "refs/heads/main").splitlines()) == 3
         planned = plan(ws, Policy(keep_last=1))
         synced: list[Path] = []
         monkeypatch.setattr(retention, "fsync_dir", synced.append)
@@ -361,7 +369,7 @@ def test_finish_tries_twice_then_names_what_is_left(
 def test_present_lists_only_the_objects_that_are_there(durable: Workspace) -> None:
     c = linear(durable, 1)
     assert retention._present(durable, []) == []
-    assert retention._present(durable, [c[0], "0" * 40]) == [c[0]]
+    assert retention._present(durable, ["0" * 40, c[0], "1" * 40]) == [c[0]]
 
 
 def test_a_failing_git_command_names_itself_and_what_git_said(durable: Workspace) -> None:
@@ -516,7 +524,18 @@ def test_keep_last_at_the_chain_length_keeps_it_all_and_zero_keeps_only_head() -
     assert list(select(chain, Policy(keep_last=3)).kept) == ["c1", "c2", "c3"]
     assert list(select(chain, Policy(keep_last=2)).kept) == ["c2", "c3"]
     assert select(chain, Policy(keep_daily=1)).kept == {"c3": ("HEAD", "daily 2026-03-01")}
-    assert select([], Policy(keep_tags=("v*",))).unmatched == ()
+    assert select([], Policy(keep_tags=("v*",))) == Selection(kept={}, pruned=(), unmatched=())
+
+
+def test_with_parent_leaves_the_message_alone_whatever_it_holds() -> None:
+    # A message with blank lines and a line that looks like a header: only the header's
+    # parent lines are the commit's.
+    message = b"parent of the results\n\nparent 9\n\nKernos-Op: 3\n"
+    head = b"tree " + b"4" * 40 + b"\nparent " + b"1" * 40 + b"\nauthor a <a@b> 1 +0000\n"
+    assert with_parent(head + b"\n" + message, "2" * 40) == (
+        head.replace(b"1" * 40, b"2" * 40) + b"\n" + message)
+    assert with_parent(head + b"\n" + message, None) == (
+        b"tree " + b"4" * 40 + b"\nauthor a <a@b> 1 +0000\n\n" + message)
 
 
 def test_with_parent_replaces_every_parent_line_of_a_merge() -> None:
