@@ -335,6 +335,32 @@ def test_abandon_undoes_the_written_batch_and_the_intent(durable: Workspace) -> 
     retention.abandon(durable)  # twice: nothing left to undo, no error
 
 
+def test_finish_deletes_pruned_objects_from_the_packs_too(durable: Workspace) -> None:
+    c = linear(durable, 3)
+    git(durable, "repack", "-a", "-d", "-q")  # as a `kernos gc` or git's own gc leaves them
+    assert not any(present_loose(durable, sha) for sha in c)
+    planned = plan(durable, Policy(keep_last=1))
+    write(durable, planned)
+    intend(durable, planned)
+    publish(durable, planned)
+    finish(durable, planned.intent())
+    assert [present(durable, sha) for sha in c] == [False, False, False]
+    assert len(list((durable.git_dir / "objects" / "pack").glob("*.pack"))) == 1
+    assert durable.read_commit(bytes.fromhex(planned.new_head)).parents == ()
+
+
+def present_loose(workspace: Workspace, sha: str) -> bool:
+    return (workspace.git_dir / "objects" / sha[:2] / sha[2:]).exists()
+
+
+def test_a_ref_that_vanished_meanwhile_needs_nothing_and_the_others_still_count(
+        history: History) -> None:
+    ws, c = history.workspace, history.c
+    on_chain = set(c[1:])
+    assert retention._needed(ws, ["refs/heads/gone", "refs/heads/backup", "refs/tags/side"],
+                             on_chain) == {c[1]: "refs/heads/backup"}
+
+
 def test_finish_tries_twice_then_names_what_is_left(
         durable: Workspace, points_passed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     c = linear(durable, 3)
@@ -411,6 +437,7 @@ def test_a_branch_naming_a_tree_is_corruption(durable: Workspace) -> None:
     with pytest.raises(WorkspaceCorrupt) as raised:
         plan(durable, Policy(keep_last=1))
     assert raised.value.problem == f"{tree1} is a tree, not a commit"
+    assert raised.value.path == str(durable.path)
 
 
 # -- the intent file and an interrupted prune ----------------------------------------------------
