@@ -68,6 +68,19 @@ def ops(workspace: Workspace, *numbers: int | None) -> list[str]:
     return commits
 
 
+def corrupt(raised: pytest.ExceptionInfo[WorkspaceCorrupt], workspace: Workspace) -> str:
+    """The problem a corruption error reports, once it is checked to name the workspace."""
+    assert raised.value.path == str(workspace.path)
+    assert str(raised.value).startswith(f"The workspace {workspace.path} is damaged: ")
+    return raised.value.problem
+
+
+def unknown(raised: pytest.ExceptionInfo[UnknownRef], workspace: Workspace) -> str:
+    """The reference an unknown-ref error names, once it is checked to name the workspace."""
+    assert raised.value.workspace == str(workspace.path)
+    return raised.value.ref
+
+
 @pytest.fixture
 def ws(tmp_path: Path) -> Iterator[Workspace]:
     with Workspace.open(tmp_path / "ws", durable=False) as opened:
@@ -90,6 +103,7 @@ def test_outside_a_checkout_the_default_is_under_the_data_home(
     assert default_workspace({"JPY_SESSION_NAME": "../.hidden.ipynb",
                               "XDG_DATA_HOME": "/data"}) == Path("/data/kernos/workspaces/hidden")
     assert default_workspace({"JPY_SESSION_NAME": "/..."}).name == "default"
+    assert default_workspace({"JPY_SESSION_NAME": "X/notes X.ipynb"}).name == "X-notes-X"
     assert default_workspace({"JPY_SESSION_NAME": ""}).name == "default"
     # An empty KERNOS_WORKSPACE is no choice; one with ~ is the user's.
     assert default_workspace({"KERNOS_WORKSPACE": "", "XDG_DATA_HOME": "/data"}) == Path(
@@ -290,8 +304,9 @@ def test_a_stored_setting_that_is_not_allowed_reads_as_the_default_and_garbage_i
         path.write_text(garbage)
         with pytest.raises(WorkspaceCorrupt) as raised:
             ws.setting("on_error")
-        assert raised.value.problem.startswith("settings.json is unreadable (")
-        assert raised.value.problem.endswith("); fix or delete it")
+        problem = corrupt(raised, ws)
+        assert problem.startswith("settings.json is unreadable (")
+        assert problem.endswith("); fix or delete it")
 
 
 # -- the branch --------------------------------------------------------------------------------
@@ -318,7 +333,7 @@ def test_a_ref_that_is_no_commit_id_is_corruption(ws: Workspace) -> None:
         ref.write_text(text + "\n")
         with pytest.raises(WorkspaceCorrupt) as raised:
             ws.git_ref()
-        assert raised.value.problem == f"refs/heads/main holds {shown}"
+        assert corrupt(raised, ws) == f"refs/heads/main holds {shown}"
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -328,14 +343,14 @@ def test_readers_report_what_they_cannot_read_as_corruption(ws: Workspace) -> No
     tree = empty_tree(ws)
     with pytest.raises(WorkspaceCorrupt) as raised:
         ws.read_commit(bytes.fromhex(tree))
-    assert raised.value.problem == f"{tree} is a tree, not a commit"
+    assert corrupt(raised, ws) == f"{tree} is a tree, not a commit"
     missing = bytes.fromhex("0" * 40)
     with pytest.raises(WorkspaceCorrupt) as raised:
         ws.read_object(missing)
-    assert raised.value.problem.startswith(f"object {'0' * 40} is unreadable (")
+    assert corrupt(raised, ws).startswith(f"object {'0' * 40} is unreadable (")
     with pytest.raises(WorkspaceCorrupt) as raised:
         ws.read_blob_into(missing, memoryview(bytearray(1)))
-    assert raised.value.problem.startswith(f"object {'0' * 40} is unreadable (")
+    assert corrupt(raised, ws).startswith(f"object {'0' * 40} is unreadable (")
     # A loose blob whose bytes are not zlib: zlib.error is corruption too.
     content = b"hello"
     sha = hashlib.sha1(b"blob 5\0" + content).hexdigest()
@@ -344,7 +359,7 @@ def test_readers_report_what_they_cannot_read_as_corruption(ws: Workspace) -> No
     path.write_bytes(zlib.compress(b"blob 5\0" + content)[:-6] + b"garbage")
     with pytest.raises(WorkspaceCorrupt) as raised:
         ws.read_blob_into(bytes.fromhex(sha), memoryview(bytearray(5)))
-    assert raised.value.problem.startswith(f"object {sha} is unreadable (")
+    assert corrupt(raised, ws).startswith(f"object {sha} is unreadable (")
 
 
 def test_history_walks_first_parents_from_any_start(ws: Workspace) -> None:
@@ -360,7 +375,7 @@ def test_history_walks_first_parents_from_any_start(ws: Workspace) -> None:
 def test_snapshot_of_op_exact_or_the_newest_before(ws: Workspace) -> None:
     with pytest.raises(UnknownRef) as raised:
         ws.snapshot_of_op(1, exact=False)
-    assert raised.value.ref == "@1"
+    assert unknown(raised, ws) == "@1"
     c = ops(ws, 1, 2, None, 5, 7)
     assert ws.snapshot_of_op(5, exact=True).hex() == c[3]
     assert ws.snapshot_of_op(5, exact=False).hex() == c[3]
@@ -369,30 +384,31 @@ def test_snapshot_of_op_exact_or_the_newest_before(ws: Workspace) -> None:
     for op in (4, 9, 3):
         with pytest.raises(UnknownRef) as raised:
             ws.snapshot_of_op(op, exact=True)
-        assert raised.value.ref == f"@{op}"
+        assert unknown(raised, ws) == f"@{op}"
     with pytest.raises(UnknownRef) as raised:
         ws.snapshot_of_op(0, exact=False, ref="before the first")  # op 1 is the oldest
-    assert raised.value.ref == "before the first"
+    assert unknown(raised, ws) == "before the first"
     assert ws.snapshot_of_op(2, exact=False).hex() == c[1]
 
 
 def test_resolve_reads_head_offsets_ops_and_ids_in_any_case(ws: Workspace) -> None:
     with pytest.raises(UnknownRef) as raised:
         ws.resolve("HEAD")
-    assert raised.value.ref == "HEAD"
+    assert unknown(raised, ws) == "HEAD"
     c = ops(ws, 1, 2, 3)
     off_branch = commit(ws, "op 9\n\nKernos-Op: 9")
     cases = {"HEAD": c[2], "head": c[2], " HEAD ": c[2], "": c[2], "HEAD~0": c[2],
              "HEAD~1": c[1], "head~2": c[0], "~1": c[1], "@1": c[0], "@3": c[2],
              c[1]: c[1], c[1].upper(): c[1], c[0][:4]: c[0], c[0][:4].upper(): c[0],
-             off_branch: off_branch}
+             off_branch: off_branch, off_branch.upper(): off_branch}
     assert {ref: ws.resolve(ref).hex() for ref in cases} == cases
     tree = empty_tree(ws)
-    for bad in ("HEAD~3", "Head", "HEAD~", "@9", "@x", c[0][:3], "0" * 40, tree, "HEAD^",
-                c[0] + "0"):
+    # The error names the reference as it was given.
+    for bad in ("HEAD~3", "Head", "HEAD~", "@9", " @9 ", "@x", c[0][:3], "0" * 40, tree,
+                "HEAD^", c[0] + "0"):
         with pytest.raises(UnknownRef) as raised:
             ws.resolve(bad)
-        assert raised.value.ref == bad
+        assert unknown(raised, ws) == bad
 
 
 def test_an_ambiguous_prefix_is_refused_with_the_count(ws: Workspace) -> None:
@@ -408,7 +424,7 @@ def test_an_ambiguous_prefix_is_refused_with_the_count(ws: Workspace) -> None:
     git(ws, "update-ref", "refs/heads/main", sha)
     with pytest.raises(UnknownRef) as raised:
         ws.resolve(first[:4])
-    assert raised.value.ref == f"{first[:4]} (ambiguous: 2 commits)"
+    assert unknown(raised, ws) == f"{first[:4]} (ambiguous: 2 commits)"
     assert ws.resolve(first[:12]).hex() == first
 
 
@@ -430,6 +446,72 @@ def test_disk_usage_is_the_size_of_every_file_of_the_history(ws: Workspace) -> N
     expected = sum(path.lstat().st_size for path in ws.git_dir.rglob("*")
                    if not path.is_dir())
     assert ws.disk_usage() == expected > 0
+
+
+def test_disk_usage_skips_a_file_deleted_while_it_counts(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    ops(ws, 1, 2)
+    files = sorted(path for path in ws.git_dir.rglob("*") if not path.is_dir())
+    gone = files[0]  # as a repack deletes what it merged
+    real = os.lstat
+
+    def lstat(path: str) -> os.stat_result:
+        if Path(path) == gone:
+            raise FileNotFoundError(path)
+        return real(path)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    assert ws.disk_usage() == sum(real(path).st_size for path in files[1:])
+
+
+def test_a_full_disk_while_moving_the_ref_says_what_and_leaves_no_lock_file(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.errors import DiskFull
+    from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED
+
+    first, second = ops(ws, 1, 2)
+    git(ws, "update-ref", "refs/heads/main", first)
+
+    def full(fd: int, data: bytes | memoryview) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(workspace_module, "write_all", full)
+    ref = ws.git_dir / "refs" / "heads" / "main"
+    with pytest.raises(DiskFull) as raised:
+        ws.set_head(bytes.fromhex(second))
+    assert (raised.value.what, raised.value.path, raised.value.then) == (
+        "the branch's ref", str(ref.with_name("main.lock")), NOTHING_COMMITTED)
+    assert not ref.with_name("main.lock").exists()
+    assert ref.read_text().strip() == first
+    # A fold says instead that the tail keeps its commits.
+    from kernos.store.tail import Frame
+
+    ws.tail.append(Frame(bytes.fromhex(second), bytes.fromhex(first), {}, b""), sync=False)
+    with pytest.raises(DiskFull) as raised:
+        ws.fold()
+    assert (raised.value.what, raised.value.then) == ("the branch's ref", NOT_FOLDED)
+    assert len(ws.tail.frames) == 1 and ref.read_text().strip() == first
+
+
+def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core_support import CoreEnv
+
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 1")
+    workspace = env.workspace
+    assert workspace is not None and len(workspace.tail.frames) == 1
+    head = workspace.head()
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(workspace.objects, "pack_tail", full_disk)
+    env.close()  # no error: the frame is durable in the tail
+    assert not workspace.writable
+    with Workspace.open(tmp_path / "ws") as reopened:
+        assert reopened.recovery_note == "folded 1 commit(s) from the tail into the history"
+        assert reopened.git_ref() == head
 
 
 def test_op_of_reads_only_a_whole_trailer_line() -> None:
