@@ -146,6 +146,32 @@ def test_a_new_workspace_holds_exactly_what_git_and_kernos_need(
     assert (tmp_path / "empty" / "workspace.json").exists()
 
 
+def test_a_used_workspace_has_the_documented_layout(tmp_path: Path) -> None:
+    from core_support import CoreEnv
+
+    env = CoreEnv(tmp_path / "ws")
+    assert sorted(os.listdir(tmp_path / "ws")) == ["audit", "history.git", "lock",
+                                                   "workspace.json"]
+    env.run("x = 1")  # a small commit: a frame in the tail
+    env.run("import numpy as np\ny = np.arange(300_000.0)")  # a big buffer: a pack
+    env.close()
+    assert sorted(os.listdir(tmp_path / "ws")) == ["audit", "buffers", "history.git", "lock",
+                                                   "pending", "tail", "tmp", "workspace.json"]
+    assert list((tmp_path / "ws" / "tmp").iterdir()) == []
+    assert (tmp_path / "ws" / "tail").read_bytes() == b""  # folded at close
+
+
+def test_open_takes_the_default_directory_or_a_path_with_a_tilde(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with Workspace.open("~/ws", durable=False) as opened:
+        assert opened.path == tmp_path / "home" / "ws"
+    monkeypatch.setenv("KERNOS_WORKSPACE", str(tmp_path / "chosen"))
+    with Workspace.open(durable=False) as chosen:
+        assert chosen.path == tmp_path / "chosen"
+    assert (tmp_path / "chosen" / "workspace.json").exists()
+
+
 def test_the_lock_records_what_holds_it(tmp_path: Path) -> None:
     with Workspace.open(tmp_path / "a", durable=False):
         assert json.loads((tmp_path / "a" / "lock").read_text())["purpose"] == "kernos process"
@@ -249,8 +275,10 @@ def test_a_failed_recovery_closes_the_workspace_and_lets_the_lock_go(
     with pytest.raises(KernosError, match="recovery failed"):
         Workspace.open(root)
     monkeypatch.setattr(retention, "finish_interrupted", lambda workspace: "pruned it")
+    (root / "pending").write_text("junk\n")  # a journal a crash left: the batch is discarded
     with Workspace.open(root) as opened:
-        assert opened.recovery_note == "pruned it"
+        assert opened.recovery_note == "discarded a half-written commit (0 packs or objects); " \
+                                       "pruned it"
         with pytest.raises(WorkspaceLocked):
             Workspace.open(root)
 
