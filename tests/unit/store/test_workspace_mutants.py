@@ -542,6 +542,28 @@ def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
         assert reopened.git_ref() == head
 
 
+def test_the_open_says_what_it_folded_and_which_records_it_put_back(tmp_path: Path) -> None:
+    from core_support import CoreEnv
+
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 0")
+    env.run("x += 1")
+    workspace = env.workspace
+    assert workspace is not None and len(workspace.tail.frames) == 2
+    head = workspace.head()
+    chain = tmp_path / "ws" / "audit" / "chain.jsonl"
+    whole = chain.read_bytes()
+    workspace.objects.close()  # the process dies: no fold, no close
+    assert workspace.lock is not None
+    workspace.lock.release()
+    chain.write_bytes(whole[:-len(whole.splitlines(keepends=True)[-1])])  # a power cut
+    with Workspace.open(tmp_path / "ws", durable=False) as reopened:
+        assert reopened.recovery_note == ("folded 2 commit(s) from the tail into the history; "
+                                          "put back 1 audit record(s) from the tail")
+        assert reopened.git_ref() == head and not reopened.tail.frames
+    assert chain.read_bytes() == whole
+
+
 def test_op_of_reads_only_a_whole_trailer_line() -> None:
     def data(message: str) -> CommitData:
         return CommitData(tree=b"", parents=(), author="a", timestamp=0, message=message)
