@@ -521,6 +521,71 @@ def test_a_full_disk_while_moving_the_ref_says_what_and_leaves_no_lock_file(
     assert len(ws.tail.frames) == 1 and ref.read_text().strip() == first
 
 
+def test_the_ref_is_written_rw_r__r__and_a_failed_create_of_its_lock_file_is_reported(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.errors import DiskFull
+
+    first, second = ops(ws, 1, 2)
+    ref = ws.git_dir / "refs" / "heads" / "main"
+    old_umask = os.umask(0o022)
+    try:
+        ws.set_head(bytes.fromhex(first))
+    finally:
+        os.umask(old_umask)
+    assert ref.read_text() == first + "\n"
+    assert ref.stat().st_mode & 0o777 == 0o644
+    real_open = os.open
+
+    def full_open(path: str | os.PathLike[str], flags: int, mode: int = 0o777) -> int:
+        if os.fspath(path).endswith("main.lock"):
+            raise OSError(28, "No space left on device")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", full_open)
+    with pytest.raises(DiskFull) as raised:  # not the FileNotFoundError of cleaning up
+        ws.set_head(bytes.fromhex(second))
+    assert raised.value.what == "the branch's ref"
+    assert ref.read_text() == first + "\n"
+
+
+def test_a_frame_without_its_record_syncs_the_audit_log_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.errors import DiskFull
+    from kernos.store.objects import encode_commit, object_id
+    from kernos.store.space import NOTHING_COMMITTED
+
+    with Workspace.open(tmp_path / "ws", durable=True) as workspace:
+        head = bytes.fromhex(ops(workspace, 1)[0])
+        data = encode_commit(CommitData(tree=bytes.fromhex(empty_tree(workspace)),
+                                        parents=(head,), author="a <a@b>", timestamp=1,
+                                        message="op 2\n\nKernos-Op: 2\n"))
+        sha = object_id(b"commit", data)
+        workspace.objects.begin()
+        workspace.objects.write(b"commit", data, sha)
+        workspace.objects.seal(sha, parent=head)  # small: kept for the tail
+        chain = workspace.path / "audit" / "chain.jsonl"
+        chain.parent.mkdir(exist_ok=True)
+        chain.write_bytes(b"{}\n")
+        synced: list[list[Path | int]] = []
+
+        def full(paths: list[Path | int]) -> None:
+            synced.append(list(paths))
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(workspace_module, "fsync_all", full)
+        with pytest.raises(DiskFull) as raised:
+            workspace.set_head(sha, sync_with=[chain])
+        assert (raised.value.what, raised.value.path, raised.value.then) == (
+            "the audit log (fsync)", str(chain), NOTHING_COMMITTED)
+        assert synced == [[chain]] and not workspace.tail.frames
+        assert workspace.head() == head
+        monkeypatch.setattr(workspace_module, "fsync_all", synced.append)
+        workspace.set_head(sha, sync_with=[chain])
+        assert synced[1:] == [(chain,)]
+        assert [frame.commit for frame in workspace.tail.frames] == [sha]
+        assert workspace.tail.frames[0].record == b"" and workspace.head() == sha
+
+
 def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from core_support import CoreEnv
