@@ -584,6 +584,10 @@ def test_a_frame_without_its_record_syncs_the_audit_log_before_it(
         assert synced[1:] == [(chain,)]
         assert [frame.commit for frame in workspace.tail.frames] == [sha]
         assert workspace.tail.frames[0].record == b"" and workspace.head() == sha
+        # Its fold syncs the ref's new file alone: no frame carries a record to sync.
+        assert workspace.fold() == 1
+        assert synced[2:] == [[workspace.git_dir / "refs" / "heads" / "main.lock"]]
+        assert workspace.git_ref() == sha and not workspace.tail.frames
 
 
 def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
@@ -627,6 +631,43 @@ def test_the_open_says_what_it_folded_and_which_records_it_put_back(tmp_path: Pa
                                           "put back 1 audit record(s) from the tail")
         assert reopened.git_ref() == head and not reopened.tail.frames
     assert chain.read_bytes() == whole
+
+
+def test_only_the_writer_folds(tmp_path: Path) -> None:
+    from core_support import CoreEnv
+
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 1")
+    writer = env.workspace
+    assert writer is not None and len(writer.tail.frames) == 1
+    before = writer.git_ref()
+    with Workspace.open(tmp_path / "ws", writable=False) as reader:
+        assert reader.head() == writer.head() != before
+        assert reader.fold() == 0
+        assert reader.git_ref() == before and reader.head() == writer.head()
+    assert len(writer.tail.frames) == 1 and (tmp_path / "ws" / "tail").stat().st_size > 0
+    env.close()
+
+
+def test_a_tail_a_crash_left_after_its_fold_is_emptied_at_the_next_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core_support import CoreEnv
+
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 1")
+    workspace = env.workspace
+    assert workspace is not None
+    monkeypatch.setattr(workspace.tail, "clear", lambda: None)  # dies before emptying it
+    assert workspace.fold() == 1
+    head = workspace.git_ref()
+    workspace.objects.close()
+    assert workspace.lock is not None
+    workspace.lock.release()
+    assert (tmp_path / "ws" / "tail").stat().st_size > 0
+    with Workspace.open(tmp_path / "ws", durable=False) as reopened:
+        assert reopened.recovery_note is None  # nothing to fold, nothing lost
+        assert (tmp_path / "ws" / "tail").read_bytes() == b""
+        assert reopened.head() == head and not reopened.tail.frames
 
 
 def test_op_of_reads_only_a_whole_trailer_line() -> None:
