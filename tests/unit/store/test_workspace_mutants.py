@@ -611,7 +611,8 @@ def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
         assert reopened.git_ref() == head
 
 
-def test_the_open_says_what_it_folded_and_which_records_it_put_back(tmp_path: Path) -> None:
+def test_the_open_says_what_it_folded_and_which_records_it_put_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from core_support import CoreEnv
 
     env = CoreEnv(tmp_path / "ws")
@@ -626,11 +627,69 @@ def test_the_open_says_what_it_folded_and_which_records_it_put_back(tmp_path: Pa
     assert workspace.lock is not None
     workspace.lock.release()
     chain.write_bytes(whole[:-len(whole.splitlines(keepends=True)[-1])])  # a power cut
-    with Workspace.open(tmp_path / "ws", durable=False) as reopened:
+    from kernos.audit import log
+
+    durably: list[bool] = []
+    real_restore = log.restore_records
+
+    def restore_records(path: Path, records: list[bytes], *, durable: bool) -> int:
+        durably.append(durable)
+        return real_restore(path, records, durable=durable)
+
+    monkeypatch.setattr(log, "restore_records", restore_records)
+    with Workspace.open(tmp_path / "ws", durable=True) as reopened:
+        assert durably == [True]
         assert reopened.recovery_note == ("folded 2 commit(s) from the tail into the history; "
                                           "put back 1 audit record(s) from the tail")
         assert reopened.git_ref() == head and not reopened.tail.frames
     assert chain.read_bytes() == whole
+
+
+def test_a_fold_packs_then_moves_the_ref_then_empties_the_tail_syncing_the_audit_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core_support import CoreEnv
+    from kernos import _faults
+
+    monkeypatch.setenv("KERNOS_DURABILITY", "full")
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 1")
+    workspace = env.workspace
+    assert workspace is not None and workspace.durable
+    before, head = workspace.git_ref(), workspace.head()
+    seen: list[tuple[str, bytes | None, int]] = []
+    real_point = _faults.point
+
+    def point(name: str) -> None:
+        if name.startswith("fold."):
+            seen.append((name, workspace.git_ref(), len(workspace.tail.frames)))
+        real_point(name)
+
+    monkeypatch.setattr(_faults, "point", point)
+    synced: list[list[Path | int]] = []
+    monkeypatch.setattr(workspace_module, "fsync_all", synced.append)
+    assert workspace.fold() == 1
+    assert seen == [("fold.packed", before, 1), ("fold.published", head, 1)]
+    # The frame carried the op's audit record: the chain is synced with the ref's new file.
+    assert synced == [[workspace.git_dir / "refs" / "heads" / "main.lock",
+                       tmp_path / "ws" / "audit" / "chain.jsonl"]]
+    assert not workspace.tail.frames and workspace.git_ref() == head
+    env.close()
+
+
+def test_a_fold_without_an_audit_log_syncs_only_the_ref(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.store.tail import Frame
+
+    with Workspace.open(tmp_path / "ws", durable=True) as workspace:
+        first, second = ops(workspace, 1, 2)
+        git(workspace, "update-ref", "refs/heads/main", first)
+        workspace.tail.append(Frame(bytes.fromhex(second), bytes.fromhex(first), {}, b"{}"),
+                              sync=False)
+        synced: list[list[Path | int]] = []
+        monkeypatch.setattr(workspace_module, "fsync_all", synced.append)
+        assert workspace.fold() == 1
+        assert synced == [[workspace.git_dir / "refs" / "heads" / "main.lock"]]
+        assert workspace.git_ref() == bytes.fromhex(second)
 
 
 def test_only_the_writer_folds(tmp_path: Path) -> None:
