@@ -590,6 +590,35 @@ def test_a_frame_without_its_record_syncs_the_audit_log_before_it(
         assert workspace.git_ref() == sha and not workspace.tail.frames
 
 
+def test_a_packed_commit_syncs_its_pack_the_new_ref_and_the_audit_log_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.store import objects as objects_module
+    from kernos.store.objects import encode_commit, object_id
+
+    with Workspace.open(tmp_path / "ws", durable=True) as workspace:
+        head = bytes.fromhex(ops(workspace, 1)[0])
+        data = encode_commit(CommitData(tree=bytes.fromhex(empty_tree(workspace)),
+                                        parents=(head,), author="a <a@b>", timestamp=1,
+                                        message="op 2\n\nKernos-Op: 2\n"))
+        sha = object_id(b"commit", data)
+        workspace.objects.begin()
+        workspace.objects.write(b"commit", data, sha)
+        workspace.objects.seal(sha)  # no parent given: written as a pack
+        chain = workspace.path / "audit" / "chain.jsonl"
+        chain.parent.mkdir(exist_ok=True)
+        chain.write_bytes(b"{}\n")
+        synced: list[list[Path | int]] = []
+        monkeypatch.setattr(objects_module, "fsync_all", lambda jobs: synced.append(list(jobs)))
+        workspace.set_head(sha, sync_with=[chain])
+        assert len(synced) == 1
+        jobs = synced[0]
+        ref = workspace.git_dir / "refs" / "heads" / "main"
+        assert ref.with_name("main.lock") in jobs and chain in jobs
+        packs = [job for job in jobs if isinstance(job, Path) and job.suffix == ".pack"]
+        assert len(packs) == 1 and packs[0].with_suffix(".idx") in jobs
+        assert ref.read_text() == sha.hex() + "\n" and not workspace.tail.frames
+
+
 def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from core_support import CoreEnv
