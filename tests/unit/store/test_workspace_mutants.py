@@ -238,6 +238,7 @@ def test_the_open_checks_the_format(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceCorrupt) as raised:
         Workspace.open(root)
     assert raised.value.problem == "history.git/objects is missing"
+    assert raised.value.path == str(root)
     (root / "elsewhere").rename(root / "history.git" / "objects")
     with Workspace.open(root, writable=False) as reader:
         assert reader.head() is None
@@ -357,7 +358,7 @@ def test_a_ref_git_packed_is_read_from_packed_refs(ws: Workspace) -> None:
 def test_a_ref_that_is_no_commit_id_is_corruption(ws: Workspace) -> None:
     ref = ws.git_dir / "refs" / "heads" / "main"
     for text, shown in (("abcd", "'abcd'"), ("ab" * 21, repr("ab" * 21)),
-                        ("z" * 80, repr("z" * 60))):
+                        ("ab" * 40, repr("ab" * 30)), ("z" * 80, repr("z" * 60))):
         ref.write_text(text + "\n")
         with pytest.raises(WorkspaceCorrupt) as raised:
             ws.git_ref()
