@@ -722,6 +722,21 @@ def test_a_fold_without_an_audit_log_syncs_only_the_ref(
         assert workspace.git_ref() == bytes.fromhex(second)
 
 
+def test_a_fold_without_durability_syncs_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.store.tail import Frame
+
+    with Workspace.open(tmp_path / "ws", durable=False) as workspace:
+        first, second = ops(workspace, 1, 2)
+        git(workspace, "update-ref", "refs/heads/main", first)
+        workspace.tail.append(Frame(bytes.fromhex(second), bytes.fromhex(first), {}, b""),
+                              sync=False)
+        synced: list[list[Path | int]] = []
+        monkeypatch.setattr(workspace_module, "fsync_all", synced.append)
+        assert workspace.fold() == 1
+        assert synced == [] and workspace.git_ref() == bytes.fromhex(second)
+
+
 def test_only_the_writer_folds(tmp_path: Path) -> None:
     from core_support import CoreEnv
 
