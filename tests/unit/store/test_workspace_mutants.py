@@ -180,6 +180,7 @@ def test_the_lock_records_what_holds_it(tmp_path: Path) -> None:
         assert opened.lock is not None and opened.lock.held
         with Workspace.open(tmp_path / "a", writable=False) as reader:
             assert reader.lock is None and not reader.writable
+            assert reader.recovery_note is None  # a reader recovers nothing
     assert not opened.writable  # closed: the lock is let go
     with Workspace.open(tmp_path / "a") as again:
         assert again.writable
@@ -618,6 +619,29 @@ def test_a_packed_commit_syncs_its_pack_the_new_ref_and_the_audit_log_together(
         packs = [job for job in jobs if isinstance(job, Path) and job.suffix == ".pack"]
         assert len(packs) == 1 and packs[0].with_suffix(".idx") in jobs
         assert ref.read_text() == sha.hex() + "\n" and not workspace.tail.frames
+
+
+def test_a_commit_whose_ref_moved_before_a_crash_is_kept_at_the_next_open(
+        tmp_path: Path) -> None:
+    from kernos.store.objects import encode_commit, object_id
+
+    with Workspace.open(tmp_path / "ws", durable=False) as workspace:
+        head = bytes.fromhex(ops(workspace, 1)[0])
+        data = encode_commit(CommitData(tree=bytes.fromhex(empty_tree(workspace)),
+                                        parents=(head,), author="a <a@b>", timestamp=1,
+                                        message="op 2\n\nKernos-Op: 2\n"))
+        sha = object_id(b"commit", data)
+        workspace.objects.begin()
+        workspace.objects.write(b"commit", data, sha)
+        workspace.objects.seal(sha)  # a pack, named in the journal
+        workspace.set_head(sha)  # the ref moved; the journal was not finished: a crash
+        workspace.objects.close()
+        assert workspace.lock is not None
+        workspace.lock.release()
+        with Workspace.open(tmp_path / "ws", durable=False) as reopened:
+            assert reopened.recovery_note == (
+                f"the interrupted commit {sha.hex()[:12]} had completed; kept it")
+            assert reopened.head() == sha and reopened.read_commit(sha).parents == (head,)
 
 
 def test_close_survives_a_fold_that_fails_and_the_next_open_folds(
