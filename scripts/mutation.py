@@ -188,6 +188,8 @@ def run(name: str, target: Target, *, mode: str = "all") -> dict[str, Counter[st
         previous: dict[str, str] = json.loads(saved.read_text()) if mode == "survivors" else {}
         again = [mutant for mutant, status in previous.items() if status not in KILLED]
         scratch = prepare(name, target)
+        if previous:  # the fresh copy keeps the last run's results, should this run be stopped
+            saved.write_text(json.dumps(previous, indent=0, sort_keys=True))
         if mode == "survivors" and not again:
             statuses = previous
         else:
