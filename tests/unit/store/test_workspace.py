@@ -33,6 +33,8 @@ def test_each_notebook_gets_its_own_default_workspace() -> None:
 
 def test_from_a_checkout_workspaces_live_in_snapshots() -> None:
     checkout = Path(__file__).resolve().parents[3]
+    if not (checkout / "snapshots" / "README.md").is_file():
+        pytest.skip("the tests run outside a checkout (scripts/mutation's scratch copy)")
     assert default_workspace({}) == checkout / "snapshots" / "default"
 
 
