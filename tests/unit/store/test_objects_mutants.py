@@ -13,6 +13,7 @@ raise and that they leave no descriptor open.  The pack writer
 from __future__ import annotations
 
 import copy
+import ctypes
 import errno
 import os
 import struct
@@ -179,7 +180,41 @@ def test_the_journal_names_each_new_object_then_the_commit(repo: Path, tmp_path:
     objects.begin()
     objects.begin()  # a second begin in the same directory is fine
     objects.finish()
+    objects.finish()  # and a second finish
     assert os.listdir(objects.scratch) == []
+
+
+@pytest.fixture
+def umask() -> Any:
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_the_journal_is_a_plain_file_readable_by_all(repo: Path, tmp_path: Path,
+                                                     umask: None) -> None:
+    objects = loose(repo, tmp_path)
+    objects.begin()
+    assert objects.journal.stat().st_mode & 0o777 == 0o644
+    objects.finish()
+
+
+def test_a_short_write_is_continued_until_the_object_is_whole(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.write
+
+    def short(fd: int, data: Any) -> int:
+        return real(fd, bytes(data[:1000]))  # what a filling disk may do
+
+    objects = loose(repo, tmp_path, durable=False)
+    objects.begin()
+    data = os.urandom(10_000)
+    sha = object_id(b"blob", data)
+    monkeypatch.setattr(os, "write", short)
+    objects.write(b"blob", data, sha)
+    monkeypatch.undo()
+    objects.finish()
+    assert objects.read(sha) == (b"blob", data)
 
 
 def test_a_loose_object_is_read_only_and_stored_or_compressed_by_content(
@@ -343,6 +378,31 @@ def test_recovery_deletes_only_what_well_formed_journal_lines_name(
     assert [objects.exists(sha) for sha in shas] == [False, True, True, True]
 
 
+def test_recovery_reads_a_torn_journal_without_a_commit_line(repo: Path,
+                                                             tmp_path: Path) -> None:
+    objects = loose(repo, tmp_path)
+    objects.begin()
+    sha = object_id(b"blob", b"torn")
+    objects.write(b"blob", b"torn", sha)
+    objects._close_journal()  # died before the seal: no commit line
+    with open(objects.journal, "ab") as journal:
+        journal.write(b"\n\xff\xfe" + sha.hex()[:2].encode() + b"\n" + sha.hex()[:2].encode()
+                      + b"\n")  # a torn, undecodable end; a blank line; a directory's name
+    assert objects.recover(sha) == "discarded a half-written commit (1 objects)"
+    assert not objects.exists(sha) and not objects.journal.exists()
+    assert (objects.objects / sha.hex()[:2]).is_dir()  # only objects are deleted
+
+
+def test_a_journal_line_that_is_not_an_id_deletes_nothing(repo: Path, tmp_path: Path) -> None:
+    objects = loose(repo, tmp_path)
+    stray = objects.objects / "XX" / ("X" * 38)
+    stray.parent.mkdir()
+    stray.write_bytes(b"not an object")
+    objects.journal.write_text("X" * 40 + "\n")
+    assert objects.recover(None) == "discarded a half-written commit (0 objects)"
+    assert stray.exists()
+
+
 def test_discarding_without_a_journal_does_nothing(repo: Path, tmp_path: Path) -> None:
     objects = loose(repo, tmp_path)
     objects.discard()
@@ -380,6 +440,20 @@ def test_an_object_git_packed_is_copied_into_a_buffer(repo: Path, tmp_path: Path
     assert bytes(out) == data
     with pytest.raises(ValueError, match=f"^object {tree} is not a blob of 3 bytes$"):
         objects.read_blob_into(bytes.fromhex(tree), memoryview(bytearray(3)))
+
+
+def test_a_deflated_blob_with_nuls_is_copied_whole(repo: Path, tmp_path: Path) -> None:
+    content = b"\0head\0" + b"compressible \0" * 2000
+    sha = object_id(b"blob", content)
+    objects = loose(repo, tmp_path, durable=False)
+    objects.begin()
+    objects.write(b"blob", content, sha)
+    objects.finish()
+    out = bytearray(len(content))
+    objects.read_blob_into(sha, memoryview(out))
+    assert bytes(out) == content
+    with pytest.raises(ValueError, match=f"^object {sha.hex()} is not a blob of 5 bytes$"):
+        objects.read_blob_into(sha, memoryview(bytearray(5)))
 
 
 class _Stream:
@@ -426,6 +500,19 @@ def test_a_short_read_from_git_is_reported_as_damage_and_the_reader_restarted(
         objects.read(sha)
     assert isinstance(raised.value.__cause__, OSError)
     assert dead.cleared == 1 and objects._fallback is None
+    class Stuck(_Reader):
+        def __init__(self) -> None:
+            super().__init__(None)
+
+            class _Git:
+                def clear_cache(self) -> None:
+                    raise OSError("cannot reap cat-file")
+
+            self._git = _Git()
+
+    objects._fallback = Stuck()  # type: ignore[assignment]
+    with pytest.raises(FileNotFoundError, match="missing or unreadable"):
+        objects.read(sha)  # the reader's own failure to stop does not hide why
     whole = _Reader(_Stream(b"abcde", 5))
     objects._fallback = whole  # type: ignore[assignment]
     assert objects.read(sha) == (b"blob", b"abcde")
@@ -465,6 +552,7 @@ def copied(raw: bytes, size: int) -> bytes | None:
     [b"bl", b"ob 5", b"\0he", b"", b"llo"],
     [b"blob 5\0h", b"ell", b"o"],
     [b"blob 0\0", b"hello"[:0]],
+    [b"blob 5\0he\0lo"],  # the header ends at the first NUL
 ])
 def test_a_stored_stream_is_copied_whatever_its_block_boundaries(blocks: list[bytes]) -> None:
     raw = stored(blocks)
@@ -493,6 +581,9 @@ def test_the_stream_zlib_writes_at_level_0_is_copied() -> None:
     (stored([b"blob 5\0hell"]), 5),  # shorter than it says
     (stored([b"blob 5\0hello", b"!"]), 5),  # longer than it says
     (zlib.compress(b"blob 5\0hello", 9), 5),  # deflated, not stored
+    # Headers longer than git writes ("blob 00...05"): not looked for past 64 bytes.
+    (stored([b"blob " + b"0" * 58 + b"5\0hello"]), 5),
+    (stored([b"blob " + b"0" * 58 + b"5", b"\0hello"]), 5),
 ])
 def test_anything_but_a_whole_stored_blob_of_the_size_is_left_to_zlib(raw: bytes,
                                                                       size: int) -> None:
@@ -646,6 +737,10 @@ def test_syncfs_is_found_on_linux_only(monkeypatch: pytest.MonkeyPatch) -> None:
     if sys.platform.startswith("linux"):
         found = objects_module._find_syncfs()
         assert found is not None and found.__name__ == "syncfs"
+        ctypes.set_errno(0)
+        assert found(-1) == -1 and ctypes.get_errno() == errno.EBADF  # errno is kept
+    monkeypatch.setattr(objects_module.ctypes, "CDLL", lambda *args, **kwargs: object())
+    assert objects_module._find_syncfs() is None  # a libc without syncfs
     monkeypatch.setattr(sys, "platform", "darwin")
     assert objects_module._find_syncfs() is None
     monkeypatch.setattr(sys, "platform", "linux")
