@@ -159,7 +159,18 @@ def test_the_journal_names_the_pack_then_the_commit_and_is_emptied_not_deleted(
     assert (tmp_path / "pending").read_text() == f"pack {second.name}\ncommit {COMMIT.hex()}\n"
     store.begin()  # a batch begun again without finishing starts over
     assert (tmp_path / "pending").read_bytes() == b""
+    store.seal(COMMIT)
+    assert (tmp_path / "pending").read_text() == f"commit {COMMIT.hex()}\n"
     store.finish()
+
+
+def test_the_journal_is_a_plain_file_readable_by_all(new: Any, tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        new().begin()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "pending").stat().st_mode & 0o777 == 0o644
 
 
 def test_a_batch_spills_a_pack_when_it_reaches_the_spill_size(
@@ -754,6 +765,9 @@ def test_waiting_for_maintenance_waits_for_the_repack_and_rescans(
     assert repack.waited == [2.5] and len(store.packs) == 0
     store.wait_for_maintenance(3.5)
     assert repack.waited == [2.5] and store._repack is None
+    monkeypatch.setattr(objects_module, "_estimate_loose",
+                        lambda objects: objects_module.REPACK_LOOSE)
+    assert store.maintain() is False and len(repacks) == 1  # the repack folded the loose
 
 
 def test_a_real_repack_leaves_every_object_readable(new: Any, repo: Path,
