@@ -187,6 +187,7 @@ def test_a_batch_spills_a_pack_when_it_reaches_the_spill_size(
         if spilled:
             assert (tmp_path / "pending").read_text() == f"pack {packs(store)[0].name}\n"
         store.discard()
+        assert (tmp_path / "pending").read_bytes() == b"" and packs(store) == []
         store.close()
 
 
@@ -531,6 +532,51 @@ def test_loose_objects_git_wrote_are_read_by_the_pack_store(new: Any, repo: Path
     out = bytearray(len(data))
     store.read_blob_into(sha, memoryview(out))
     assert bytes(out) == data
+
+
+def test_objects_in_the_tail_or_a_pack_are_read_without_looking_for_loose_files(
+        new: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = new(tail=tail_of(tmp_path))
+    store.begin()
+    framed = blob(store, b"framed")
+    store.seal(framed, parent=None)
+    store.append_frame()
+    store.finish()
+    store.begin()
+    packed = blob(store, b"packed")
+    store.seal(packed)
+    store.finish()
+
+    def no_loose(*args: Any) -> Any:
+        raise AssertionError("looked for a loose object")
+
+    monkeypatch.setattr(objects_module.LooseObjects, "read", no_loose)
+    monkeypatch.setattr(objects_module.LooseObjects, "read_blob_into", no_loose)
+    for sha, data in ((framed, b"framed"), (packed, b"packed")):
+        assert store.read(sha) == (b"blob", data)
+        out = bytearray(len(data))
+        store.read_blob_into(sha, memoryview(out))
+        assert bytes(out) == data
+        with pytest.raises(ValueError, match=f"^object {sha.hex()} is not a blob of 2 bytes$"):
+            store.read_blob_into(sha, memoryview(bytearray(2)))
+
+
+def test_reading_loose_objects_does_not_rescan_the_packs(new: Any, repo: Path) -> None:
+    store = new()
+    data = b"an object of an older workspace"
+    sha = bytes.fromhex(git(repo, "hash-object", "-w", "--stdin", data=data).decode().strip())
+    rescans: list[None] = []
+    real = store.packs.refresh
+
+    def counted() -> None:
+        rescans.append(None)
+        real()
+
+    store.packs.refresh = counted  # type: ignore[method-assign]
+    assert store.exists(sha) and store.read(sha) == (b"blob", data)
+    out = bytearray(len(data))
+    store.read_blob_into(sha, memoryview(out))
+    assert bytes(out) == data and rescans == []  # one scandir per chunk restored would cost
 
 
 def test_a_writer_does_not_rescan_its_own_tail(new: Any, tmp_path: Path,
