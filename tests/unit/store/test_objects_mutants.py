@@ -107,6 +107,19 @@ def test_a_tree_is_encoded_as_git_does_and_decoded_back_entry_for_entry(repo: Pa
     assert decode_tree(b"") == []
 
 
+def test_a_tree_sorts_a_subtree_as_if_its_name_ended_with_a_slash(repo: Path) -> None:
+    blob, inner = object_id(b"blob", b"x"), object_id(b"tree", b"")
+    entries = [TreeEntry(BLOB_MODE, "a0", blob), TreeEntry(TREE_MODE, "a", inner),
+               TreeEntry(BLOB_MODE, "a-b", blob)]
+    data = encode_tree(entries)
+    assert [entry.name for entry in decode_tree(data)] == ["a-b", "a", "a0"]  # "-" < "/" < "0"
+    listing = "".join(f"{mode} {kind} {sha.hex()}\t{name}\n" for mode, kind, sha, name in (
+        ("100644", "blob", blob, "a0"), ("040000", "tree", inner, "a"),
+        ("100644", "blob", blob, "a-b")))
+    assert object_id(b"tree", data).hex() == git(repo, "mktree", "--missing",
+                                                 data=listing.encode()).decode().strip()
+
+
 def test_a_tree_cut_inside_an_id_is_refused() -> None:
     data = encode_tree([TreeEntry(BLOB_MODE, "a", b"\x01" * 20)])
     with pytest.raises(ValueError, match=r"^truncated tree object$"):
@@ -671,6 +684,10 @@ def test_fsync_all_syncs_paths_and_descriptors_and_raises_the_first_error(
         assert sorted(syncs.paths) == sorted([str(files[0]), str(files[1])])  # all were tried
         with pytest.raises(FileNotFoundError):
             fsync_all([tmp_path / "alone"])
+        syncs.paths.clear()
+        with pytest.raises(FileNotFoundError):
+            fsync_all([tmp_path / "missing", files[2]])  # two: the second is synced all the same
+        assert syncs.paths == [str(files[2])]
     finally:
         os.close(fd)
 
