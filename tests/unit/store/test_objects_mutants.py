@@ -174,6 +174,12 @@ def test_writes_and_seals_outside_a_batch_are_refused(repo: Path, tmp_path: Path
                                            r"begin\(\)/finish\(\)$"):
         objects.seal(sha)
     assert not objects.exists(sha) and not objects.journal.exists()
+    objects.begin()
+    objects.finish()  # a batch ended: writing is refused again
+    with pytest.raises(RuntimeError, match=r"^LooseObjects\.write called outside"):
+        objects.write(b"blob", b"a", sha)
+    with pytest.raises(RuntimeError, match=r"^LooseObjects\.seal called outside"):
+        objects.seal(sha)
 
 
 def test_the_journal_names_each_new_object_then_the_commit(repo: Path, tmp_path: Path) -> None:

@@ -356,6 +356,31 @@ def test_a_small_batch_with_its_parent_is_kept_for_the_tail_and_appended_as_a_fr
     store.finish()
 
 
+class Crashed(BaseException):
+    pass
+
+
+def test_the_frame_crash_point_comes_before_the_frame_is_written(
+        new: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``KERNOS_CRASH_AT=frame`` (the durability tests) kills the process there."""
+    from kernos import _faults
+
+    def kill(pid: int, signal: int) -> None:
+        raise Crashed
+
+    tail = tail_of(tmp_path)
+    store = new(tail=tail)
+    store.begin()
+    commit = blob(store, b"never appended")
+    store.seal(commit, parent=None)
+    monkeypatch.setattr(_faults, "_armed", "frame")
+    monkeypatch.setattr(_faults, "_left", 1)
+    monkeypatch.setattr(_faults.os, "kill", kill)
+    with pytest.raises(Crashed):
+        store.append_frame()
+    assert tail.frames == [] and not (tmp_path / "tail").exists()
+
+
 def test_a_batch_is_packed_rather_than_framed_when_the_tail_cannot_take_it(
         new: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = b"some object"
