@@ -578,7 +578,9 @@ def test_objects_in_the_tail_or_a_pack_are_read_without_looking_for_loose_files(
 
     monkeypatch.setattr(objects_module.LooseObjects, "read", no_loose)
     monkeypatch.setattr(objects_module.LooseObjects, "read_blob_into", no_loose)
+    monkeypatch.setattr(store.packs, "refresh", lambda: pytest.fail("rescanned the packs"))
     for sha, data in ((framed, b"framed"), (packed, b"packed")):
+        assert store.exists(sha)
         assert store.read(sha) == (b"blob", data)
         out = bytearray(len(data))
         store.read_blob_into(sha, memoryview(out))
@@ -603,6 +605,40 @@ def test_reading_loose_objects_does_not_rescan_the_packs(new: Any, repo: Path) -
     out = bytearray(len(data))
     store.read_blob_into(sha, memoryview(out))
     assert bytes(out) == data and rescans == []  # one scandir per chunk restored would cost
+
+
+def test_a_reader_rereads_the_tail_only_for_what_it_finds_nowhere_else(
+        new: Any, tmp_path: Path, repo: Path) -> None:
+    writer = new()
+    writer.begin()
+    packed = blob(writer, b"packed")
+    writer.seal(packed)
+    writer.finish()
+    loose = bytes.fromhex(git(repo, "hash-object", "-w", "--stdin", data=b"loose")
+                          .decode().strip())
+    tail = tail_of(tmp_path, writable=False)
+    reader = new(durable=False, tail=tail)
+    rereads: list[None] = []
+    tail.refresh = lambda: rereads.append(None)  # type: ignore[method-assign]
+    for sha, data in ((packed, b"packed"), (loose, b"loose")):
+        assert reader.exists(sha) and reader.read(sha) == (b"blob", data)
+        out = bytearray(len(data))
+        reader.read_blob_into(sha, memoryview(out))
+    assert rereads == []  # a stat of the tail per chunk restored would cost
+    assert not reader.exists(b"\x66" * 20) and len(rereads) == 1
+
+
+def test_a_batch_kept_for_the_tail_leaves_the_journal_out_of_a_sync(
+        new: Any, tmp_path: Path, syncs: Syncs) -> None:
+    store = new(tail=tail_of(tmp_path))
+    ref = tmp_path / "ref.tmp"
+    ref.write_text("x")
+    store.begin()
+    commit = blob(store, b"framed")
+    store.seal(commit, parent=None)
+    store.sync(ref)
+    assert syncs.take() == [str(ref)]
+    store.discard()
 
 
 def test_a_writer_does_not_rescan_its_own_tail(new: Any, tmp_path: Path,
