@@ -548,6 +548,14 @@ def test_a_reader_sees_a_frame_appended_after_its_first_read(new: Any, tmp_path:
     writer.finish()
     assert reader.exists(second)
     assert reader.read(second) == (b"blob", b"second")
+    writer.begin()
+    third = blob(writer, b"third")
+    writer.seal(third, parent=second)
+    writer.append_frame()
+    writer.finish()
+    out = bytearray(5)
+    reader.read_blob_into(third, memoryview(out))  # the first look after the append
+    assert bytes(out) == b"third"
 
 
 def test_loose_objects_git_wrote_are_read_by_the_pack_store(new: Any, repo: Path) -> None:
