@@ -110,12 +110,15 @@ def test_a_tree_is_encoded_as_git_does_and_decoded_back_entry_for_entry(repo: Pa
 def test_a_tree_sorts_a_subtree_as_if_its_name_ended_with_a_slash(repo: Path) -> None:
     blob, inner = object_id(b"blob", b"x"), object_id(b"tree", b"")
     entries = [TreeEntry(BLOB_MODE, "a0", blob), TreeEntry(TREE_MODE, "a", inner),
-               TreeEntry(BLOB_MODE, "a-b", blob)]
+               TreeEntry(BLOB_MODE, "a-b", blob), TreeEntry(BLOB_MODE, "b.c", blob),
+               TreeEntry(BLOB_MODE, "b", blob)]
     data = encode_tree(entries)
-    assert [entry.name for entry in decode_tree(data)] == ["a-b", "a", "a0"]  # "-" < "/" < "0"
+    assert [entry.name for entry in decode_tree(data)] == [  # "-" < "/" < "0", "" < "."
+        "a-b", "a", "a0", "b", "b.c"]
     listing = "".join(f"{mode} {kind} {sha.hex()}\t{name}\n" for mode, kind, sha, name in (
         ("100644", "blob", blob, "a0"), ("040000", "tree", inner, "a"),
-        ("100644", "blob", blob, "a-b")))
+        ("100644", "blob", blob, "a-b"), ("100644", "blob", blob, "b.c"),
+        ("100644", "blob", blob, "b")))
     assert object_id(b"tree", data).hex() == git(repo, "mktree", "--missing",
                                                  data=listing.encode()).decode().strip()
 
@@ -157,6 +160,9 @@ def test_decoding_a_commit_reads_the_author_and_ignores_other_headers() -> None:
             b"\nmsg \xc3\xa9\n\nbody")
     assert decode_commit(data) == CommitData(tree=tree, parents=(), author="Some One <one@x>",
                                              timestamp=1234, message="msg é\n\nbody")
+    odd = decode_commit(b"tree " + tree.hex().encode() + b"\n"
+                        b"author a>b <ab@x> 77 +0000\n\nm\n")
+    assert (odd.author, odd.timestamp) == ("a>b <ab@x>", 77)  # the email ends at the last ">"
     assert decode_commit(b"\n\nonly a message") == CommitData(
         tree=b"", parents=(), author="", timestamp=0, message="only a message")
 
@@ -676,8 +682,18 @@ def test_fsync_all_syncs_paths_and_descriptors_and_raises_the_first_error(
     for file in files:
         file.write_text("x")
     fsync_all([])
+    callers: list[str] = []
+    real = os.fsync
+
+    def on_which_thread(fd: int) -> None:
+        callers.append(threading.current_thread().name)
+        real(fd)
+
+    os.fsync = on_which_thread  # wrapped by the recorder's monkeypatch, undone after the test
     fsync_all([files[0]])
+    os.fsync = real
     assert syncs.paths == [str(files[0])]
+    assert callers == [threading.current_thread().name]  # one job: no hop to the pool
     syncs.paths.clear()
     fd = os.open(files[2], os.O_RDONLY)
     try:

@@ -765,6 +765,19 @@ def test_recovery_deletes_what_the_journal_names_and_the_leftovers(
     assert (tmp_path / "pending").read_bytes() == b""
 
 
+def test_recovery_reads_a_torn_journal_without_a_commit_line(new: Any, tmp_path: Path) -> None:
+    store = new()
+    store.begin()
+    gone = blob(store, b"spilled, never sealed")
+    store._flush()  # a pack written, the commit not yet named
+    store.close()
+    with open(tmp_path / "pending", "ab") as journal:
+        journal.write(b"\xff\xfe torn\n")
+    again = new()
+    assert again.recover(COMMIT) == "discarded a half-written commit (1 packs or objects)"
+    assert not again.exists(gone) and packs(again) == []
+
+
 def test_recovery_without_a_ref_or_a_pack_directory_discards(new: Any, tmp_path: Path) -> None:
     store = new()
     store.begin()
