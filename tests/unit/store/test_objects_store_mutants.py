@@ -649,6 +649,34 @@ def test_a_batch_kept_for_the_tail_leaves_the_journal_out_of_a_sync(
     store.discard()
 
 
+def test_small_commits_kept_for_the_tail_leave_the_journal_alone(
+        new: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = new(tail=tail_of(tmp_path))
+    store.begin()
+    first = blob(store, b"a packed commit first")
+    store.seal(first)  # its journal names its pack and commit
+    store.finish()  # and is emptied; it stays open from here on
+    touched: list[str] = []
+    real_write, real_truncate = os.write, os.ftruncate
+
+    def noted(name: str, real: Any) -> Any:
+        def call(fd: int, *args: Any) -> Any:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "pending"):
+                touched.append(name)
+            return real(fd, *args)
+        return call
+
+    monkeypatch.setattr(os, "write", noted("write", real_write))
+    monkeypatch.setattr(os, "ftruncate", noted("ftruncate", real_truncate))
+    for number in range(3):
+        store.begin()
+        commit = blob(store, b"small %d" % number)
+        store.seal(commit, parent=first)
+        store.append_frame()
+        store.finish()
+    assert touched == []  # a frame is the whole commit: no journal write, no truncation
+
+
 def test_a_writer_does_not_rescan_its_own_tail(new: Any, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     tail = tail_of(tmp_path)
@@ -856,6 +884,8 @@ def test_a_geometric_repack_starts_in_the_background_when_packs_pile_up(
         pack.with_suffix(".idx").unlink()
         pack.unlink()
     assert store.maintain() is False and len(store.packs) == 1  # rescanned: one pack left
+    assert store.maintain() is False and len(repacks) == 2  # and nothing runs any more
+    store.wait_for_maintenance(1)
 
 
 def test_loose_objects_start_a_repack_from_the_estimate_counted_once(
