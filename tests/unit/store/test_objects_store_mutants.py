@@ -676,6 +676,15 @@ def test_small_commits_kept_for_the_tail_leave_the_journal_alone(
         store.finish()
     assert touched == []  # a frame is the whole commit: no journal write, no truncation
 
+    fresh = new(tail=Tail(tmp_path / "tail2", ref=lambda: None, writable=True, durable=False))
+    fresh.begin()  # the first batch of a process empties the journal it opens
+    touched.clear()
+    commit = blob(fresh, b"first of a process")
+    fresh.seal(commit, parent=None)
+    fresh.append_frame()
+    fresh.finish()
+    assert touched == []  # and a frame then leaves it alone
+
 
 def test_a_writer_does_not_rescan_its_own_tail(new: Any, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
