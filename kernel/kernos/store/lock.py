@@ -91,7 +91,7 @@ def _describe_owner(fd: int) -> str:
         owner = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
         owner = {}
-    if not owner:
+    if not owner or not isinstance(owner, dict):  # the file is another program's, or edited
         return "another process"
     return (
         f"a {owner.get('purpose', 'process')} (pid {owner.get('pid', '?')} on "

@@ -330,7 +330,7 @@ def _needed(workspace: Workspace, others: Iterable[str], on_chain: set[str]) -> 
         try:
             reached = _git(workspace, "rev-list", ref, "--").split()
         except KernosError:
-            continue  # a ref to a tree or a blob reaches no commit
+            continue  # the ref vanished or broke since for-each-ref listed it
         for commit in reached:
             if commit in on_chain:
                 needed.setdefault(commit, ref)

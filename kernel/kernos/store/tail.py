@@ -299,6 +299,12 @@ class Tail:
         try:
             if fd is not None:
                 _datasync(fd)
+            else:  # closed since they were appended: the file still has to reach the disk
+                closed = os.open(self.path, os.O_RDONLY)
+                try:
+                    _datasync(closed)
+                finally:
+                    os.close(closed)
         except OSError as error:
             with self._lock:
                 self.sync_error = error

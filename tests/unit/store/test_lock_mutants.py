@@ -146,6 +146,8 @@ def test_another_process_holding_it_is_named_in_the_refusal(tmp_path: Path, hold
     (b"{}", "another process"),
     (b"not json at all", "another process"),
     (b'{"pid": 7', "another process"),  # a record torn as it was written
+    (b"5", "another process"),  # JSON, but not an owner record (edited by hand)
+    (b'["kernel", 7]', "another process"),
     (b'{"pid": 7}', "a process (pid 7 on ?, since ?)"),
     (b'{"purpose": "replay", "host": "h"}', "a replay (pid ? on h, since ?)"),
 ])

@@ -466,3 +466,15 @@ def test_a_frame_whose_sync_finds_the_disk_full_with_frames_waiting_is_a_disk_fu
     assert "Restart the kernel" in raised.value.then and raised.value.__cause__ is refusal
     assert tail.sync_error is refusal and path.read_bytes() == waiting
     tail.close()
+
+
+def test_frames_appended_before_a_close_are_synced_by_a_later_sync(
+        tmp_path: Path, syncs: list[int]) -> None:
+    tail = Tail(tmp_path / "tail", ref=lambda: None, writable=True, durable=True)
+    tail.append(small(A, None), sync=False)
+    tail.close()
+    assert syncs == [] and tail.synced == 0
+    tail.sync()
+    assert len(syncs) == 1 and (tail.synced, tail.syncs) == (1, 1)
+    tail.sync()  # nothing left: no call
+    assert len(syncs) == 1
