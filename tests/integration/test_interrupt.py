@@ -23,6 +23,11 @@ pytestmark = pytest.mark.kernel
 SLOW = "import time\nx = 1\nfor _ in range(1200):\n    time.sleep(0.05)\nx = 2"
 
 
+def _sigint_by_default() -> None:
+    """In the child, before it runs Python: SIGINT as a terminal's Ctrl-C delivers it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def _until_running(client: AsyncKernosClient, key: str) -> dict[str, object]:
     """Interrupt ``key`` as soon as its body runs."""
     for _ in range(600):
@@ -100,9 +105,13 @@ def test_ctrl_c_on_kernos_run_interrupts_its_op_in_a_running_kernel(tmp_path: Pa
             assert (await owner.op("x = 0")).committed
             started = tmp_path / "started"
             code = f"import pathlib\npathlib.Path({str(started)!r}).touch()\n{SLOW}"
+            # Started in the background by a shell (as CI may run the suite), this process
+            # ignores SIGINT, and so would the CLI it starts: Python raises
+            # KeyboardInterrupt only where SIGINT was not ignored when it started.
             cli = subprocess.Popen(
                 [sys.executable, "-m", "kernos.cli", "run", "-w", str(tmp_path / "ws"), code],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                preexec_fn=_sigint_by_default)
             try:
                 for _ in range(1200):  # until its op's body runs
                     if started.exists():
