@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
+from disk_support import descriptors_of
 from kernos.store import buffers as buffers_module
 from kernos.store.buffers import PAGE, BufferCache, _address, _map_fixed, cache_enabled
 
@@ -44,15 +45,6 @@ def cache(path: Path, *, writable: bool = True) -> BufferCache:
     return BufferCache(path, writable=writable, enabled=True)
 
 
-def descriptors_of(path: Path) -> int:
-    """How many of this process's descriptors are open on ``path`` (others come and go)."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}") == str(path.resolve())
-        except FileNotFoundError:
-            continue
-    return count
 
 
 def test_an_entry_is_a_header_page_then_the_chunk(tmp_path: Path) -> None:

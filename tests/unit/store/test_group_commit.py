@@ -5,7 +5,6 @@ disk refuses stops the workspace from committing more."""
 from __future__ import annotations
 
 import errno
-import os
 import types
 from pathlib import Path
 
@@ -28,19 +27,6 @@ def run(image: Image, ns: dict[str, object], source: str) -> None:
     exec(source, ns)
     op.commit()
 
-
-@pytest.fixture
-def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The descriptors the commit tail syncs, in order."""
-    seen: list[int] = []
-    real = os.fdatasync
-
-    def counted(fd: int) -> None:
-        seen.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(tail_module.os, "fdatasync", counted)
-    return seen
 
 
 def test_commits_in_a_group_share_one_sync(tmp_path: Path, syncs: list[int]) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from disk_support import descriptors_of
 from kernos.errors import WorkspaceLocked
 from kernos.store import lock as lock_module
 from kernos.store.lock import WorkspaceLock, _describe_owner
@@ -54,15 +55,6 @@ def holder(tmp_path: Path) -> Iterator[object]:
         process.communicate("", timeout=30)
 
 
-def descriptors_of(path: Path) -> int:
-    """How many of this process's descriptors are open on ``path`` (others come and go)."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}") == str(path.resolve())
-        except FileNotFoundError:
-            continue
-    return count
 
 
 def test_the_lock_file_names_its_owner(tmp_path: Path) -> None:

@@ -145,19 +145,6 @@ def test_a_reader_re_reads_the_file_only_when_it_or_the_ref_changed(
     assert len(loads) == 5
 
 
-@pytest.fixture
-def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The descriptors ``fdatasync`` was called on, in order."""
-    seen: list[int] = []
-    real = os.fdatasync
-
-    def counted(fd: int) -> None:
-        seen.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(tail_module.os, "fdatasync", counted)
-    return seen
-
 
 def file_descriptor_of(tail: Tail) -> int:
     fd = tail._fd
