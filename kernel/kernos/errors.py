@@ -26,6 +26,9 @@ The tree::
     ├── EventCascadeTooDeep       events triggered events past the depth limit
     ├── SubscriberFailed          an in-image subscriber raised; the op rolls back
     ├── AuditError                the audit log cannot be read or appended to as asked
+    ├── RemoteError               a git remote cannot be reached or used as asked
+    │   ├── RemoteDiverged        a push or pull that would fork the history (another writer)
+    │   └── RemoteLeaseHeld       another workspace holds the remote's writer lease
     ├── ErasedValue               a personal value whose subject was erased
     ├── RestoreError              a snapshot could not be loaded into the namespace
     └── LLMError                  an LLM call failed or was refused; inside an op, the op rolls back
@@ -68,6 +71,9 @@ __all__ = [
     "LLMResponseInvalid",
     "LLMToolCallInvalid",
     "OpVetoed",
+    "RemoteDiverged",
+    "RemoteError",
+    "RemoteLeaseHeld",
     "RequestRejected",
     "RestoreError",
     "SubscriberFailed",
@@ -407,6 +413,36 @@ class AuditError(KernosError):
         self.path = path
         self.index = index
         super().__init__(message)
+
+
+class RemoteError(KernosError):
+    """A git remote cannot be reached or used as asked (``kernos.store.remote``)."""
+
+    def __init__(self, message: str, *, remote: str = "") -> None:
+        self.remote = remote
+        super().__init__(message)
+
+
+class RemoteDiverged(RemoteError):
+    """A push (or pull) that would fork the history: another writer moved the remote."""
+
+    def __init__(self, message: str, *, remote: str, writer: str) -> None:
+        self.writer = writer
+        """Who moved the remote last, as far as it says (host, workspace id, when)."""
+        super().__init__(message, remote=remote)
+
+
+class RemoteLeaseHeld(RemoteError):
+    """Another workspace holds the remote's writer lease, and it has not expired."""
+
+    def __init__(self, remote: str, holder: str, *, expires: str) -> None:
+        self.holder = holder
+        self.expires = expires
+        super().__init__(
+            f"The remote {remote} is leased to {holder} until {expires}: one writer at a "
+            "time extends a workspace. Wait for that kernel to stop (or the lease to expire), "
+            f"or, if that writer is gone for good, take it over with "
+            f"`kernos remote release {remote} --force`.", remote=remote)
 
 
 class ErasedValue(KernosError):

@@ -1,0 +1,602 @@
+"""A workspace is a git remote: push, pull and clone its history, audit chain and LLM store.
+
+The contract
+------------
+* :func:`push` sends everything a workspace needs to live elsewhere, and
+  nothing secret; it is fast-forward only.  A push whose history does not
+  continue the remote's (another writer moved it: the remote's ``main`` is not
+  an ancestor of ours) is refused with :class:`~kernos.errors.RemoteDiverged`,
+  which names that writer; so is a push whose audit chain or LLM ledger is not
+  an extension of the remote's: on the remote too they are append-only.
+* :func:`pull` is fast-forward only as well, and needs the workspace to itself
+  (a kernel holding it makes it fail with ``WorkspaceLocked``): it moves the
+  history's ref, so it takes the workspace lock.
+* :func:`clone` builds a whole workspace from a remote; ``kernos audit
+  verify`` passes on it and a kernel started on it restores the same state.
+* :func:`materialize` clones only when the directory is not a workspace yet
+  (a kernel starting on a fresh machine).
+
+A push works beside a running kernel.  It never writes to ``history.git``: it
+opens the workspace read-only (as ``kernos log`` does, tail included), copies
+the objects of the commits still in the commit tail into the staging
+repository (``kernos.store.remote_git``), and pushes from there.  So every op
+committed when the push starts is carried, folded or not.
+
+Layout on the remote (an ordinary git repository)::
+
+    refs/heads/main       the snapshot history, exactly the workspace's (same commit ids)
+    refs/kernos/audit     a commit (parent: the previous push's) whose tree holds
+                            chain/00000000.jsonl ...   the audit chain, cut in segments of
+                                                       SEGMENT_LINES records: a push adds
+                                                       only the last segment's new blob
+                            payloads/<sha256>          the audit payloads
+    refs/kernos/llm       the same for the LLM store (``kernos.llm``)
+                            objects/<sha256>.json  recordings/<request>
+                            calls/00000000.jsonl ...   the ledger, in segments
+    refs/kernos/meta      workspace.json and settings.json; its commit message names the
+                          pusher (host, workspace id, pid, time): the writer a refused
+                          push names when the remote has no lease
+    refs/kernos/lease     the writer lease, when one is held (``kernos.store.remote_lease``)
+
+What travels is an allowlist (:data:`ALLOWED`); everything else stays: the
+per-subject keys (``keys/``, so personal values are unreadable on the remote,
+as after an erasure), the lock, ``kernel.json`` (connection info with its HMAC
+key), the commit tail file (its commits travel as git objects), buffers,
+``tmp/``, ``pending``, ``audit/inflight.json``, ``llm/tmp``.
+
+Records of the remotes: ``<workspace>/remotes.json`` (never pushed)::
+
+    {"id": "<this workspace copy's id>", "remotes": {"origin": {"url": "...", "lease": false}}}
+
+The id names this copy of the workspace (a clone gets its own) in the lease
+and in the pusher trailers.  ``lease: true`` makes a kernel started with
+``KERNOS_REMOTE=<name>`` take the remote's writer lease (see
+:func:`kernos.store.remote_lease.start_remote`).
+
+Limits: a ``kernos prune`` rewrites the history, so the next push is refused
+as diverged (push the pruned workspace to a new remote).  An erasure deletes
+audit payloads locally; the remote keeps the sealed copies in its earlier
+audit commits, unreadable without the key that never left the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernos.audit.log import record_hash
+from kernos.errors import RemoteDiverged, RemoteError, UsageError, WorkspaceFormatError
+from kernos.store.objects import fsync_all, fsync_dir, replace_file
+from kernos.store.remote_git import Staging, git, ls_remote
+from kernos.store.space import NOT_FOLDED
+from kernos.store.workspace import BRANCH, FORMAT, Workspace
+
+__all__ = [
+    "ALLOWED",
+    "AUDIT_REF",
+    "LLM_REF",
+    "META_REF",
+    "SEGMENT_LINES",
+    "PullResult",
+    "PushResult",
+    "RemoteConfig",
+    "clone",
+    "materialize",
+    "pull",
+    "push",
+]
+
+AUDIT_REF = "refs/kernos/audit"
+LLM_REF = "refs/kernos/llm"
+META_REF = "refs/kernos/meta"
+LEASE_REF = "refs/kernos/lease"
+SEGMENT_LINES = 1024
+"""Records (or ledger lines) per chain segment: a push rewrites only the last one."""
+REMOTES = "remotes.json"
+ALLOWED: dict[str, tuple[str, str]] = {
+    "workspace.json": ("meta", "workspace.json"),
+    "settings.json": ("meta", "settings.json"),
+    "audit/chain.jsonl": ("audit", "chain/"),
+    "audit/payloads/*": ("audit", "payloads/"),
+    "llm/calls.jsonl": ("llm", "calls/"),
+    "llm/objects/*": ("llm", "objects/"),
+    "llm/recordings/*": ("llm", "recordings/"),
+}
+"""Every workspace file a push carries (``*``: each file directly in that directory), and
+where it goes: (which ref, path in its tree; ``.jsonl`` files are cut into segments)."""
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+# -- the records of the remotes ---------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class RemoteConfig:
+    """``remotes.json``: this copy's id and its remotes."""
+
+    path: Path
+    """The workspace directory."""
+    id: str
+    """This copy of the workspace (a clone gets its own)."""
+    remotes: dict[str, dict[str, object]] = field(default_factory=dict)
+    """Name -> ``{"url": ..., "lease": bool}``."""
+
+    @classmethod
+    def load(cls, workspace: Path) -> RemoteConfig:
+        try:
+            data = json.loads((workspace / REMOTES).read_text())
+        except FileNotFoundError:
+            return cls(path=workspace, id=secrets.token_hex(8))
+        except (OSError, ValueError) as error:
+            raise RemoteError(f"{workspace / REMOTES} is unreadable ({error}); fix it, or "
+                              "delete it and add the remotes again") from None
+        return cls(path=workspace, id=str(data.get("id") or secrets.token_hex(8)),
+                   remotes=dict(data.get("remotes") or {}))
+
+    def save(self) -> None:
+        data = {"id": self.id, "remotes": self.remotes}
+        path = self.path / REMOTES
+        replace_file(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+                     durable=True, temporary=path.with_name(path.name + ".tmp"))
+
+    def add(self, name: str, url: str, *, lease: bool = False) -> None:
+        if not _NAME.fullmatch(name):
+            raise UsageError(f"{name!r} cannot name a remote: use letters, digits, '.', '_' "
+                             "and '-'")
+        if name in self.remotes:
+            raise UsageError(f"the remote {name!r} exists already ({self.url(name)}); "
+                             f"remove it first (kernos remote remove {name})")
+        self.remotes[name] = {"url": _absolute(url), "lease": lease}
+        self.save()
+
+    def remove(self, name: str) -> None:
+        self.url(name)
+        del self.remotes[name]
+        self.save()
+        shutil.rmtree(self.path / "remote.git" / "refs" / "remotes" / name, ignore_errors=True)
+
+    def url(self, name: str) -> str:
+        try:
+            return str(self.remotes[name]["url"])
+        except KeyError:
+            known = ", ".join(sorted(self.remotes)) or "none yet"
+            raise UsageError(f"this workspace has no remote {name!r} (remotes: {known}); add "
+                             f"one with `kernos remote add {name} URL`") from None
+
+    def leased(self, name: str) -> bool:
+        self.url(name)
+        return bool(self.remotes[name].get("lease"))
+
+
+def _absolute(url: str) -> str:
+    """A local path made absolute (the CLI may run from elsewhere later); URLs as given."""
+    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
+        return url
+    return str(Path(url).expanduser().absolute())
+
+
+def _local_path(url: str) -> Path | None:
+    if url.startswith("file://"):
+        return Path(url[len("file://"):])
+    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
+        return None
+    return Path(url)
+
+
+def ensure_bare(url: str) -> None:
+    """A local path that does not exist yet becomes an empty bare repository."""
+    local = _local_path(url)
+    if local is not None and not local.exists():
+        git(None, "init", "--quiet", "--bare", str(local), what=f"creating {local}")
+
+
+# -- reading what travels -----------------------------------------------------------------
+
+
+def _whole_lines(path: Path) -> list[bytes]:
+    """The whole lines of an append-only file (a writer may be mid-append)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+
+
+def _segments(lines: list[bytes]) -> list[bytes]:
+    return [b"".join(lines[start:start + SEGMENT_LINES])
+            for start in range(0, len(lines), SEGMENT_LINES)]
+
+
+def _segment_name(index: int) -> str:
+    return f"{index:08d}.jsonl"
+
+
+def _directory_files(directory: Path) -> dict[str, Path]:
+    """The allowlisted files directly in ``directory`` (no temporary or hidden names)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return {}
+    return {name: directory / name for name in names
+            if _FILE.fullmatch(name) and not name.endswith(".tmp") and
+            (directory / name).is_file()}
+
+
+@dataclass(kw_only=True)
+class _Snapshot:
+    """What one push reads from the workspace, in this order: head, then the rest."""
+
+    head: bytes | None
+    chain: list[bytes]
+    ledger: list[bytes]
+    files: dict[str, dict[str, Path]]
+    """ref -> path in its tree -> the workspace file."""
+
+
+def _read_workspace(root: Path, stage: Staging) -> _Snapshot:
+    with Workspace.open(root, writable=False) as view:
+        head = view.head()
+        # Commits still in the tail: their objects go to the staging repository.
+        for frame in list(view.tail.frames):
+            for sha in frame.objects:
+                kind, data = view.read_object(sha)
+                stage.write(kind, data)
+    chain = _published_chain(_whole_lines(root / "audit" / "chain.jsonl"), head, stage)
+    files: dict[str, dict[str, Path]] = {"meta": {}, "audit": {}, "llm": {}}
+    for pattern, (ref, where) in ALLOWED.items():
+        if pattern.endswith("/*"):
+            for name, path in _directory_files(root / pattern[:-2]).items():
+                files[ref][where + name] = path
+        elif not pattern.endswith(".jsonl") and (root / pattern).is_file():
+            files[ref][where] = root / pattern
+    return _Snapshot(head=head, chain=chain, ledger=_whole_lines(root / "llm" / "calls.jsonl"),
+                     files=files)
+
+
+def _published_chain(lines: list[bytes], head: bytes | None, stage: Staging) -> list[bytes]:
+    """The chain without the committed op records at its end whose snapshot ``head`` does
+    not reach: their op was still committing (its record is written before its commit
+    point); the next push carries them."""
+    while lines:
+        record = json.loads(lines[-1])
+        commit = record.get("commit")
+        if (record.get("type") != "op" or record.get("status") != "committed"
+                or not isinstance(commit, str) or record.get("unchanged")):
+            break
+        sha = bytes.fromhex(commit)
+        if head is not None and stage.has(sha) and stage.is_ancestor(sha, head):
+            break
+        lines = lines[:-1]
+    return lines
+
+
+# -- push -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushResult:
+    """What one push did."""
+
+    remote: str
+    """The remote's name."""
+    head: str | None
+    """The snapshot the remote's ``main`` names now."""
+    before: str | None
+    """The one it named before."""
+    records: int
+    """Audit records on the remote now."""
+    updated: tuple[str, ...]
+    """The refs this push moved."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"remote": self.remote, "head": self.head, "before": self.before,
+                "records": self.records, "updated": list(self.updated)}
+
+
+def pusher_trailers(config: RemoteConfig) -> str:
+    return (f"Kernos-Host: {socket.gethostname()}\nKernos-Workspace: {config.id}\n"
+            f"Kernos-Pid: {os.getpid()}\nKernos-At: {_utc(time.time())}\n")
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def _describe_pusher(stage: Staging, meta: bytes | None) -> str:
+    if meta is None:
+        return "another writer (the remote does not say who)"
+    found = dict(re.findall(r"^Kernos-(\w+): (.*)$", stage.message_of(meta), re.MULTILINE))
+    return (f"workspace {found.get('Workspace', '?')} on host {found.get('Host', '?')} "
+            f"(pid {found.get('Pid', '?')}, pushed at {found.get('At', '?')})")
+
+
+def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
+    """Push the workspace to its remote ``name``: fast-forward only (see the module doc)."""
+    from kernos.store.remote_lease import check_lease
+
+    root = Path(workspace).expanduser().absolute()
+    config = RemoteConfig.load(root)
+    url = config.url(name)
+    if not (root / "workspace.json").exists():
+        raise WorkspaceFormatError(f"{root} is not a Kernos workspace; nothing to push",
+                                   path=str(root))
+    ensure_bare(url)
+    stage = Staging(root)
+    with stage.locked():
+        ours = _read_workspace(root, stage)
+        theirs = stage.fetch(url, name, [BRANCH, AUDIT_REF, LLM_REF, META_REF, LEASE_REF])
+        check_lease(stage, config, name, theirs.get(LEASE_REF))
+        before = theirs.get(BRANCH)
+        if before is not None and (ours.head is None or not stage.has(before)
+                                   or not stage.is_ancestor(before, ours.head)):
+            behind = ours.head is None or stage.is_ancestor(ours.head, before)
+            raise RemoteDiverged(_diverged_message(name, _describe_pusher(
+                stage, theirs.get(META_REF)), behind=behind), remote=name,
+                writer=_describe_pusher(stage, theirs.get(META_REF)))
+        updates: dict[str, bytes] = {}
+        if ours.head is not None and ours.head != before:
+            updates[BRANCH] = ours.head
+        when = int(time.time())
+        audit = _append_only(stage, name, "audit chain", "chain/", ours.chain,
+                             theirs.get(AUDIT_REF), ours.files["audit"])
+        llm = _append_only(stage, name, "LLM ledger", "calls/", ours.ledger,
+                           theirs.get(LLM_REF), ours.files["llm"])
+        meta_files = {path: stage.write(b"blob", file.read_bytes())
+                      for path, file in ours.files["meta"].items()}
+        message = f"kernos push\n\n{pusher_trailers(config)}"
+        for ref, files in ((AUDIT_REF, audit), (LLM_REF, llm)):
+            parent, tree = theirs.get(ref), stage.tree(files)
+            if parent is None or stage.tree_of(parent) != tree:
+                updates[ref] = stage.commit(tree, parent, message, when)
+        parent, tree = theirs.get(META_REF), stage.tree(meta_files)
+        if updates or parent is None or stage.tree_of(parent) != tree:
+            # Moved with every push: its message names the last writer.
+            updates[META_REF] = stage.commit(tree, parent, message, when)
+        if updates:
+            _push_refs(stage, url, name, updates, theirs)
+        return PushResult(remote=name, head=(ours.head or before or b"").hex() or None,
+                          before=before.hex() if before else None,
+                          records=len(ours.chain), updated=tuple(sorted(updates)))
+
+
+def _diverged_message(name: str, writer: str, *, behind: bool) -> str:
+    if behind:
+        return (f"The remote {name} has snapshots this workspace lacks (pushed by {writer}), "
+                f"and this workspace has none it lacks: run `kernos pull {name}` (with the "
+                "kernel stopped), then push.")
+    return (f"Refused: pushing would fork the history. The remote {name} was extended by "
+            f"{writer}, and this workspace has committed other ops since their common "
+            "snapshot: both moved, and one workspace has one writer. Keep one side: "
+            f"`kernos clone` the remote (or `kernos fork` it) into a new workspace and keep "
+            "working there, or push this one to a new remote.")
+
+
+def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[bytes],
+                 remote: bytes | None, files: Mapping[str, Path]) -> dict[str, bytes]:
+    """The tree files of one append-only store; refused unless it extends the remote's."""
+    segments = [stage.write(b"blob", data) for data in _segments(lines)]
+    tree = {prefix + _segment_name(index): sha for index, sha in enumerate(segments)}
+    if remote is not None:
+        theirs = stage.tree_files(stage.tree_of(remote))
+        their_segments = sorted(path for path in theirs if path.startswith(prefix))
+        for index, path in enumerate(their_segments):
+            last = index == len(their_segments) - 1
+            ok = index < len(segments) and (
+                segments[index] == theirs[path] or
+                (last and _segments(lines)[index].startswith(stage.cat(theirs[path]))))
+            if not ok:
+                raise RemoteDiverged(
+                    f"Refused: the {what} on the remote {name} is not a prefix of this "
+                    f"workspace's (segment {index} differs): another writer appended to it, "
+                    "or this workspace's was rewritten. The remote's stays append-only; "
+                    "clone the remote into a new workspace to see its side.",
+                    remote=name, writer="another writer")
+        for path, sha in theirs.items():  # payloads only ever accumulate on the remote
+            if not path.startswith(prefix):
+                tree.setdefault(path, sha)
+    for path, file in files.items():
+        if path not in tree:
+            tree[path] = stage.write(b"blob", file.read_bytes())
+    return tree
+
+
+def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes],
+               expected: Mapping[str, bytes]) -> None:
+    """One atomic push; each ref only if the remote still names what we fetched."""
+    leases = [f"--force-with-lease={ref}:{expected[ref].hex() if ref in expected else ''}"
+              for ref in updates]
+    # Tracking refs keep the pushed objects reachable in the staging repository.
+    for ref, sha in updates.items():
+        git(stage.git_dir, "update-ref", f"refs/kernos-pushing/{ref.removeprefix('refs/')}",
+            sha.hex())
+    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet", *leases, url,
+               *[f"{sha.hex()}:{ref}" for ref, sha in updates.items()], check=False)
+    if done.returncode != 0:
+        text = " ".join((done.stdout + done.stderr).decode(errors="replace").split())
+        if "stale info" in text or "rejected" in text or "fetch first" in text:
+            raise RemoteDiverged(
+                f"Refused: the remote {name} moved while this push ran (another writer "
+                f"pushed at the same time). Run `kernos push {name}` again to see who.",
+                remote=name, writer="a concurrent pusher")
+        raise RemoteError(f"pushing to {url} failed: {text[:400]}", remote=name)
+    for ref, sha in updates.items():
+        git(stage.git_dir, "update-ref", stage.tracking(name, ref), sha.hex())
+
+
+# -- pull and clone -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PullResult:
+    """What one pull did."""
+
+    remote: str
+    head: str | None
+    """The workspace's head now."""
+    before: str | None
+    """Its head before."""
+    records: int
+    """Audit records appended."""
+    files: int
+    """Payload and LLM files written."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"remote": self.remote, "head": self.head, "before": self.before,
+                "records": self.records, "files": self.files}
+
+
+def pull(workspace: str | os.PathLike[str], name: str = "origin") -> PullResult:
+    """Fast-forward the workspace to its remote ``name`` (the workspace lock is taken: a
+    running kernel makes this fail with ``WorkspaceLocked``)."""
+    root = Path(workspace).expanduser().absolute()
+    config = RemoteConfig.load(root)
+    url = config.url(name)
+    with Workspace.open(root, create=False, purpose="kernos pull") as local:
+        return _pull_into(local, config, name, url)
+
+
+def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> PullResult:
+    root = local.path
+    stage = Staging(root)
+    with stage.locked():
+        theirs = stage.fetch(url, name, [BRANCH, AUDIT_REF, LLM_REF, META_REF])
+        ours = local.head()
+        remote_head = theirs.get(BRANCH)
+        target = ours
+        if remote_head is not None and remote_head != ours:
+            if ours is None or stage.is_ancestor(ours, remote_head):
+                target = remote_head
+            elif not stage.is_ancestor(remote_head, ours):
+                writer = _describe_pusher(stage, theirs.get(META_REF))
+                raise RemoteDiverged(
+                    f"Refused: pulling would fork the history. The remote {name} was "
+                    f"extended by {writer}, and this workspace has committed other ops "
+                    "since their common snapshot. Keep one side: clone the remote into a "
+                    "new workspace, or push this one to a new remote.",
+                    remote=name, writer=writer)
+        if target is not None and target != ours:
+            # The objects first (durably), then the ref: the history's commit point.
+            git(local.git_dir, "-c", "core.fsync=committed", "fetch", "--no-tags",
+                "--no-write-fetch-head", "--quiet", str(stage.git_dir),
+                stage.tracking(name, BRANCH), what="copying the fetched history")
+            local._move_ref(target, lambda temporary: fsync_all([temporary])
+                            if local.durable else None, then=NOT_FOLDED)
+        # Then the append-only stores (a crash before this is finished by the next pull).
+        records, written = 0, 0
+        audit, llm = theirs.get(AUDIT_REF), theirs.get(LLM_REF)
+        if audit is not None:
+            count, files = _extend(stage, root / "audit", "chain.jsonl", "chain/",
+                                   stage.tree_files(stage.tree_of(audit)), name, "audit chain")
+            records, written = records + count, written + files
+        if llm is not None:
+            count, files = _extend(stage, root / "llm", "calls.jsonl", "calls/",
+                                   stage.tree_files(stage.tree_of(llm)), name, "LLM ledger")
+            written += files
+        return PullResult(remote=name, head=target.hex() if target else None,
+                          before=ours.hex() if ours else None, records=records, files=written)
+
+
+def _extend(stage: Staging, directory: Path, log_name: str, prefix: str,
+            tree: Mapping[str, bytes], name: str, what: str) -> tuple[int, int]:
+    """Bring one append-only store up to the remote's: new files, then the log's new lines."""
+    written = 0
+    for path, sha in tree.items():
+        if path.startswith(prefix):
+            continue
+        sub, _, file_name = path.partition("/")
+        if not _FILE.fullmatch(sub) or not _FILE.fullmatch(file_name):
+            raise RemoteError(f"the remote {name} holds {path!r}, which Kernos never pushes; "
+                              "it is not a Kernos remote, or it was tampered with", remote=name)
+        target = directory / sub / file_name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(target, stage.cat(sha), durable=True,
+                         temporary=target.with_name(f".{file_name}.pull.tmp"))
+            written += 1
+    remote_lines = [line for path in sorted(p for p in tree if p.startswith(prefix))
+                    for line in stage.cat(tree[path]).splitlines(keepends=True)]
+    log = directory / log_name
+    local_lines = _whole_lines(log)
+    if remote_lines[:len(local_lines)] != local_lines:
+        if local_lines[:len(remote_lines)] == remote_lines:
+            return 0, written  # ours is ahead (not pushed yet)
+        raise RemoteDiverged(
+            f"Refused: this workspace's {what} is not a prefix of the remote {name}'s: "
+            "both were appended to. Clone the remote into a new workspace to see its side.",
+            remote=name, writer="another writer")
+    new = remote_lines[len(local_lines):]
+    if new:
+        if log_name == "chain.jsonl":  # a last check that the lines chain before they land
+            for line in new:
+                record = json.loads(line)
+                if record_hash(record) != record.get("hash"):
+                    raise RemoteError(f"the remote {name}'s {what} record "
+                                      f"{record.get('index')} does not match its hash; the "
+                                      "remote was tampered with", remote=name)
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as handle:
+            handle.truncate(sum(len(line) for line in local_lines))  # a torn end goes
+            handle.write(b"".join(new))
+            handle.flush()
+            os.fsync(handle.fileno())
+        fsync_dir(directory)
+    return len(new), written
+
+
+def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin"
+          ) -> PullResult:
+    """A new workspace at ``destination`` (absent or empty) from the remote at ``url``."""
+    root = Path(destination).expanduser().absolute()
+    url = _absolute(url)
+    if root.exists() and any(root.iterdir()):
+        raise UsageError(f"{root} exists and is not empty; clone into a new directory")
+    remote = ls_remote(url, [BRANCH, META_REF])
+    if META_REF not in remote:
+        raise RemoteError(f"{url} holds no Kernos workspace (it has no {META_REF}); push one "
+                          "to it first with `kernos push`", remote=name)
+    created = not root.exists()
+    try:
+        with Workspace.open(root, create=True, purpose="kernos clone") as local:
+            config = RemoteConfig.load(root)
+            config.add(name, url)
+            result = _pull_into(local, config, name, url)
+            stage = Staging(root)
+            meta = stage.tree_files(stage.tree_of(remote[META_REF]))
+            for file_name in ("workspace.json", "settings.json"):
+                if file_name in meta:
+                    data = stage.cat(meta[file_name])
+                    if file_name == "workspace.json" and int(json.loads(data)["format"]) > FORMAT:
+                        raise WorkspaceFormatError(
+                            f"{url} holds a workspace of a newer Kernos; upgrade Kernos to "
+                            "clone it", path=str(root))
+                    replace_file(root / file_name, data, durable=True,
+                                 temporary=root / f"{file_name}.tmp")
+        return result
+    except BaseException:
+        if created:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            for child in root.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+
+
+def materialize(workspace: str | os.PathLike[str], url: str, *, name: str = "origin"
+                ) -> PullResult | None:
+    """Clone ``url`` into ``workspace`` unless it is a workspace already (then do nothing).
+
+    For a kernel starting on a fresh machine; call it before the kernel opens the workspace.
+    """
+    root = Path(workspace).expanduser().absolute()
+    if (root / "workspace.json").exists():
+        return None
+    return clone(url, root, name=name)

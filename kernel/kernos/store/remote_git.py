@@ -1,0 +1,188 @@
+"""Git plumbing for remotes: the staging repository, objects written by hand, the git CLI.
+
+Remotes are reached through the ``git`` command (``push``, ``fetch``,
+``ls-remote``), as the store reaches git for repacks: any URL git takes works
+(a bare repository on disk, ``ssh://``, ``https://``).
+
+The *staging repository* ``<workspace>/remote.git`` is a bare repository
+whose ``objects/info/alternates`` names ``../../history.git/objects``: git
+sees every object of the history through it without a copy, and what a push
+needs beyond it is written here, never into ``history.git`` (which belongs to
+the process holding the workspace lock):
+
+* the objects of commits still in the commit tail (``kernos.store.tail``), so a
+  push carries every committed op while a kernel runs;
+* the audit, LLM and metadata trees and commits built for each push;
+* what a fetch brings from the remote (``refs/remotes/<name>/...``).
+
+Every push, pull and lease change holds ``remote.git/kernos.lock`` (a POSIX
+record lock), so a kernel's background pusher and a ``kernos push`` typed
+beside it take turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from kernos.errors import RemoteError
+from kernos.store.objects import BLOB_MODE, TREE_MODE, TreeEntry, encode_tree, object_id
+
+__all__ = ["Staging", "git"]
+
+STAGING = "remote.git"
+EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+_QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+
+
+def git(git_dir: Path | None, *args: str, check: bool = True, stdin: bytes | None = None,
+        what: str = "") -> subprocess.CompletedProcess[bytes]:
+    """Run ``git`` (on ``git_dir`` if given); a failure is a :class:`RemoteError`."""
+    command = ["git"] + ([f"--git-dir={git_dir}"] if git_dir is not None else []) + list(args)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(_QUIET)
+    try:
+        done = subprocess.run(command, input=stdin, capture_output=True, env=env, check=False)
+    except FileNotFoundError:
+        raise RemoteError("the git command is not installed; install git (it moves "
+                          "workspaces between machines)") from None
+    if check and done.returncode != 0:
+        detail = " ".join(done.stderr.decode(errors="replace").split())[:400]
+        raise RemoteError(f"{what or 'git ' + args[0]} failed: {detail or 'no message'}")
+    return done
+
+
+class Staging:
+    """The staging repository of one workspace (see the module docstring)."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+        self.git_dir = workspace / STAGING
+        self.objects = self.git_dir / "objects"
+        self._lock_fd: int | None = None
+
+    def ensure(self) -> None:
+        if (self.git_dir / "HEAD").exists():
+            return
+        for sub in ("objects/info", "refs/heads", "refs/tags"):
+            (self.git_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.objects / "info" / "alternates").write_text("../../history.git/objects\n")
+        (self.git_dir / "config").write_text(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
+            "\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n")
+        temporary = self.git_dir / "HEAD.tmp"
+        temporary.write_text("ref: refs/heads/main\n")
+        os.replace(temporary, self.git_dir / "HEAD")  # HEAD last: it marks the repo whole
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Staging]:
+        """Hold the staging lock (pushes, pulls and lease changes take turns)."""
+        self.ensure()
+        fd = os.open(self.git_dir / "kernos.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            yield self
+        finally:
+            os.close(fd)  # closing drops the record lock
+
+    # -- objects -----------------------------------------------------------------
+
+    def write(self, kind: bytes, data: bytes) -> bytes:
+        """Store one object (if it is not here yet); its id."""
+        sha = object_id(kind, data)
+        path = self.objects / sha[:1].hex() / sha[1:].hex()
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(zlib.compress(b"%s %d\0" % (kind, len(data)) + data, 1))
+            os.replace(temporary, path)
+        return sha
+
+    def tree(self, files: dict[str, bytes]) -> bytes:
+        """Write a tree of ``path -> blob id`` (paths with ``/`` make subtrees); its id."""
+        here: list[TreeEntry] = []
+        below: dict[str, dict[str, bytes]] = {}
+        for path, sha in files.items():
+            top, _, rest = path.partition("/")
+            if rest:
+                below.setdefault(top, {})[rest] = sha
+            else:
+                here.append(TreeEntry(BLOB_MODE, top, sha))
+        here += [TreeEntry(TREE_MODE, name, self.tree(sub)) for name, sub in below.items()]
+        return self.write(b"tree", encode_tree(here))
+
+    def commit(self, tree: bytes, parent: bytes | None, message: str, when: int) -> bytes:
+        lines = [f"tree {tree.hex()}"] + ([f"parent {parent.hex()}"] if parent else [])
+        who = f"kernos <kernos@kernos.invalid> {when} +0000"
+        lines += [f"author {who}", f"committer {who}"]
+        text = "\n".join(lines) + "\n\n" + message.rstrip("\n") + "\n"
+        return self.write(b"commit", text.encode())
+
+    def cat(self, sha: bytes, kind: str = "blob") -> bytes:
+        return git(self.git_dir, "cat-file", kind, sha.hex(), what="reading a fetched object"
+                   ).stdout
+
+    def tree_files(self, tree: bytes) -> dict[str, bytes]:
+        """``path -> blob id`` of every blob under ``tree``."""
+        listing = git(self.git_dir, "ls-tree", "-r", "-z", tree.hex(),
+                      what="reading a fetched tree").stdout
+        files = {}
+        for item in listing.split(b"\0"):
+            if item:
+                meta, _, path = item.partition(b"\t")
+                files[path.decode()] = bytes.fromhex(meta.split()[2].decode())
+        return files
+
+    def tree_of(self, commit: bytes) -> bytes:
+        header = self.cat(commit, "commit").partition(b"\n\n")[0]
+        return bytes.fromhex(header.split(b"\n")[0].split()[1].decode())
+
+    def message_of(self, commit: bytes) -> str:
+        return self.cat(commit, "commit").partition(b"\n\n")[2].decode(errors="replace")
+
+    def is_ancestor(self, older: bytes, newer: bytes) -> bool:
+        if older == newer:
+            return True
+        done = git(self.git_dir, "merge-base", "--is-ancestor", older.hex(), newer.hex(),
+                   check=False)
+        return done.returncode == 0
+
+    def has(self, sha: bytes) -> bool:
+        return git(self.git_dir, "cat-file", "-e", sha.hex(), check=False).returncode == 0
+
+    # -- the remote ----------------------------------------------------------------
+
+    def fetch(self, url: str, name: str, refs: Sequence[str]) -> dict[str, bytes]:
+        """Fetch ``refs`` of ``url`` to ``refs/remotes/<name>/...``; ``ref -> id`` of those
+        the remote has (a ref it lacks is left out)."""
+        advertised = ls_remote(url, refs)
+        wanted = [ref for ref in refs if ref in advertised]
+        for ref in refs:  # a ref gone from the remote is gone from our copy too
+            if ref not in advertised:
+                git(self.git_dir, "update-ref", "-d", self.tracking(name, ref), check=False)
+        if wanted:
+            git(self.git_dir, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", url,
+                *[f"+{ref}:{self.tracking(name, ref)}" for ref in wanted],
+                what=f"fetching from {url}")
+        return {ref: advertised[ref] for ref in wanted}
+
+    @staticmethod
+    def tracking(name: str, ref: str) -> str:
+        return f"refs/remotes/{name}/{ref.removeprefix('refs/')}"
+
+
+def ls_remote(url: str, refs: Iterable[str]) -> dict[str, bytes]:
+    """The ids the remote's refs name (only those it has)."""
+    wanted = set(refs)
+    listing = git(None, "ls-remote", url, *sorted(wanted), what=f"reading the remote {url}")
+    found = {}
+    for line in listing.stdout.decode().splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref in wanted:
+            found[ref] = bytes.fromhex(sha)
+    return found
