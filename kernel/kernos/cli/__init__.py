@@ -19,6 +19,8 @@
 ``kernos replay``             re-run the recorded ops in a fresh workspace, checking every
                               snapshot (``--from``, ``--to``, ``--until OP``)
 ``kernos mcp``                the MCP server (``kernos.mcp``)
+``kernos remote|push|pull``   a workspace through git remotes (``add``, ``list``, ``remove``,
+``kernos clone URL DIR``      ``release``); a refused push (another writer) exits 3
 
 The workspace is ``--workspace DIR``, else ``$KERNOS_WORKSPACE``, else the
 default (see ``kernos.store.workspace``).  A running kernel is found through
@@ -43,7 +45,8 @@ Exit statuses (:class:`Exit`), which scripts may rely on:
       tool, a path that is not a workspace, a workspace held by a kernel
       (for the offline writes ``checkout``, ``erase`` and ``prune``)
 3     conflict: a precondition of ``run`` failed (``--expect``,
-      ``--predicate``, or an expected name is gone); nothing ran
+      ``--predicate``, or an expected name is gone); nothing ran; or a
+      ``push``/``pull`` refused: another writer moved the remote or holds its lease
 4     no kernel: none runs where one is needed (``--no-start``,
       ``events --follow``), one could not be started, or it died
 5     a bug in Kernos: the line says what to report
@@ -155,6 +158,10 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
     if command == "mcp":
         return _mcp(args)
     path = workspace_path(args)
+    if command in ("remote", "push", "pull", "clone"):
+        from kernos.cli import _remote
+
+        return _remote.dispatch(args, path)
     from kernos.cli import _audit, _history, _kernel
 
     if command == "run":

@@ -26,7 +26,8 @@ class Exit(enum.IntEnum):
     """Bad arguments or input: an unknown ref, name, agent or tool, a path that is not a
     workspace, a workspace a kernel holds for an offline write."""
     CONFLICT = 3
-    """A precondition of ``run`` failed (``--expect`` or ``--predicate``): nothing ran."""
+    """A precondition of ``run`` failed (``--expect`` or ``--predicate``): nothing ran; or a
+    push or pull was refused (another writer moved the remote, or holds its lease)."""
     NO_KERNEL = 4
     """No kernel runs where one is needed, one could not be started, or it died."""
     INTERNAL = 5

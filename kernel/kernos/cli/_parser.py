@@ -18,7 +18,8 @@ exit status:
   2    usage or input error: bad arguments, an unknown ref, name, agent or tool,
        a path that is not a workspace, a workspace a kernel holds (offline writes,
        prune)
-  3    conflict: a precondition of `run` failed (--expect, --predicate); nothing ran
+  3    conflict: a precondition of `run` failed (--expect, --predicate); nothing ran;
+       or a push/pull refused: another writer moved the remote or holds its lease
   4    no kernel: none runs where one is needed, one could not start, or it died
   5    a bug in Kernos (the message says what to report)
   130  interrupted (Ctrl-C); `events --follow` exits 0 instead
@@ -145,6 +146,9 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     _add_events(add)
     _add_audit(add, parents)
     _add_replay(add)
+    from kernos.cli._remote import add_arguments as add_remote_arguments
+
+    add_remote_arguments(add)
 
     erase = add("erase", "erase a data subject's personal values (irreversible; the "
                 "kernel must be stopped)", "workspace", "json")

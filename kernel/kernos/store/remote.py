@@ -362,7 +362,7 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
             # Moved with every push: its message names the last writer.
             updates[META_REF] = stage.commit(tree, parent, message, when)
         if updates:
-            _push_refs(stage, url, name, updates, theirs)
+            _push_refs(stage, url, name, updates)
         return PushResult(remote=name, head=(ours.head or before or b"").hex() or None,
                           before=before.hex() if before else None,
                           records=len(ours.chain), updated=tuple(sorted(updates)))
@@ -409,20 +409,19 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
     return tree
 
 
-def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes],
-               expected: Mapping[str, bytes]) -> None:
-    """One atomic push; each ref only if the remote still names what we fetched."""
-    leases = [f"--force-with-lease={ref}:{expected[ref].hex() if ref in expected else ''}"
-              for ref in updates]
-    # Tracking refs keep the pushed objects reachable in the staging repository.
+def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes]) -> None:
+    """One atomic push, never forced: git refuses a ref that would not fast-forward, and
+    the receiving side moves each ref only from the id the push saw (a compare-and-swap),
+    so a writer that pushed since our fetch makes the whole push fail."""
+    # Keep the pushed objects reachable in the staging repository.
     for ref, sha in updates.items():
         git(stage.git_dir, "update-ref", f"refs/kernos-pushing/{ref.removeprefix('refs/')}",
             sha.hex())
-    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet", *leases, url,
+    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet", url,
                *[f"{sha.hex()}:{ref}" for ref, sha in updates.items()], check=False)
     if done.returncode != 0:
         text = " ".join((done.stdout + done.stderr).decode(errors="replace").split())
-        if "stale info" in text or "rejected" in text or "fetch first" in text:
+        if "rejected" in text or "fetch first" in text or "non-fast-forward" in text:
             raise RemoteDiverged(
                 f"Refused: the remote {name} moved while this push ran (another writer "
                 f"pushed at the same time). Run `kernos push {name}` again to see who.",
