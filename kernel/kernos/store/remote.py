@@ -196,7 +196,15 @@ def ensure_bare(url: str) -> None:
     """A local path that does not exist yet becomes an empty bare repository."""
     local = _local_path(url)
     if local is not None and not local.exists():
-        git(None, "init", "--quiet", "--bare", str(local), what=f"creating {local}")
+        # Built aside and renamed: two processes creating it at once both succeed.
+        temporary = local.with_name(f".{local.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        git(None, "init", "--quiet", "--bare", str(temporary), what=f"creating {local}")
+        try:
+            os.rename(temporary, local)
+        except OSError:
+            shutil.rmtree(temporary, ignore_errors=True)
+            if not local.is_dir():
+                raise
 
 
 # -- reading what travels -----------------------------------------------------------------

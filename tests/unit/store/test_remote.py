@@ -37,6 +37,8 @@ def git(*args: str) -> str:
 
 
 def remote_head(url: Path, ref: str = "refs/heads/main") -> str | None:
+    if not (url / "HEAD").exists():
+        return None  # not created yet (the first push creates a local remote)
     out = git("--git-dir", str(url), "for-each-ref", "--format=%(objectname)", ref).strip()
     return out or None
 
