@@ -88,8 +88,9 @@ class AutoPusher:
                 log.warning("pushing to %s stopped: %s", self.name, error)
                 return None
             except (KernosError, OSError) as error:
+                if str(error) != self.error:  # once per distinct failure, not every beat
+                    log.warning("pushing to %s failed (retried): %s", self.name, error)
                 self.error = str(error)
-                log.warning("pushing to %s failed (retried): %s", self.name, error)
                 return None
             self.lags.append(time.monotonic() - seen)
             self.pushed = bytes.fromhex(result.head) if result.head else None
