@@ -53,6 +53,7 @@ from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CommitReport, Op
 from kernos.personal import personal
+from kernos.store.remote_lease import RemoteSession, start_remote
 from kernos.store.tail import FOLD_IDLE
 from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
@@ -95,6 +96,7 @@ class KernosKernel(IPythonKernel):
         self.image: Image | None = None
         self.current_op: Op | None = None
         self.attach_error: KernosError | None = None
+        self.remote: RemoteSession | None = None
         self.restore_report: RestoreReport | None = None
         self.restore_error: BaseException | None = None
         self.restore_progress = (0, 0)
@@ -179,8 +181,13 @@ class KernosKernel(IPythonKernel):
         """Open the workspace and start restoring its image in the background."""
         path = default_workspace()
         try:
+            # $KERNOS_REMOTE: materialize from the remote, take its lease, push after commits.
+            self.remote = start_remote(path)
             workspace = Workspace.open(path, purpose="kernos kernel")
         except KernosError as error:
+            if self.remote is not None:
+                self.remote.close()
+                self.remote = None
             self.attach_error = error
             self.log.error("Kernos: %s", error)
             self._restore_done.set()
@@ -682,6 +689,8 @@ class KernosKernel(IPythonKernel):
         if self.image is not None:
             self.control.withdraw(Path(self.image.workspace.path))
             self.image.workspace.close()
+        if self.remote is not None:  # after the close's fold: a final push, then the lease
+            self.remote.close()
         return super().do_shutdown(restart)
 
 

@@ -16,6 +16,10 @@ Layout::
         audit/            the audit log (see kernos.audit.log)
         llm/              LLM requests, answers, recordings and the spending ledger,
                           outside the image: they survive rollbacks (see kernos.llm)
+        remotes.json      this copy's id and its git remotes (see kernos.store.remote)
+        remote.git/       staging repository for pushes and fetches, its objects borrowed
+                          from history.git (see kernos.store.remote_git; delete at will
+                          when no push runs)
 
 Which directory is used, in order:
 

@@ -1,0 +1,191 @@
+"""A workspace moves through a git remote: real kernels, the real ``kernos`` CLI, bare repos.
+
+* a kernel's workspace (plain values, a cell-defined class, a numpy array and
+  an agent's LLM call through litellm's ``mock_response``) is pushed while the
+  kernel runs, cloned elsewhere, verified there with ``kernos audit verify``,
+  and a kernel on the clone holds the same values, digest for digest;
+* two clones of one remote both commit: the second push is refused (exit 3)
+  naming the first writer, and neither side loses anything;
+* ``kill -9`` after a commit: the op still reaches the remote (the push reads
+  the commit tail the dead kernel left), and after a restart nothing is lost;
+* ``KERNOS_REMOTE``: a kernel materializes its workspace from the remote,
+  takes the lease (a second kernel elsewhere is refused, naming the first) and
+  pushes its commits with a bounded lag.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Kernel
+
+DIGESTS = ("import hashlib, pickle\n"
+           "print(repr({n: hashlib.sha256(pickle.dumps(v)).hexdigest() for n, v in "
+           "sorted(globals().items()) if n in ('x', 'table', 'grid', 'point_sum')}))")
+
+
+def kernos(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("kernos")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "kernos.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    return result.stdout
+
+
+def remote_ref(url: Path, ref: str = "refs/heads/main") -> str | None:
+    if not (url / "HEAD").exists():
+        return None
+    out = subprocess.run(["git", "--git-dir", str(url), "for-each-ref",
+                          "--format=%(objectname)", ref], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    return out or None
+
+
+def head(workspace: Path) -> str:
+    return json.loads(ok(kernos("log", "-n", "1", "--json", "-w", str(workspace))))[
+        "snapshots"][0]["commit"]
+
+
+def committed(kernel: Kernel, code: str) -> None:
+    result = kernel.run(code)
+    assert result.committed, (result.kernos, result.errors)
+
+
+def test_a_pushed_workspace_clones_verifies_and_restores_hash_for_hash(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    source, url, copy = tmp_path / "source", tmp_path / "remote.git", tmp_path / "copy"
+    kernel = kernel_factory(source)
+    here = kernel.run("import kernos; print(kernos.__file__)").stdout.strip()
+    assert here == str(Path(__file__).parents[2] / "kernel/kernos/__init__.py")
+    committed(kernel, "x = 41\ntable = {'k': [1, 2, 3]}")
+    committed(kernel, "import numpy as np\ngrid = np.arange(12.0).reshape(3, 4)")
+    committed(kernel, "class Point:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+                      "p = Point(1, 2)\npoint_sum = p.a + p.b")
+    committed(kernel, "agents.add('alice')\nagents.grant('alice', 'llm:gpt-4o-mini', 1000)")
+    committed(kernel, "agents.run('alice', \"a = llm('gpt-4o-mini', [{'role': 'user', "
+                      "'content': 'colour of the sea?'}], max_tokens=20, "
+                      "mock_response='Blue.')\\nanswer = a['content']\")")
+    committed(kernel, "x += 1")
+    digests = _digests(kernel)  # a cell too (it imports): before the push
+    ok(kernos("remote", "add", "origin", str(url), "-w", str(source)))
+    ok(kernos("push", "-w", str(source)))  # beside the running kernel
+    assert remote_ref(url) == head(source)
+    kernel.stop()
+
+    ok(kernos("clone", str(url), str(copy)))
+    verified = kernos("audit", "verify", "-w", str(copy))
+    assert verified.returncode == 0 and verified.stdout.startswith("ok:"), verified
+    assert head(copy) == head(source)
+    for name in ("audit/chain.jsonl", "llm/calls.jsonl"):
+        assert (copy / name).read_bytes() == (source / name).read_bytes()
+    assert sorted(p.name for p in (copy / "llm" / "recordings").iterdir()) == \
+        sorted(p.name for p in (source / "llm" / "recordings").iterdir())
+    objects = [json.loads(ok(kernos("objects", "--json", "-w", str(w)))) for w in (source, copy)]
+    assert objects[0] == objects[1]
+
+    again = kernel_factory(copy)
+    assert _digests(again) == digests
+    assert again.value("x") == 42 and again.value("p.a + p.b") == 3
+    assert again.value("agents.namespace('alice')['answer']") == "Blue."
+    committed(again, "x += 1")  # the clone is a workspace of its own, and moves on
+
+
+def _digests(kernel: Kernel) -> dict[str, str]:
+    result = kernel.run(DIGESTS)
+    assert result.status == "ok", result.errors
+    found: dict[str, str] = eval(result.stdout.strip())  # a dict of str: a literal
+    assert set(found) == {"x", "table", "grid", "point_sum"}
+    return found
+
+
+def test_two_clones_commit_and_the_second_push_is_refused_naming_the_first(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    url = tmp_path / "remote.git"
+    first = kernel_factory(tmp_path / "seed")
+    committed(first, "x = 1")
+    first.stop()
+    ok(kernos("remote", "add", "origin", str(url), "-w", str(tmp_path / "seed")))
+    ok(kernos("push", "-w", str(tmp_path / "seed")))
+    ok(kernos("clone", str(url), str(tmp_path / "a")))
+    ok(kernos("clone", str(url), str(tmp_path / "b")))
+    a, b = kernel_factory(tmp_path / "a"), kernel_factory(tmp_path / "b")
+    committed(a, "x = 'written on a'")
+    committed(b, "x = 'written on b'")
+    ok(kernos("push", "-w", str(tmp_path / "a")))
+    pushed = remote_ref(url)
+    refused = kernos("push", "-w", str(tmp_path / "b"), "--json")
+    assert refused.returncode == 3, refused
+    a_id = json.loads((tmp_path / "a" / "remotes.json").read_text())["id"]
+    line = refused.stderr.strip()
+    assert line.startswith("kernos push: Refused: pushing would fork the history"), line
+    assert a_id in line and "kernos fork" in line
+    assert json.loads(refused.stdout)["error"]["kind"] == "remote_diverged"
+    assert remote_ref(url) == pushed  # the remote kept a's op
+    assert a.value("x") == "written on a" and b.value("x") == "written on b"
+    b.stop()
+    assert kernos("pull", "-w", str(tmp_path / "b")).returncode == 3  # both moved: no pull
+    assert kernos("audit", "verify", "-w", str(tmp_path / "b")).returncode == 0
+
+
+def test_an_op_committed_before_kill9_still_reaches_the_remote(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    workspace, url = tmp_path / "ws", tmp_path / "remote.git"
+    kernel = kernel_factory(workspace)
+    committed(kernel, "x = 1")
+    ok(kernos("remote", "add", "origin", str(url), "-w", str(workspace)))
+    ok(kernos("push", "-w", str(workspace)))
+    committed(kernel, "x = 2")
+    kernel.kill9()
+    assert (workspace / "tail").stat().st_size > 0, "the op under test must be in the tail"
+    ok(kernos("push", "-w", str(workspace)))  # from disk: the tail the kernel left
+    ok(kernos("clone", str(url), str(tmp_path / "copy")))
+    assert kernel_factory(tmp_path / "copy").value("x") == 2
+    restarted = kernel_factory(workspace)
+    assert restarted.value("x") == 2
+    restarted.stop()
+    ok(kernos("push", "-w", str(workspace)))  # the restart folded the tail: same head
+    assert remote_ref(url) == head(workspace) == head(tmp_path / "copy")
+
+
+@pytest.mark.parametrize("lease", [True])
+def test_a_kernel_with_kernos_remote_materializes_leases_and_pushes(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path, lease: bool) -> None:
+    url = tmp_path / "remote.git"
+    seed = kernel_factory(tmp_path / "seed")
+    committed(seed, "x = 1")
+    seed.stop()
+    ok(kernos("remote", "add", "origin", str(url), "-w", str(tmp_path / "seed")))
+    ok(kernos("push", "-w", str(tmp_path / "seed")))
+    env = {"KERNOS_REMOTE": f"origin={url}", "KERNOS_REMOTE_LEASE": "1" if lease else "0",
+           "KERNOS_REMOTE_INTERVAL_MS": "50"}
+    machine_a = kernel_factory(tmp_path / "machine-a", env)  # materialized from the remote
+    assert machine_a.value("x") == 1
+    assert remote_ref(url, "refs/kernos/lease") is not None
+    machine_b = kernel_factory(tmp_path / "machine-b", env)
+    refused = machine_b.run("x")
+    assert refused.status == "error"
+    a_id = json.loads((tmp_path / "machine-a" / "remotes.json").read_text())["id"]
+    message = " ".join(e["evalue"] for e in refused.errors)
+    assert "leased to" in message and a_id in message, message
+    committed(machine_a, "x = 2")
+    expected = head(tmp_path / "machine-a")
+    deadline = time.monotonic() + 60
+    while remote_ref(url) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert remote_ref(url) == expected  # pushed by the kernel, no command typed
+    committed(machine_a, "x = 3")
+    machine_a.manager.shutdown_kernel(now=False)  # clean: a final push, the lease goes back
+    assert remote_ref(url) == head(tmp_path / "machine-a")
+    assert remote_ref(url, "refs/kernos/lease") is None
