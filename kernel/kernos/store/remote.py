@@ -422,9 +422,8 @@ def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes]
     the receiving side moves each ref only from the id the push saw (a compare-and-swap),
     so a writer that pushed since our fetch makes the whole push fail."""
     # Keep the pushed objects reachable in the staging repository.
-    for ref, sha in updates.items():
-        git(stage.git_dir, "update-ref", f"refs/kernos-pushing/{ref.removeprefix('refs/')}",
-            sha.hex())
+    stage.update_refs({f"refs/kernos-pushing/{ref.removeprefix('refs/')}": sha
+                       for ref, sha in updates.items()})
     done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet", url,
                *[f"{sha.hex()}:{ref}" for ref, sha in updates.items()], check=False)
     if done.returncode != 0:
@@ -435,8 +434,7 @@ def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes]
                 f"pushed at the same time). Run `kernos push {name}` again to see who.",
                 remote=name, writer="a concurrent pusher")
         raise RemoteError(f"pushing to {url} failed: {text[:400]}", remote=name)
-    for ref, sha in updates.items():
-        git(stage.git_dir, "update-ref", stage.tracking(name, ref), sha.hex())
+    stage.update_refs({stage.tracking(name, ref): sha for ref, sha in updates.items()})
 
 
 # -- pull and clone -------------------------------------------------------------------------
@@ -475,9 +473,15 @@ def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> P
     root = local.path
     stage = Staging(root)
     with stage.locked():
-        theirs = stage.fetch(url, name, [BRANCH, AUDIT_REF, LLM_REF, META_REF])
+        theirs = stage.fetch(url, name, [AUDIT_REF, LLM_REF, META_REF])
         ours = local.head()
-        remote_head = theirs.get(BRANCH)
+        remote_head = ls_remote(url, [BRANCH]).get(BRANCH)
+        if remote_head is not None and remote_head != ours:
+            # Straight into the history (objects only, durably; the ref moves below, if
+            # at all): the staging repository sees them through its alternates.
+            git(local.git_dir, "-c", "core.fsync=committed", "fetch", "--no-tags",
+                "--no-write-fetch-head", "--quiet", url, remote_head.hex(),
+                what=f"fetching the history from {url}")
         target = ours
         if remote_head is not None and remote_head != ours:
             if ours is None or stage.is_ancestor(ours, remote_head):
@@ -491,10 +495,7 @@ def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> P
                     "new workspace, or push this one to a new remote.",
                     remote=name, writer=writer)
         if target is not None and target != ours:
-            # The objects first (durably), then the ref: the history's commit point.
-            git(local.git_dir, "-c", "core.fsync=committed", "fetch", "--no-tags",
-                "--no-write-fetch-head", "--quiet", str(stage.git_dir),
-                stage.tracking(name, BRANCH), what="copying the fetched history")
+            # The objects are in (durably); now the ref: the history's commit point.
             local._move_ref(target, lambda temporary: fsync_all([temporary])
                             if local.durable else None, then=NOT_FOLDED)
         # Then the append-only stores (a crash before this is finished by the next pull).

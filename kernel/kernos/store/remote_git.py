@@ -37,6 +37,7 @@ __all__ = ["Staging", "git"]
 
 STAGING = "remote.git"
 EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
+_read: dict[tuple[bytes, str], bytes] = {}
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 
 
@@ -124,8 +125,21 @@ class Staging:
         return self.write(b"commit", text.encode())
 
     def cat(self, sha: bytes, kind: str = "blob") -> bytes:
-        return git(self.git_dir, "cat-file", kind, sha.hex(), what="reading a fetched object"
-                   ).stdout
+        key = (sha, kind)
+        found = _read.get(key)
+        if found is None:  # objects never change: one read per process is enough
+            found = git(self.git_dir, "cat-file", kind, sha.hex(),
+                        what="reading a fetched object").stdout
+            if len(_read) > 4096:
+                _read.clear()
+            _read[key] = found
+        return found
+
+    def update_refs(self, refs: dict[str, bytes]) -> None:
+        """Set several refs of the staging repository at once."""
+        lines = "".join(f"update {ref} {sha.hex()}\n" for ref, sha in refs.items())
+        git(self.git_dir, "update-ref", "--stdin", stdin=lines.encode(),
+            what="recording the pushed refs")
 
     def tree_files(self, tree: bytes) -> dict[str, bytes]:
         """``path -> blob id`` of every blob under ``tree``."""
