@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 
-from kernos import Image, Workspace  # noqa: E402
-from kernos.store.remote import RemoteConfig, clone, push  # noqa: E402
-from kernos.store.remote_push import AutoPusher  # noqa: E402
+from kernos import Image, Workspace
+from kernos.store.remote import RemoteConfig, clone, push
+from kernos.store.remote_push import AutoPusher
 
 
 def open_image(path: Path) -> tuple[Workspace, Image, dict[str, object]]:
