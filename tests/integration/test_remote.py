@@ -189,3 +189,35 @@ def test_a_kernel_with_kernos_remote_materializes_leases_and_pushes(
     machine_a.manager.shutdown_kernel(now=False)  # clean: a final push, the lease goes back
     assert remote_ref(url) == head(tmp_path / "machine-a")
     assert remote_ref(url, "refs/kernos/lease") is None
+
+
+def test_the_remote_commands_list_remove_release_and_fail_clearly(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    workspace, url = tmp_path / "ws", tmp_path / "remote.git"
+    kernel = kernel_factory(workspace)
+    committed(kernel, "x = 1")
+    kernel.stop()
+    w = ("-w", str(workspace))
+    ok(kernos("remote", "add", "origin", str(url), "--lease", *w))
+    again = kernos("remote", "add", "origin", str(url), *w)
+    assert again.returncode == 2 and "exists already" in again.stderr
+    listed = json.loads(ok(kernos("remote", "list", "--json", *w)))
+    assert listed["remotes"] == [{"name": "origin", "url": str(url), "lease": True}]
+    unknown = kernos("push", "elsewhere", *w)
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("kernos push: this workspace has no remote 'elsewhere'")
+    ok(kernos("push", *w))
+    ok(kernos("clone", str(url), str(tmp_path / "other")))
+    env = {"KERNOS_REMOTE": "origin", "KERNOS_REMOTE_LEASE": "1"}
+    holder = kernel_factory(tmp_path / "other", env)  # the other copy holds the lease
+    assert holder.value("x") == 1
+    refused = kernos("push", *w)
+    assert refused.returncode == 3 and "is leased to" in refused.stderr, refused
+    assert kernos("remote", "release", "origin", *w).returncode == 3
+    released = json.loads(ok(kernos("remote", "release", "origin", "--force", "--json", *w)))
+    other_id = json.loads((tmp_path / "other" / "remotes.json").read_text())["id"]
+    assert released["released"]["workspace"] == other_id
+    ok(kernos("remote", "remove", "origin", *w))
+    assert json.loads(ok(kernos("remote", "list", "--json", *w)))["remotes"] == []
+    clone_again = kernos("clone", str(url), str(workspace))
+    assert clone_again.returncode == 2 and "not empty" in clone_again.stderr

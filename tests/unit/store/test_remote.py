@@ -350,3 +350,25 @@ def test_unknown_remote_and_bad_clone_targets_say_what_to_do(tmp_path: Path) -> 
     with pytest.raises(Exception, match="no Kernos workspace"):
         clone(str(tmp_path / "empty.git"), tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_record_whose_commit_is_not_published_yet_waits_for_the_next_push(
+        tmp_path: Path) -> None:
+    """An op's record is written before its commit point: a push between the two must not
+    carry a record naming a snapshot the remote does not have."""
+    url = tmp_path / "remote.git"
+    env = workspace_with_remote(tmp_path / "a", url)
+    env.run("x = 1")
+    env.close()
+    chain = tmp_path / "a" / "audit" / "chain.jsonl"
+    published = chain.read_bytes()
+    last = json.loads(published.splitlines()[-1])
+    in_flight = {"type": "op", "status": "committed", "commit": "ab" * 20,
+                 "index": last["index"] + 1, "prev": last["hash"], "hash": "0" * 64}
+    chain.write_bytes(published + json.dumps(in_flight).encode() + b"\n")
+    result = push(tmp_path / "a")
+    assert result.records == last["index"] + 1
+    chain.write_bytes(published)  # the op never committed: the crash recovery would void it
+    clone(str(url), tmp_path / "b")
+    assert (tmp_path / "b" / "audit" / "chain.jsonl").read_bytes() == published
+    assert verify(str(tmp_path / "b")).ok
