@@ -26,13 +26,16 @@ Layout on the remote (an ordinary git repository)::
 
     refs/heads/main       the snapshot history, exactly the workspace's (same commit ids)
     refs/kernos/audit     a commit (parent: the previous push's) whose tree holds
-                            chain/00000000.jsonl ...   the audit chain, cut in segments of
-                                                       SEGMENT_LINES records: a push adds
-                                                       only the last segment's new blob
-                            payloads/<sha256>          the audit payloads
+                            chain/00000/00000000.jsonl ...   the audit chain, cut in segments
+                                              of SEGMENT_LINES records, SEGMENT_GROUP segments
+                                              a directory: a push adds the last segment's
+                                              new blob and two small trees, however long
+                                              the chain
+                            payloads/ab/ab12...       the audit payloads, by name, in
+                                                      directories of their first two hex digits
     refs/kernos/llm       the same for the LLM store (``kernos.llm``)
-                            objects/<sha256>.json  recordings/<request>
-                            calls/00000000.jsonl ...   the ledger, in segments
+                            objects/ab/ab12....json  recordings/ab/ab12...
+                            calls/00000/00000000.jsonl ...   the ledger, in segments
     refs/kernos/meta      workspace.json and settings.json; its commit message names the
                           pusher (host, workspace id, pid, time): the writer a refused
                           push names when the remote has no lease
@@ -98,8 +101,10 @@ AUDIT_REF = "refs/kernos/audit"
 LLM_REF = "refs/kernos/llm"
 META_REF = "refs/kernos/meta"
 LEASE_REF = "refs/kernos/lease"
-SEGMENT_LINES = 1024
+SEGMENT_LINES = 64
 """Records (or ledger lines) per chain segment: a push rewrites only the last one."""
+SEGMENT_GROUP = 256
+"""Segments per directory of segments."""
 REMOTES = "remotes.json"
 ALLOWED: dict[str, tuple[str, str]] = {
     "workspace.json": ("meta", "workspace.json"),
@@ -225,7 +230,7 @@ def _segments(lines: list[bytes]) -> list[bytes]:
 
 
 def _segment_name(index: int) -> str:
-    return f"{index:08d}.jsonl"
+    return f"{index // SEGMENT_GROUP:05d}/{index:08d}.jsonl"
 
 
 def _directory_files(directory: Path) -> dict[str, Path]:
@@ -263,7 +268,7 @@ def _read_workspace(root: Path, stage: Staging) -> _Snapshot:
     for pattern, (ref, where) in ALLOWED.items():
         if pattern.endswith("/*"):
             for name, path in _directory_files(root / pattern[:-2]).items():
-                files[ref][where + name] = path
+                files[ref][f"{where}{name[:2]}/{name}"] = path
         elif not pattern.endswith(".jsonl") and (root / pattern).is_file():
             files[ref][where] = root / pattern
     return _Snapshot(head=head, chain=chain, ledger=_whole_lines(root / "llm" / "calls.jsonl"),
@@ -520,8 +525,10 @@ def _extend(stage: Staging, directory: Path, log_name: str, prefix: str,
     for path, sha in tree.items():
         if path.startswith(prefix):
             continue
-        sub, _, file_name = path.partition("/")
-        if not _FILE.fullmatch(sub) or not _FILE.fullmatch(file_name):
+        sub, _, rest = path.partition("/")
+        shard, _, file_name = rest.partition("/")
+        if not (_FILE.fullmatch(sub) and _FILE.fullmatch(file_name)
+                and shard == file_name[:2]):
             raise RemoteError(f"the remote {name} holds {path!r}, which Kernos never pushes; "
                               "it is not a Kernos remote, or it was tampered with", remote=name)
         target = directory / sub / file_name

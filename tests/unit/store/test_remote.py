@@ -199,6 +199,7 @@ def test_a_chain_that_does_not_extend_the_remotes_is_refused(tmp_path: Path) -> 
 def test_each_push_adds_only_the_last_chain_segment(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(remote_module, "SEGMENT_LINES", 2)
+    monkeypatch.setattr(remote_module, "SEGMENT_GROUP", 2)
     url = tmp_path / "remote.git"
     env = workspace_with_remote(tmp_path / "a", url)
     for value in range(4):
@@ -206,13 +207,18 @@ def test_each_push_adds_only_the_last_chain_segment(tmp_path: Path,
     push(tmp_path / "a")
 
     def segments() -> dict[str, str]:
-        listing = git("--git-dir", str(url), "ls-tree", AUDIT_REF, "chain/")
+        listing = git("--git-dir", str(url), "ls-tree", "-r", AUDIT_REF, "chain/")
         return {line.split("\t")[1]: line.split()[2] for line in listing.splitlines()}
 
-    first = segments()
+    def full_group() -> str:
+        return git("--git-dir", str(url), "rev-parse", f"{AUDIT_REF}:chain/00000").strip()
+
+    first, group = segments(), full_group()
     env.run("x = 10")
     push(tmp_path / "a")
     second = segments()
+    assert full_group() == group  # a full directory of segments is never rewritten
+    assert sorted(second)[-1].startswith("chain/00001/")
     env.close()
     assert len(first) == 3 and len(second) == 3  # 5 records, then 6, in twos
     last = sorted(first)[-1]
