@@ -607,11 +607,15 @@ def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin"
 
 def materialize(workspace: str | os.PathLike[str], url: str, *, name: str = "origin"
                 ) -> PullResult | None:
-    """Clone ``url`` into ``workspace`` unless it is a workspace already (then do nothing).
+    """Clone ``url`` into ``workspace`` unless it is a workspace already, or the remote holds
+    none yet (a new workspace's first kernel: it pushes there); None when nothing was done.
 
     For a kernel starting on a fresh machine; call it before the kernel opens the workspace.
     """
     root = Path(workspace).expanduser().absolute()
     if (root / "workspace.json").exists():
+        return None
+    local = _local_path(_absolute(url))
+    if (local is not None and not local.exists()) or META_REF not in ls_remote(url, [META_REF]):
         return None
     return clone(url, root, name=name)

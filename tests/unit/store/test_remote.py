@@ -378,3 +378,18 @@ def test_a_record_whose_commit_is_not_published_yet_waits_for_the_next_push(
     clone(str(url), tmp_path / "b")
     assert (tmp_path / "b" / "audit" / "chain.jsonl").read_bytes() == published
     assert verify(str(tmp_path / "b")).ok
+
+
+def test_a_first_kernel_on_a_new_remote_starts_empty_and_pushes(tmp_path: Path) -> None:
+    url = tmp_path / "new.git"
+    assert materialize(tmp_path / "ws", str(url)) is None  # nothing there yet: nothing done
+    session = remote_lease.start_remote(tmp_path / "ws", {"KERNOS_REMOTE": f"origin={url}",
+                                                          "KERNOS_REMOTE_LEASE": "1"},
+                                        interval=0.05)
+    assert session is not None and session.lease is not None
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 1")
+    env.close()
+    session.close()
+    assert remote_head(url) == head_of(tmp_path / "ws")
+    assert remote_head(url, "refs/kernos/lease") is None
