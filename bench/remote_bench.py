@@ -10,7 +10,8 @@ In-process, on the core (no kernel), fresh workspaces and a bare remote in $TMPD
 2. *Clone.* A workspace holding ``--mb`` MB of random float64 data (one array per op, 8
    ops), pushed; then ``kernos.store.remote.clone`` of it against ``git clone --bare
    --no-local`` of the same remote (the same bytes moved, without the audit and LLM
-   refs or the workspace's own checks).
+   refs or the workspace's own checks).  Then the restore of the clone against the
+   original's (a fresh image each time, median of 3).
 """
 
 from __future__ import annotations
@@ -100,6 +101,15 @@ def clone_times(root: Path, megabytes: int) -> tuple[float, float]:
     return ours, time.monotonic() - started
 
 
+def restore_seconds(path: Path) -> float:
+    started = time.monotonic()
+    workspace, _image, namespace = open_image(path)
+    assert namespace["a7"] is not None  # touch a big value: loaded, not just mapped
+    seconds = time.monotonic() - started
+    workspace.close()
+    return seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=200)
@@ -116,6 +126,10 @@ def main() -> int:
         ours, theirs = clone_times(root, args.mb)
         print(f"clone of a {args.mb} MB workspace: kernos clone {ours:.2f} s, "
               f"git clone --bare --no-local {theirs:.2f} s ({ours / theirs:.2f}x)")
+        original = statistics.median(restore_seconds(root / "big") for _ in range(3))
+        cloned = statistics.median(restore_seconds(root / "clone") for _ in range(3))
+        print(f"restore: original {original:.2f} s, clone {cloned:.2f} s "
+              f"({cloned / original:.2f}x; median of 3)")
     return 0
 
 

@@ -376,6 +376,7 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
             updates[META_REF] = stage.commit(tree, parent, message, when)
         if updates:
             _push_refs(stage, url, name, updates)
+            stage.tidy()
         return PushResult(remote=name, head=(ours.head or before or b"").hex() or None,
                           before=before.hex() if before else None,
                           records=len(ours.chain), updated=tuple(sorted(updates)))

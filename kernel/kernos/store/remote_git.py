@@ -15,6 +15,10 @@ the process holding the workspace lock):
 * the audit, LLM and metadata trees and commits built for each push;
 * what a fetch brings from the remote (``refs/remotes/<name>/...``).
 
+A push packs its loose objects when they pass :data:`LOOSE_LIMIT`
+(:meth:`Staging.tidy`), so the directory holds a handful of files however
+many pushes it has seen.
+
 Every push, pull and lease change holds ``remote.git/kernos.lock`` (a POSIX
 record lock), so a kernel's background pusher and a ``kernos push`` typed
 beside it take turns.
@@ -38,6 +42,8 @@ __all__ = ["Staging", "git"]
 STAGING = "remote.git"
 EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
 _read: dict[tuple[bytes, str], bytes] = {}
+LOOSE_LIMIT = 512
+"""Loose objects the staging repository may hold before a push packs them."""
 _QUIET = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 
 
@@ -168,6 +174,17 @@ class Staging:
 
     def has(self, sha: bytes) -> bool:
         return git(self.git_dir, "cat-file", "-e", sha.hex(), check=False).returncode == 0
+
+    def tidy(self, *, loose_limit: int | None = None) -> bool:
+        """Pack the staging repository's own objects once it holds ``loose_limit`` loose
+        ones (each push adds a few); whether it did.  Only under :meth:`locked`."""
+        counted = git(self.git_dir, "count-objects", what="counting staged objects").stdout
+        if int(counted.split()[0]) < (LOOSE_LIMIT if loose_limit is None else loose_limit):
+            return False
+        # -l: objects the history already has stay there; prune: what no ref reaches.
+        git(self.git_dir, "repack", "-a", "-d", "-l", "-q", what="packing staged objects")
+        git(self.git_dir, "prune", "--expire=now", what="pruning staged objects")
+        return True
 
     # -- the remote ----------------------------------------------------------------
 

@@ -393,3 +393,25 @@ def test_a_first_kernel_on_a_new_remote_starts_empty_and_pushes(tmp_path: Path) 
     session.close()
     assert remote_head(url) == head_of(tmp_path / "ws")
     assert remote_head(url, "refs/kernos/lease") is None
+
+
+def test_the_staging_repository_stays_a_handful_of_files(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.store import remote_git
+
+    monkeypatch.setattr(remote_git, "LOOSE_LIMIT", 8)
+    url = tmp_path / "remote.git"
+    env = workspace_with_remote(tmp_path / "a", url)
+    for value in range(12):
+        env.run(f"x = {value}")
+        push(tmp_path / "a")
+    staged = tmp_path / "a" / "remote.git" / "objects"
+    loose = [p for p in staged.glob("??/*")]
+    assert len(loose) < 8 + 8  # packed at least once (a push adds ~6)
+    assert len(list(staged.glob("pack/*.pack"))) == 1
+    env.run("x = 'after'")
+    push(tmp_path / "a")  # what the next push needs was kept
+    env.close()
+    clone(str(url), tmp_path / "b")
+    assert CoreEnv(tmp_path / "b").ns["x"] == "after"
+    assert verify(str(tmp_path / "b")).ok
