@@ -221,3 +221,25 @@ def test_the_remote_commands_list_remove_release_and_fail_clearly(
     assert json.loads(ok(kernos("remote", "list", "--json", *w)))["remotes"] == []
     clone_again = kernos("clone", str(url), str(workspace))
     assert clone_again.returncode == 2 and "not empty" in clone_again.stderr
+
+
+def test_a_kernel_killed_before_its_push_pushes_the_op_when_it_comes_back(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    workspace, url = tmp_path / "ws", tmp_path / "remote.git"
+    # A long interval: the pusher pushes at start, then not before the kill.
+    env = {"KERNOS_REMOTE": f"origin={url}", "KERNOS_REMOTE_LEASE": "1",
+           "KERNOS_REMOTE_INTERVAL_MS": "600000"}
+    kernel = kernel_factory(workspace, env)
+    committed(kernel, "x = 1")
+    committed(kernel, "x = 2")
+    acknowledged = head(workspace)
+    kernel.kill9()
+    assert remote_ref(url) != acknowledged  # the op under test had not been pushed
+    back = kernel_factory(workspace, env)  # its own lease (same workspace id) is renewed
+    assert back.value("x") == 2
+    deadline = time.monotonic() + 60
+    while remote_ref(url) != acknowledged and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert remote_ref(url) == acknowledged
+    ok(kernos("clone", str(url), str(tmp_path / "copy")))
+    assert kernos("audit", "verify", "-w", str(tmp_path / "copy")).returncode == 0
