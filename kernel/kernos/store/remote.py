@@ -359,10 +359,11 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
         if ours.head is not None and ours.head != before:
             updates[BRANCH] = ours.head
         when = int(time.time())
+        writer = _describe_pusher(stage, theirs.get(META_REF))
         audit = _append_only(stage, name, "audit chain", "chain/", ours.chain,
-                             theirs.get(AUDIT_REF), ours.files["audit"])
+                             theirs.get(AUDIT_REF), ours.files["audit"], writer)
         llm = _append_only(stage, name, "LLM ledger", "calls/", ours.ledger,
-                           theirs.get(LLM_REF), ours.files["llm"])
+                           theirs.get(LLM_REF), ours.files["llm"], writer)
         meta_files = {path: stage.write(b"blob", file.read_bytes())
                       for path, file in ours.files["meta"].items()}
         message = f"kernos push\n\n{pusher_trailers(config)}"
@@ -395,7 +396,8 @@ def _diverged_message(name: str, writer: str, *, behind: bool) -> str:
 
 
 def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[bytes],
-                 remote: bytes | None, files: Mapping[str, Path]) -> dict[str, bytes]:
+                 remote: bytes | None, files: Mapping[str, Path], writer: str
+                 ) -> dict[str, bytes]:
     """The tree files of one append-only store; refused unless it extends the remote's."""
     segments = [stage.write(b"blob", data) for data in _segments(lines)]
     tree = {prefix + _segment_name(index): sha for index, sha in enumerate(segments)}
@@ -410,10 +412,11 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
             if not ok:
                 raise RemoteDiverged(
                     f"Refused: the {what} on the remote {name} is not a prefix of this "
-                    f"workspace's (segment {index} differs): another writer appended to it, "
-                    "or this workspace's was rewritten. The remote's stays append-only; "
-                    "clone the remote into a new workspace to see its side.",
-                    remote=name, writer="another writer")
+                    f"workspace's (segment {index} differs): {writer} appended to it, or "
+                    "this workspace's was rewritten. The remote's stays append-only; keep "
+                    "one side: `kernos clone` the remote (or `kernos fork` it) into a new "
+                    "workspace, or push this one to a new remote.",
+                    remote=name, writer=writer)
         for path, sha in theirs.items():  # payloads only ever accumulate on the remote
             if not path.startswith(prefix):
                 tree.setdefault(path, sha)

@@ -415,3 +415,24 @@ def test_the_staging_repository_stays_a_handful_of_files(tmp_path: Path,
     clone(str(url), tmp_path / "b")
     assert CoreEnv(tmp_path / "b").ns["x"] == "after"
     assert verify(str(tmp_path / "b")).ok
+
+
+def test_a_rolled_back_op_pushed_elsewhere_still_refuses_the_other_chain(
+        tmp_path: Path) -> None:
+    """The history did not move (a rolled-back op writes no snapshot), the chain did."""
+    from core_support import abort
+
+    url = tmp_path / "remote.git"
+    env = workspace_with_remote(tmp_path / "a", url)
+    env.run("x = 1")
+    push(tmp_path / "a")
+    clone(str(url), tmp_path / "b")
+    abort(env, "x = 2\nraise ValueError('no')")
+    push(tmp_path / "a")
+    env.close()
+    b = CoreEnv(tmp_path / "b")
+    b.run("y = 1")
+    with pytest.raises(RemoteDiverged, match="audit chain") as refused:
+        push(tmp_path / "b")
+    assert RemoteConfig.load(tmp_path / "a").id in refused.value.writer
+    b.close()
