@@ -67,17 +67,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernos.audit.log import record_hash
 from kernos.errors import RemoteDiverged, RemoteError, UsageError, WorkspaceFormatError
 from kernos.store.objects import fsync_all, fsync_dir, replace_file
+from kernos.store.remote_config import RemoteConfig, absolute_url, ensure_bare, local_path
 from kernos.store.remote_git import Staging, git, ls_remote
 from kernos.store.space import NOT_FOLDED
 from kernos.store.workspace import BRANCH, FORMAT, Workspace
@@ -105,7 +105,6 @@ SEGMENT_LINES = 64
 """Records (or ledger lines) per chain segment: a push rewrites only the last one."""
 SEGMENT_GROUP = 256
 """Segments per directory of segments."""
-REMOTES = "remotes.json"
 ALLOWED: dict[str, tuple[str, str]] = {
     "workspace.json": ("meta", "workspace.json"),
     "settings.json": ("meta", "settings.json"),
@@ -117,99 +116,7 @@ ALLOWED: dict[str, tuple[str, str]] = {
 }
 """Every workspace file a push carries (``*``: each file directly in that directory), and
 where it goes: (which ref, path in its tree; ``.jsonl`` files are cut into segments)."""
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-# -- the records of the remotes ---------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class RemoteConfig:
-    """``remotes.json``: this copy's id and its remotes."""
-
-    path: Path
-    """The workspace directory."""
-    id: str
-    """This copy of the workspace (a clone gets its own)."""
-    remotes: dict[str, dict[str, object]] = field(default_factory=dict)
-    """Name -> ``{"url": ..., "lease": bool}``."""
-
-    @classmethod
-    def load(cls, workspace: Path) -> RemoteConfig:
-        try:
-            data = json.loads((workspace / REMOTES).read_text())
-        except FileNotFoundError:
-            return cls(path=workspace, id=secrets.token_hex(8))
-        except (OSError, ValueError) as error:
-            raise RemoteError(f"{workspace / REMOTES} is unreadable ({error}); fix it, or "
-                              "delete it and add the remotes again") from None
-        return cls(path=workspace, id=str(data.get("id") or secrets.token_hex(8)),
-                   remotes=dict(data.get("remotes") or {}))
-
-    def save(self) -> None:
-        data = {"id": self.id, "remotes": self.remotes}
-        path = self.path / REMOTES
-        replace_file(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
-                     durable=True, temporary=path.with_name(path.name + ".tmp"))
-
-    def add(self, name: str, url: str, *, lease: bool = False) -> None:
-        if not _NAME.fullmatch(name):
-            raise UsageError(f"{name!r} cannot name a remote: use letters, digits, '.', '_' "
-                             "and '-'")
-        if name in self.remotes:
-            raise UsageError(f"the remote {name!r} exists already ({self.url(name)}); "
-                             f"remove it first (kernos remote remove {name})")
-        self.remotes[name] = {"url": _absolute(url), "lease": lease}
-        self.save()
-
-    def remove(self, name: str) -> None:
-        self.url(name)
-        del self.remotes[name]
-        self.save()
-        shutil.rmtree(self.path / "remote.git" / "refs" / "remotes" / name, ignore_errors=True)
-
-    def url(self, name: str) -> str:
-        try:
-            return str(self.remotes[name]["url"])
-        except KeyError:
-            known = ", ".join(sorted(self.remotes)) or "none yet"
-            raise UsageError(f"this workspace has no remote {name!r} (remotes: {known}); add "
-                             f"one with `kernos remote add {name} URL`") from None
-
-    def leased(self, name: str) -> bool:
-        self.url(name)
-        return bool(self.remotes[name].get("lease"))
-
-
-def _absolute(url: str) -> str:
-    """A local path made absolute (the CLI may run from elsewhere later); URLs as given."""
-    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
-        return url
-    return str(Path(url).expanduser().absolute())
-
-
-def _local_path(url: str) -> Path | None:
-    if url.startswith("file://"):
-        return Path(url[len("file://"):])
-    if "://" in url or re.match(r"^[\w.-]+@[\w.-]+:", url):
-        return None
-    return Path(url)
-
-
-def ensure_bare(url: str) -> None:
-    """A local path that does not exist yet becomes an empty bare repository."""
-    local = _local_path(url)
-    if local is not None and not local.exists():
-        # Built aside and renamed: two processes creating it at once both succeed.
-        temporary = local.with_name(f".{local.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        git(None, "init", "--quiet", "--bare", str(temporary), what=f"creating {local}")
-        try:
-            os.rename(temporary, local)
-        except OSError:
-            shutil.rmtree(temporary, ignore_errors=True)
-            if not local.is_dir():
-                raise
 
 
 # -- reading what travels -----------------------------------------------------------------
@@ -575,7 +482,7 @@ def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin"
           ) -> PullResult:
     """A new workspace at ``destination`` (absent or empty) from the remote at ``url``."""
     root = Path(destination).expanduser().absolute()
-    url = _absolute(url)
+    url = absolute_url(url)
     if root.exists() and any(root.iterdir()):
         raise UsageError(f"{root} exists and is not empty; clone into a new directory")
     remote = ls_remote(url, [BRANCH, META_REF])
@@ -619,7 +526,7 @@ def materialize(workspace: str | os.PathLike[str], url: str, *, name: str = "ori
     root = Path(workspace).expanduser().absolute()
     if (root / "workspace.json").exists():
         return None
-    local = _local_path(_absolute(url))
+    local = local_path(absolute_url(url))
     if (local is not None and not local.exists()) or META_REF not in ls_remote(url, [META_REF]):
         return None
     return clone(url, root, name=name)

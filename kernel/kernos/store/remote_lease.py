@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernos.errors import RemoteError, RemoteLeaseHeld
-from kernos.store.remote import LEASE_REF, RemoteConfig, ensure_bare, materialize
+from kernos.store.remote import LEASE_REF, materialize
+from kernos.store.remote_config import RemoteConfig, ensure_bare
 from kernos.store.remote_git import EMPTY_TREE, Staging, git
 
 __all__ = ["DEFAULT_TTL", "Lease", "LeaseHolder", "RemoteSession", "acquire_lease",
