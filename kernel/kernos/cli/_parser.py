@@ -142,6 +142,9 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                     "changes), else offline (the next kernel restores it).")
     checkout.add_argument("ref", help="a commit (or prefix), HEAD, HEAD~N or @N for op N")
 
+    from kernos.cli._fork import add_fork
+
+    add_fork(add)
     _add_events(add)
     _add_audit(add, parents)
     _add_replay(add)
