@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from audit_support import chain_lines, resealed, write_chain_lines
 from core_support import CoreEnv
-
 from kernos.audit import verify
 from kernos.errors import UnknownRef, UsageError, WorkspaceError, WorkspaceFormatError
 from kernos.fork import fork, split_source
