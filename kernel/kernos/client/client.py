@@ -512,6 +512,12 @@ class AsyncKernosClient:
         result = await self.request("checkout", ref=ref, progress=progress)
         return _decode(OpResult.from_json, result, "checkout")
 
+    async def fork(self, ref: str, dest: str) -> dict[str, Any]:
+        """A new workspace named ``dest`` (a name: letters, digits, ``._-``), made beside this
+        kernel's workspace from its snapshot ``ref`` (``kernos.fork``); what was made, and
+        ``open.env`` to start a kernel on it."""
+        return await self.request("fork", ref=ref, dest=dest)
+
     async def events(self, *, since: int | None = None, op: int | None = None,
                      topic: str | None = None, principal: str | None = None,
                      limit: int | None = None) -> tuple[list[dict[str, Any]], int]:

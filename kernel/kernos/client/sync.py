@@ -209,6 +209,9 @@ class KernosClient:
     def checkout(self, ref: str, *, progress: ProgressCallback | None = None) -> OpResult:
         return self._loop.run(self._client.checkout(ref, progress=progress))
 
+    def fork(self, ref: str, dest: str) -> dict[str, Any]:
+        return self._loop.run(self._client.fork(ref, dest))
+
     def events(self, *, since: int | None = None, op: int | None = None,
                topic: str | None = None, principal: str | None = None,
                limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
