@@ -359,8 +359,9 @@ def _publish(staging: Path, dest: Path) -> None:
 def check_origin(path: str | os.PathLike[str], genesis: dict[str, Any]) -> Origin | None:
     """For a fork's genesis (``forked_from``), check its origin against SRC if it exists:
     SRC's chain still holds the record it names with that hash, and REF's commit is in
-    SRC's history (or a prune there says it was pruned).  None for a workspace that is no
-    fork."""
+    SRC's history (or a prune there says it was pruned).  A source deleted, or replaced by
+    another workspace (another ``created_at``), is not checked, and says so; that is no
+    problem of the fork's.  None for a workspace that is no fork."""
     facts = genesis.get("forked_from")
     if not isinstance(facts, dict):
         return None
@@ -372,6 +373,14 @@ def check_origin(path: str | os.PathLike[str], genesis: dict[str, Any]) -> Origi
     if not (source / "workspace.json").exists():
         return Origin(forked_from=facts, checked=False, problems=problems,
                       note=f"the source {source} is not there any more")
+    try:
+        created = json.loads((source / "workspace.json").read_text()).get("created_at")
+    except (OSError, ValueError, AttributeError):
+        created = None
+    if facts.get("created_at") is not None and created != facts.get("created_at"):
+        return Origin(forked_from=facts, checked=False, problems=problems,
+                      note=f"the workspace at {source} now is another one (created {created}, "
+                           f"not {facts.get('created_at')})")
     audit = facts.get("audit") or {}
     index = audit.get("index")
     try:

@@ -113,6 +113,13 @@ def test_a_fork_keeps_its_objects_when_the_source_is_pruned_gced_and_deleted(
     verdict = verify(tmp_path / "dst")
     assert verdict.ok, verdict.summary()
     assert verdict.origin is not None and "not there any more" in verdict.origin
+    # Another workspace at the source's path is not taken for the source.
+    _source(tmp_path / "src", ops=1).close()
+    meta = tmp_path / "src" / "workspace.json"  # made within the same second, maybe
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "created_at": "another"}))
+    verdict = verify(tmp_path / "dst")
+    assert verdict.ok, verdict.summary()
+    assert verdict.origin is not None and "now is another one" in verdict.origin
 
 
 def test_the_genesis_names_the_source_and_is_checked_against_its_chain(
