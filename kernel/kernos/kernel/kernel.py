@@ -177,9 +177,8 @@ class KernosKernel(IPythonKernel):
 
     def _attach(self) -> None:
         """Open the workspace and start restoring its image in the background."""
-        path = default_workspace()
-        try:
-            workspace = Workspace.open(path, purpose="kernos kernel")
+        try:  # a forbidden workspace name, too, is explained in every cell
+            workspace = Workspace.open(default_workspace(), purpose="kernos kernel")
         except KernosError as error:
             self.attach_error = error
             self.log.error("Kernos: %s", error)
