@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import queue
+import uuid
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -209,7 +210,8 @@ class GatewayChannels:
     def __init__(self, socket: WebSocketClientConnection, kernel_id: str) -> None:
         self._socket = socket
         self.kernel_id = kernel_id
-        self.session = Session(key=b"")  # the gateway signs what it forwards to the kernel
+        # The gateway signs what it forwards with the kernel's key; this key signs nothing.
+        self.session = Session(key=uuid.uuid4().hex.encode())
         self.shell_channel = _Channel("shell", self)
         self.iopub_channel = _Channel("iopub", self)
         self.control_channel = _Channel("control", self)
