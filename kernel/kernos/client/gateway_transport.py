@@ -85,7 +85,7 @@ class GatewayAPI:
         if error.response is not None and error.response.body:
             with contextlib.suppress(ValueError, AttributeError):
                 reason = str(json.loads(error.response.body).get("reason") or "")
-        if code in (401, 403) and not reason.startswith("User "):
+        if code == 401:
             return GatewayError(
                 f"the gateway at {self.url} refused {method} {path} ({code}): "
                 + ("no token was sent; set KERNOS_GATEWAY_TOKEN (or pass token=...) to the "
