@@ -74,7 +74,7 @@ def test_cells_harness_ops_and_requests_through_the_gateway(gateway: Gateway) ->
             hello = await client.hello()
             assert hello["workspace"] == str(gateway.root / name)  # the root, and the name
             # The gateway's kernels run this tree's code (the kernelspec's PYTHONPATH).
-            where = await client.op("import kernos\n_where = kernos.__file__", on_error=None)
+            where = await client.op("import kernos\n_where = kernos.__file__")
             assert where.committed
             source = await client.op("_where")
             assert source.value is not None
