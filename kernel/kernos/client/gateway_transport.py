@@ -148,6 +148,8 @@ class GatewayAPI:
             raise self._refused("GET", f"/api/kernels/{kernel_id}/channels", error) from None
         except OSError as error:
             raise GatewayError.unreachable(self.url, str(error)) from None
+        if socket.protocol is not None:  # small requests go out at once (no Nagle)
+            socket.protocol.set_nodelay(True)
         channels = GatewayChannels(socket, kernel_id)
         channels.start_reading()
         return channels
