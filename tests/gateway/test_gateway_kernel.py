@@ -203,3 +203,45 @@ def test_a_culled_kernel_comes_back_with_its_state_on_the_same_name(gateway: Gat
             committed(await resumed.op("notes.append('after')"))
 
     run(scenario())
+
+
+def test_events_interrupts_and_a_stop_through_the_gateway(gateway: Gateway) -> None:
+    """The comm (events), the control channel (interrupt) and ``kill()`` over the websocket."""
+
+    async def scenario() -> None:
+        manager = KernosManager("signals", gateway=gateway.url, token=gateway.token)
+        await manager.start()
+        try:
+            client, watcher = await manager.client(), await manager.client()
+            live = await watcher.subscribe(topic="orders.*")
+            first = committed(await client.op("events.emit('orders.created', {'id': 1})"))
+            rolled = await client.op("events.emit('orders.created', {'id': 2})\n1 / 0")
+            assert not rolled.committed
+            third = committed(await client.op("events.emit('orders.paid', {'id': 3})"))
+            received = [await live.get(timeout=30), await live.get(timeout=30)]
+            assert [(event["op"], event["payload"]["id"]) for event in received] == [
+                (first.op, 1), (third.op, 3)]
+            await live.close()
+
+            committed(await client.op("x = 0"))
+            slow = asyncio.ensure_future(client.op(
+                "x = 1\nimport time\nfor _ in range(600):\n    time.sleep(0.05)", key="slow"))
+            for _ in range(600):
+                reply = await watcher.interrupt(key="slow")
+                if reply["interrupted"]:
+                    break
+                await asyncio.sleep(0.05)
+            result = await asyncio.wait_for(slow, 60)
+            assert result.status == "interrupted" and result.op == reply["op"]
+            assert (await client.object("x")).preview.json == 0  # rolled back
+
+            await manager.kill()  # through a gateway: stopped now, by the gateway
+            for each in (client, watcher):
+                with pytest.raises(KernelDied):
+                    await each.hello()
+            assert not await manager.is_alive()
+            assert not await GatewayAPI(gateway.url, token=gateway.token).kernels()
+        finally:
+            await manager.shutdown()
+
+    run(scenario())

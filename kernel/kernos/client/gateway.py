@@ -160,8 +160,3 @@ class GatewayKernel:
             return
         self.kernel_id = None
         await self.start(timeout)
-
-    async def interrupt(self) -> None:
-        """Interrupt the kernel through the gateway (a SIGINT on its host), like a cell."""
-        if self.kernel_id is not None:
-            await self.api.interrupt(self.kernel_id)
