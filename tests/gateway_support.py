@@ -111,8 +111,9 @@ def running_gateway(base: Path, *, cull_idle: int = CULL_IDLE_SECONDS) -> Iterat
     assert installed.returncode == 0, installed.stderr
     kernels = installed.stdout.strip()
     token, port = secrets.token_hex(16), free_port()
+    # The gateway's own venv, clean: the kernels get this tree through the kernelspec.
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("JUPYTER", "KERNOS_", "KERNEL_", "JPY_"))}
+           if not key.startswith(("JUPYTER", "KERNOS_", "KERNEL_", "JPY_", "PYTHON"))}
     env.update(JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_DATA_DIR=str(base / "data"),
                JUPYTER_CONFIG_DIR=str(base / "config"))
     command = [str(CHECKOUT / "deploy" / "gateway" / "start"), "--kernels", kernels,

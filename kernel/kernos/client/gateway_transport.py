@@ -28,7 +28,7 @@ from urllib.parse import quote, urlsplit
 from jupyter_client.jsonutil import json_default
 from jupyter_client.session import Session
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from tornado.websocket import WebSocketClientConnection, websocket_connect
+from tornado.websocket import WebSocketClientConnection, WebSocketClosedError, websocket_connect
 
 from kernos.client.errors import GatewayError
 
@@ -233,13 +233,19 @@ class GatewayChannels:
         self.close()
 
     def send(self, channel: str, message: dict[str, Any]) -> None:
+        """Send ``message`` on ``channel``.  On a closed websocket it is dropped, as zmq
+        drops what a dead kernel never reads: the client's watchdog then raises
+        ``KernelDied`` for the request that waits for it."""
         if self.closed:
-            raise ConnectionError(f"the gateway websocket of kernel {self.kernel_id} is closed")
+            return
         wire = {"channel": channel, "header": message["header"],
                 "parent_header": message.get("parent_header") or {},
                 "metadata": message.get("metadata") or {}, "content": message["content"],
                 "buffers": []}
-        self._socket.write_message(json.dumps(wire, default=json_default))
+        try:
+            self._socket.write_message(json.dumps(wire, default=json_default))
+        except WebSocketClosedError:
+            self._end()
 
     async def _read(self) -> None:
         channels = {"shell": self.shell_channel, "iopub": self.iopub_channel,
