@@ -15,10 +15,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from gateway_support import Gateway, free_port
+from gateway_support import CHECKOUT, Gateway, free_port
 from kernos.client import KernosManager, RequestError, run_kernel
 from kernos.client.errors import ClientError, GatewayError
 from kernos.errors import UsageError
@@ -126,3 +127,46 @@ def test_a_kernel_whose_workspace_is_held_says_so_through_the_gateway(
             assert (await first.object("a")).preview.json == 1
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def test_the_kernel_itself_refuses_a_workspace_name_that_is_a_path(gateway: Gateway) -> None:
+    """A client that skips Kernos's own check (a raw start request) still gets no path."""
+    from kernos.client import AsyncKernosClient
+    from kernos.client.gateway_transport import GatewayAPI
+
+    async def scenario() -> None:
+        api = GatewayAPI(gateway.url, token=gateway.token)
+        kernel_id = await api.start("kernos", {"KERNEL_USERNAME": "mallory",
+                                               "KERNEL_WORKSPACE": "../../escaped"})
+        try:
+            client = await AsyncKernosClient._attach(await api.channels(kernel_id),
+                                                     timeout=60)
+            with pytest.raises(RequestError) as refused:
+                await client.op("stolen = 1")
+            assert refused.value.kind == "workspace"
+            assert "'../../escaped' cannot name a workspace" in str(refused.value)
+            await client.close()
+        finally:
+            await api.delete(kernel_id)
+        assert not (gateway.root.parent.parent / "escaped").exists()
+        assert not (gateway.root.parent / "escaped").exists()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
+
+
+def test_the_deploy_scripts_refuse_what_they_cannot_use(tmp_path: Path) -> None:
+    install = CHECKOUT / "deploy" / "gateway" / "install"
+    done = subprocess.run([str(install), "--python", "/usr/bin/false", "--workspace-root",
+                           str(tmp_path / "w")], capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "cannot import kernos; give the Python of the venv where Kernos" in done.stderr
+    done = subprocess.run([str(install), "--python", sys.executable], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2 and "--python and --workspace-root are required" in done.stderr
+    done = subprocess.run([str(CHECKOUT / "deploy" / "gateway" / "start"), "--port", "1"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "--kernels DIR is required" in done.stderr
+    done = subprocess.run([str(CHECKOUT / "deploy" / "gateway" / "start"), "--kernels",
+                           str(tmp_path), "--venv", str(tmp_path / "none")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "no Enterprise Gateway in" in done.stderr
