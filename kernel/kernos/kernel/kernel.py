@@ -177,9 +177,10 @@ class KernosKernel(IPythonKernel):
 
     def _attach(self) -> None:
         """Open the workspace and start restoring its image in the background."""
-        path = default_workspace()
-        try:
-            workspace = Workspace.open(path, purpose="kernos kernel")
+        # Issue 19's hook for a kernel on a fresh machine (a gateway pod): materialize the
+        # workspace from its git remote here, before opening it (kernos remote, pull).
+        try:  # a forbidden workspace name, too, is explained in every cell
+            workspace = Workspace.open(default_workspace(), purpose="kernos kernel")
         except KernosError as error:
             self.attach_error = error
             self.log.error("Kernos: %s", error)
