@@ -29,7 +29,8 @@ Limits, stated plainly:
 * subject ids are kept (in manifests and the audit chain) to prove the
   erasure happened: use pseudonymous ids (``c-1042``), not e-mail addresses;
 * copies of the workspace taken before the erasure (backups, clones, git
-  bundles) still hold the key;
+  bundles) still hold the key; so does every fork (``kernos fork`` copies the
+  keys, so that the fork restores the same values): erase the subject in each;
 * overwriting a file does not reach blocks that a copy-on-write or
   wear-levelling device keeps; put workspaces with personal data on an
   encrypted volume as well;

@@ -134,7 +134,14 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab_server(labextension: Path, artifacts: Path,
+def lab_options() -> dict[str, Any]:
+    """Extra ``jupyter lab`` arguments (``args``) and environment (``env``) for the module's
+    server; a test module overrides it (the gateway test adds ``--gateway-url``)."""
+    return {"args": [], "env": {}}
+
+
+@pytest.fixture(scope="module")
+def lab_server(labextension: Path, artifacts: Path, lab_options: dict[str, Any],
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
     """A real JupyterLab server with the installed extension, isolated from the user's setup."""
     base = tmp_path_factory.mktemp("lab")
@@ -159,12 +166,14 @@ def lab_server(labextension: Path, artifacts: Path,
         IPYTHONDIR=str(jupyter / "ipython"),
         PYTHONUNBUFFERED="1",
     )
+    env.update(lab_options["env"])
     command = [
         sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
         f"--port={port}", "--port-retries=0", "--allow-root",
         f"--ServerApp.token={token}", "--ServerApp.password=",
         f"--ServerApp.root_dir={root}",
         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        *lab_options["args"],
     ]
     started = time.monotonic()
     with log.open("ab") as sink:

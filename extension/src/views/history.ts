@@ -1,6 +1,8 @@
 /**
- * History: the image's snapshots, a diff between two of them, and checkout
- * (after the user confirms).
+ * History: the image's snapshots, a diff between two of them, checkout
+ * (after the user confirms), and fork: a new workspace, named by the user,
+ * made beside this one from a snapshot (`kernos fork`; the kernel checks the
+ * name and makes it beside its own workspace).
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
@@ -24,6 +26,7 @@ export class HistoryView implements IView {
     this._body = h('tbody');
     this._message = h('div', { className: 'kernos-view-message' });
     this._diff = h('div', { className: 'kernos-diff', testid: 'kernos-diff' });
+    this._forked = h('div', { className: 'kernos-forked', testid: 'kernos-forked' });
     const hint = h('div', {
       className: 'kernos-hint',
       text: 'Select two snapshots to compare them.'
@@ -43,7 +46,8 @@ export class HistoryView implements IView {
         )
       ),
       hint,
-      this._diff
+      this._diff,
+      this._forked
     );
   }
 
@@ -101,6 +105,17 @@ export class HistoryView implements IView {
         event.stopPropagation();
         void this._checkout(snapshot);
       });
+      const fork = h('button', {
+        className: 'kernos-button kernos-fork',
+        testid: 'kernos-fork',
+        text: 'Fork',
+        title: `Fork op ${text(snapshot.op)} (${shortCommit(snapshot.commit)}) into a new workspace`,
+        attrs: { type: 'button' }
+      });
+      fork.addEventListener('click', event => {
+        event.stopPropagation();
+        void this._fork(snapshot);
+      });
       const bytes = snapshot.bytes;
       this._body.append(
         h(
@@ -108,7 +123,7 @@ export class HistoryView implements IView {
           { attrs: { 'data-op': text(snapshot.op, ''), 'data-commit': snapshot.commit } },
           h('td', {}, select),
           h('td', { className: 'kernos-numeric', text: text(snapshot.op) }),
-          h('td', {}, checkout),
+          h('td', { className: 'kernos-row-actions' }, checkout, fork),
           h('td', { text: text(snapshot.principal) }),
           h('td', { className: 'kernos-message', text: text(snapshot.message, ''), title: shortCommit(snapshot.commit) }),
           h('td', {
@@ -252,9 +267,41 @@ export class HistoryView implements IView {
     }
   }
 
+  private async _fork(snapshot: ISnapshot): Promise<void> {
+    const short = shortCommit(snapshot.commit);
+    const body = new ForkBody(
+      `Make a new workspace from op ${text(snapshot.op)} (${short}), beside this one. ` +
+        'It shares this history and starts with its own audit chain; this image is not changed.'
+    );
+    const result = await showDialog({
+      title: 'Fork snapshot',
+      body,
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Fork' })],
+      focusNodeSelector: 'input'
+    });
+    const name = (result.value ?? '').trim();
+    if (!result.button.accept || !name) {
+      return;
+    }
+    this._report(`Forking op ${text(snapshot.op)} (${short}) into ${name}…`, false);
+    try {
+      const made = await this._request<IForked>('fork', { ref: snapshot.commit, dest: name });
+      const open = `KERNOS_WORKSPACE=${made.dest}`;
+      clear(this._forked);
+      this._forked.append(
+        h('div', { text: `Forked op ${text(made.op)} (${short}) into ${made.dest}.` }),
+        h('div', { text: 'Open it with a kernel started with ' }, h('code', { text: open }))
+      );
+      this._report(`Forked op ${text(made.op)} (${short}) into ${made.dest}`, false);
+    } catch (error) {
+      this._report(`Fork of ${short} failed: ${describeError(error)}`, true);
+    }
+  }
+
   private _body: HTMLTableSectionElement;
   private _message: HTMLDivElement;
   private _diff: HTMLDivElement;
+  private _forked: HTMLDivElement;
   private _chosen: string[] = [];
   private _order = new Map<string, number>();
   private _generation = 0;
@@ -267,4 +314,38 @@ class WidgetBody extends Widget {
     super();
     this.node.append(content);
   }
+}
+
+/** What the kernel's `fork` action made (kernos.fork.Forked). */
+interface IForked {
+  dest: string;
+  commit: string;
+  op: number | null;
+}
+
+/** The fork dialog's body: what happens, and the new workspace's name. */
+class ForkBody extends Widget implements Dialog.IBodyWidget<string> {
+  constructor(explanation: string) {
+    super();
+    this._input = h('input', {
+      className: 'kernos-fork-name',
+      testid: 'kernos-fork-name',
+      attrs: { type: 'text', 'aria-label': 'Name of the new workspace', placeholder: 'name' }
+    });
+    this.node.append(
+      h(
+        'div',
+        { className: 'kernos-dialog-body' },
+        h('p', { text: explanation }),
+        h('p', { text: "Its name: letters, digits, '.', '_' or '-'." }),
+        this._input
+      )
+    );
+  }
+
+  getValue(): string {
+    return this._input.value;
+  }
+
+  private _input: HTMLInputElement;
 }

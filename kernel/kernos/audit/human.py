@@ -95,7 +95,14 @@ def format_records(records: list[dict[str, Any]]) -> str:
                                f"{str(record.get('to'))[:12]}",
                       "genesis": "log started"
                       + (f", adopting {str(record.get('adopts'))[:12]}"
-                         if record.get("adopts") else "")}.get(str(kind), str(kind))
+                         if record.get("adopts") else "")
+                      + _forked(record)}.get(str(kind), str(kind))
             rows.append((str(record["index"]), str(record.get("op") or ""), "", str(kind), "",
                          "", detail))
     return format_table(rows)
+
+
+def _forked(record: dict[str, Any]) -> str:
+    """How a fork's genesis (``kernos fork``) names its source."""
+    origin = record.get("forked_from")
+    return f", forked from {origin.get('workspace')}" if isinstance(origin, dict) else ""

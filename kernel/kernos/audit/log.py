@@ -14,7 +14,14 @@ canonical encoding of the record without ``hash``.  Types:
 
 ``genesis``
     The first record.  ``adopts`` names the history's head when the log was
-    started (a workspace that predates its audit log), else null.
+    started (a workspace that predates its audit log, or a fork), else null.
+    ``forked_from``, only in a workspace made by ``kernos fork``
+    (:mod:`kernos.fork`): where its history came from, ``workspace`` (the
+    source's path), ``created_at`` (from the source's ``workspace.json``),
+    ``commit`` (the snapshot forked, which ``adopts`` names too), ``op`` (the
+    op that wrote it) and ``audit`` (``index`` and ``hash`` of the source's
+    newest record when the fork was made, to check against the source's
+    chain).
 ``op``
     One op, committed or not: ``op``, ``kind``, ``principal``, ``status``
     (``committed``, ``rolled back``, ``failed``, ``interrupted``, ``denied``,

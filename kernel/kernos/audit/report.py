@@ -66,6 +66,9 @@ class VerifyReport:
     unfinished: str | None = None
     """The newest op record names a commit that was never published (a process died
     before its commit point): what the next writable open will void, said plainly."""
+    origin: str | None = None
+    """For a fork (``kernos fork``): where it came from, and whether its source confirmed
+    it."""
 
     @property
     def ok(self) -> bool:
@@ -121,6 +124,8 @@ class VerifyReport:
         lines += [pruned.summary() for pruned in self.pruned]
         if self.unfinished is not None:
             lines.append(f"unfinished: {self.unfinished}")
+        if self.origin is not None:
+            lines.append(f"origin: {self.origin}")
         if self.not_read() is not None:
             lines.append(str(self.not_read()))
         if self.ok:
@@ -136,4 +141,4 @@ class VerifyReport:
                 "since": self.since, "verified": {"first": first, "last": last},
                 "range": self.range(), "not_read": self.not_read(),
                 "pruned": [pruned.to_json() for pruned in self.pruned],
-                "unfinished": self.unfinished}
+                "unfinished": self.unfinished, "origin": self.origin}

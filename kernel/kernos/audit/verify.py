@@ -14,7 +14,11 @@
   committed without a record);
 * the objects: every git object those commits reach hashes to its id (a
   flipped bit in a blob, loose or packed, is found);
-* an anchor, if given: the chain still holds that record with that hash.
+* an anchor, if given: the chain still holds that record with that hash;
+* a fork's origin (a genesis with ``forked_from``, :mod:`kernos.fork`): if its
+  source is still there, the source's chain holds the record the genesis
+  names with that hash, and the commit it was forked at; the report says
+  where it came from (``origin``), and whether that could be checked.
 
 The snapshot and history checks live in ``verify_history.py``.  They follow
 ``prune`` records (``kernos prune``, see ``pruning.py``): a record whose
@@ -49,7 +53,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernos.audit.canonical import canonical
 from kernos.audit.log import CHAIN, DIRECTORY, GENESIS_PREV, PAYLOADS, record_hash
@@ -58,6 +62,9 @@ from kernos.audit.suffix import Suffix, read_suffix
 from kernos.audit.verify_history import HistoryChecks
 from kernos.errors import UsageError
 from kernos.store.workspace import Workspace
+
+if TYPE_CHECKING:
+    from kernos.fork import Origin
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -270,6 +277,7 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
                                "its genesis record: its records were deleted")
             if anchor is not None:
                 checker.anchor(anchor)
+        origin = _origin(workspace, checker)
         problems = sorted(checker.problems, key=lambda problem: problem.index)
         last = checker.end - 1
         head = (f"{last}:{checker.hashes[-1]}" if checker.hashes else f"-1:{GENESIS_PREV}")
@@ -280,4 +288,19 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
         return VerifyReport(records=checker.end, head=head, commits=checker.commits,
                             objects=len(checker.seen_objects), problems=tuple(problems),
                             since=None if since is None else parse_anchor(since)[0],
-                            pruned=pruned, unfinished=checker.unfinished)
+                            pruned=pruned, unfinished=checker.unfinished,
+                            origin=None if origin is None else origin.describe())
+
+
+def _origin(workspace: Workspace, checker: _Checker) -> Origin | None:
+    """A fork's origin (``kernos.fork``), checked against its source; a disagreement is a
+    problem of the genesis record."""
+    genesis = checker.records[0] if checker.records and checker.since is None else None
+    if genesis is None or genesis.get("type") != "genesis":
+        return None
+    from kernos.fork import check_origin
+
+    origin = check_origin(workspace.path, genesis)
+    for problem in [] if origin is None else origin.problems:
+        checker.bad(0, f"its origin: {problem}")
+    return origin

@@ -106,7 +106,9 @@ class HistoryChecks(Checks):
                 if current is None:  # the history from before the log was pruned
                     current = _UNKNOWN
                 else:
-                    self._adoption(current)
+                    forked = genesis is not None and isinstance(genesis.get("forked_from"),
+                                                                dict)
+                    self._adoption(current, forked=forked)
                     if check_objects:
                         self._history_objects(current, 0)
         else:
@@ -230,12 +232,15 @@ class HistoryChecks(Checks):
         if check_objects:
             self._objects(bytes.fromhex(now), index, "commit")
 
-    def _adoption(self, commit: str) -> None:
-        """A genesis may adopt only history that was never audited (it predates the log)."""
+    def _adoption(self, commit: str, *, forked: bool = False) -> None:
+        """A genesis may adopt only history that was never audited (it predates the log),
+        or, for a fork, the source's audited history (its origin is checked apart)."""
         try:
             data = self.workspace.read_commit(bytes.fromhex(commit))
         except (KernosError, ValueError):
             self.bad(0, f"it adopts the commit {commit[:12]}, which is missing")
+            return
+        if forked:
             return
         manifest = self._manifest(0, data.tree)
         if manifest is not None and isinstance((manifest.get("facts") or {}).get("audit"), dict):

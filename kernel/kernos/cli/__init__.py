@@ -16,6 +16,7 @@
 ``kernos events``             committed events from the durable log; ``--follow`` streams
 ``kernos audit verify|log``   verify the audit chain and history; list the records
 ``kernos erase SUBJECT``      erase a data subject (the kernel must be stopped)
+``kernos fork SRC[@REF] DST`` a new workspace from a snapshot of SRC, sharing its objects
 ``kernos replay``             re-run the recorded ops in a fresh workspace, checking every
                               snapshot (``--from``, ``--to``, ``--until OP``)
 ``kernos mcp``                the MCP server (``kernos.mcp``)
@@ -157,6 +158,10 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return run_demo(args.workspace)
     if command == "mcp":
         return _mcp(args)
+    if command == "fork":
+        from kernos.cli._fork import fork
+
+        return fork(args)
     path = workspace_path(args)
     if command in ("remote", "push", "pull", "clone"):
         from kernos.cli import _remote

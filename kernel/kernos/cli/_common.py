@@ -53,8 +53,13 @@ def emit_json(document: Any) -> None:
 
 
 def workspace_path(args: argparse.Namespace) -> Path:
-    """``--workspace``, else ``$KERNOS_WORKSPACE``, else the default workspace."""
+    """``--workspace``, else ``$KERNOS_WORKSPACE``, else the default workspace.
+
+    With ``--gateway`` it is a name under the gateway's root (``default`` if not given).
+    """
     given = getattr(args, "workspace", None)
+    if getattr(args, "gateway", None):
+        return Path(given or "default")
     return Path(given).expanduser() if given else default_workspace()
 
 

@@ -41,11 +41,17 @@ T = TypeVar("T")
 _OP_EXIT = {"committed": Exit.OK, "conflict": Exit.CONFLICT}
 
 
-def connect_if_running(path: Path) -> KernosClient | None:
-    """A client of the kernel running on ``path``, or None if none runs there."""
+def connect_if_running(path: Path, gateway: str | None = None) -> KernosClient | None:
+    """A client of the kernel running on ``path``, or None if none runs there.
+
+    Through a ``gateway`` the workspace is remote: a kernel is started there for this
+    command (closing the client shuts it down), since disk reads cannot reach it.
+    """
     from kernos.client import KernosClient
     from kernos.client.errors import NoKernelRunning
 
+    if gateway is not None:
+        return call(KernosClient.start, str(path), gateway=gateway)
     try:
         return call(KernosClient.connect, str(path))
     except NoKernelRunning:
@@ -53,10 +59,18 @@ def connect_if_running(path: Path) -> KernosClient | None:
 
 
 @contextlib.contextmanager
-def session(path: Path, *, start: bool, progress: Progress
+def session(path: Path, *, start: bool, progress: Progress, gateway: str | None = None
             ) -> Iterator[tuple[KernosClient, bool]]:
     """The running kernel's client, or one started for this command and shut down after;
-    and whether it was started here."""
+    and whether it was started here.  ``gateway``: the kernel is started through that
+    Enterprise Gateway, on the workspace named ``path`` (``--no-start`` cannot apply)."""
+    from kernos.client import KernosClient
+
+    if gateway is not None:
+        progress.phase(f"starting a kernel on {path} through the gateway {gateway}")
+        with call(KernosClient.start, str(path), gateway=gateway) as started:
+            yield started, True
+        return
     client = connect_if_running(path)
     if client is not None:
         with client:
@@ -66,8 +80,6 @@ def session(path: Path, *, start: bool, progress: Progress
         raise Fail(f"no kernel is running on {path}; drop --no-start to start one for this "
                    "command, or start one (a notebook, or KernosClient.start)",
                    Exit.NO_KERNEL)
-    from kernos.client import KernosClient
-
     _check_startable(path)
     progress.phase(f"starting a kernel on {path}{_restore_size(path)}")
     with call(KernosClient.start, str(path)) as started:
@@ -102,6 +114,7 @@ def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call the client, turning what it raises into a one-line :class:`Fail`."""
     from kernos.client.errors import (
         ClientError,
+        GatewayError,
         KernelDied,
         NoKernelRunning,
         ProtocolMismatch,
@@ -113,6 +126,8 @@ def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return function(*args, **kwargs)
     except NoKernelRunning:
         raise
+    except GatewayError as error:
+        raise Fail(str(error), Exit.NO_KERNEL, kind="gateway") from None
     except RequestError as error:
         raise Fail(error.message, _request_exit(error.kind, error.data),
                    kind=error.kind) from None
@@ -240,7 +255,8 @@ def run(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     expect = _expectations(args.expect)
     # Ctrl-C interrupts this op in a shared kernel by its key (one is made if none is given).
     key = args.key if args.key is not None else f"cli-{uuid.uuid4().hex}"
-    with session(path, start=not args.no_start, progress=progress) as (client, owned):
+    with session(path, start=not args.no_start, progress=progress,
+                 gateway=args.gateway) as (client, owned):
         label = f"running the op as {args.principal}"
         progress.phase(label)
         try:
@@ -261,7 +277,7 @@ def run(args: argparse.Namespace, path: Path, progress: Progress) -> int:
 
 
 def objects(args: argparse.Namespace, path: Path, progress: Progress) -> int:
-    client = connect_if_running(path)
+    client = connect_if_running(path, args.gateway)
     source = "kernel"
     if client is not None:
         with client:
@@ -270,7 +286,8 @@ def objects(args: argparse.Namespace, path: Path, progress: Progress) -> int:
                 limit=args.n, offset=args.offset)]
     elif args.principal not in (None, "human"):
         # What an agent may read depends on its grants, which only a kernel holds.
-        with session(path, start=not args.no_start, progress=progress) as (started, _):
+        with session(path, start=not args.no_start, progress=progress,
+                     gateway=args.gateway) as (started, _):
             found = [_object_json(info) for info in call(
                 started.objects, principal=args.principal, prefix=args.prefix,
                 limit=args.n, offset=args.offset)]
@@ -307,7 +324,8 @@ def _objects_on_disk(path: Path, prefix: str, offset: int, limit: int | None
 
 
 def grants(args: argparse.Namespace, path: Path, progress: Progress) -> int:
-    with session(path, start=not args.no_start, progress=progress) as (client, _):
+    with session(path, start=not args.no_start, progress=progress,
+                 gateway=args.gateway) as (client, _):
         found = call(client.grants, args.agent)
         progress.close()
     if args.json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import NoReturn, Protocol
 
@@ -64,6 +65,10 @@ def _parents() -> dict[str, _Parser]:
     start.add_argument("--no-start", action="store_true",
                        help="if no kernel runs on the workspace, fail (exit 4) instead of "
                             "starting one for this command")
+    start.add_argument("--gateway", metavar="URL", default=os.environ.get("KERNOS_GATEWAY_URL"),
+                       help="start the kernel through the Jupyter Enterprise Gateway at URL "
+                            "($KERNOS_GATEWAY_URL; token: $KERNOS_GATEWAY_TOKEN); --workspace "
+                            "is then a name under the gateway's workspace root")
     return {"workspace": workspace, "json": as_json, "progress": progress, "start": start}
 
 
@@ -143,6 +148,9 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                     "changes), else offline (the next kernel restores it).")
     checkout.add_argument("ref", help="a commit (or prefix), HEAD, HEAD~N or @N for op N")
 
+    from kernos.cli._fork import add_fork
+
+    add_fork(add)
     _add_events(add)
     _add_audit(add, parents)
     _add_replay(add)

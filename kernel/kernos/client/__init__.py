@@ -39,9 +39,14 @@ Requests are the harness protocol's (``kernos.harness.protocol``): custom
 ``kernos.events`` comm (``client.subscribe``).  A harness never sends Python
 source just to read state.
 
+Through a Jupyter Enterprise Gateway, ``KernosManager(name, gateway=URL)`` (and
+``run_kernel``, ``KernosClient.start``) start the kernel there, on the workspace
+``name`` under the gateway's root; see ``gateway`` and deploy/README.md.
+
 Modules: ``manager`` (KernosManager, run_kernel), ``client``
 (AsyncKernosClient, EventSubscription), ``sync`` (KernosClient, its
-BlockingManager and EventStream), ``retry`` (retry_on_conflict), ``errors``
+BlockingManager and EventStream), ``retry`` (retry_on_conflict), ``gateway``
+(the gateway path), ``errors``
 (the ClientError tree).
 """
 
@@ -53,6 +58,7 @@ from kernos.client.errors import (
     ClientClosed,
     ClientError,
     ConflictRetriesExhausted,
+    GatewayError,
     KernelDied,
     NoKernelRunning,
     ProtocolMismatch,
@@ -74,6 +80,7 @@ __all__ = [
     "ErrorInfo",
     "EventStream",
     "EventSubscription",
+    "GatewayError",
     "KernelDied",
     "KernosClient",
     "KernosManager",

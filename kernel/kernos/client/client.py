@@ -32,7 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
@@ -56,6 +56,9 @@ from kernos.harness.protocol import (
     VERSION,
 )
 from kernos.harness.results import ObjectInfo, OpResult
+
+if TYPE_CHECKING:
+    from kernos.client.gateway_transport import GatewayChannels
 
 __all__ = ["EVENTS_TARGET", "KERNEL_FILE", "AsyncKernosClient", "EventSubscription",
            "ProgressCallback"]
@@ -87,10 +90,12 @@ class AsyncKernosClient:
     """Seconds a request with a ``progress`` callback waits, after its reply, for its last
     progress messages (they come on IOPub, which is not ordered with the shell reply)."""
 
-    def __init__(self, kernel_client: AsyncKernelClient, *, pid: int | None = None,
+    def __init__(self, kernel_client: AsyncKernelClient | GatewayChannels, *,
+                 pid: int | None = None,
                  process_check: ProcessCheck | None = None,
                  workspace: str | None = None) -> None:
-        """Wrap a jupyter_client ``AsyncKernelClient`` whose channels are not started yet.
+        """Wrap a jupyter_client ``AsyncKernelClient`` whose channels are not started yet
+        (or a gateway's websocket, which has the same channels).
 
         Use the classmethods instead: they also start the channels and check
         that the kernel speaks this client's protocol.
@@ -164,6 +169,16 @@ class AsyncKernosClient:
         kernel_client = AsyncKernelClient()
         # A fresh Session (its own identity on the shell socket), with the kernel's key.
         kernel_client.load_connection_info(connection_info)  # type: ignore[arg-type]
+        return await cls._attach(kernel_client, timeout=timeout, pid=pid,
+                                 process_check=process_check, workspace=workspace)
+
+    @classmethod
+    async def _attach(cls, kernel_client: AsyncKernelClient | GatewayChannels, *,
+                      timeout: float, pid: int | None = None,
+                      process_check: ProcessCheck | None = None,
+                      workspace: str | None = None) -> AsyncKernosClient:
+        """Start the channels of ``kernel_client`` (local zmq, or a gateway websocket),
+        the reader tasks, and the handshake."""
         client = cls(kernel_client, pid=pid, process_check=process_check, workspace=workspace)
         try:
             kernel_client.start_channels(shell=True, iopub=True, stdin=False, hb=True,
@@ -511,6 +526,12 @@ class AsyncKernosClient:
         ``progress`` is told the bytes loaded (see :meth:`request`)."""
         result = await self.request("checkout", ref=ref, progress=progress)
         return _decode(OpResult.from_json, result, "checkout")
+
+    async def fork(self, ref: str, dest: str) -> dict[str, Any]:
+        """A new workspace named ``dest`` (a name: letters, digits, ``._-``), made beside this
+        kernel's workspace from its snapshot ``ref`` (``kernos.fork``); what was made, and
+        ``open.env`` to start a kernel on it."""
+        return await self.request("fork", ref=ref, dest=dest)
 
     async def events(self, *, since: int | None = None, op: int | None = None,
                      topic: str | None = None, principal: str | None = None,

@@ -11,6 +11,7 @@ The tree (under ``kernos.errors.KernosError``)::
     ├── RequestTimeout            no reply within the caller's timeout (also a TimeoutError)
     ├── BadReply                  a reply this client cannot read (a bug on one side)
     ├── ClientClosed              the client was closed while a request was waiting
+    ├── GatewayError              a Jupyter Enterprise Gateway was unreachable or refused
     └── ConflictRetriesExhausted  ``retry_on_conflict`` still saw a conflict after every attempt
 
 A refused request is not the same as an op that did not commit: an op that
@@ -31,6 +32,7 @@ __all__ = [
     "ClientClosed",
     "ClientError",
     "ConflictRetriesExhausted",
+    "GatewayError",
     "KernelDied",
     "NoKernelRunning",
     "ProtocolMismatch",
@@ -186,6 +188,23 @@ class BadReply(ClientError):
 
 class ClientClosed(ClientError):
     """The client was closed (by ``close()`` or its manager's shutdown)."""
+
+
+class GatewayError(ClientError):
+    """A Jupyter Enterprise Gateway could not be reached, or refused a request."""
+
+    def __init__(self, message: str, *, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        """The gateway's URL."""
+        self.status = status
+        """The HTTP status of the refusal (401, 403, 404, ...); None when unreachable."""
+
+    @classmethod
+    def unreachable(cls, url: str, problem: str) -> GatewayError:
+        return cls(f"no Jupyter Enterprise Gateway answers at {url} ({problem}). Start one "
+                   "(deploy/gateway/start), or check the URL given to --gateway / gateway=.",
+                   url=url)
 
 
 class ConflictRetriesExhausted(ClientError):

@@ -10,6 +10,10 @@ The kernel listens on ipc sockets in a private temporary directory (mode
 0700, removed at shutdown), which also holds the connection file.  While it
 runs, the kernel advertises that file in ``<workspace>/kernel.json``, so
 other processes can ``AsyncKernosClient.connect(workspace)``.
+
+With ``gateway=URL`` the kernel is started through a Jupyter Enterprise
+Gateway instead (``kernos.client.gateway``): the workspace is then a name under
+the gateway's workspace root, and the same methods act through the gateway.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from kernos.client.client import AsyncKernosClient
 from kernos.client.errors import ClientError, KernelDied, RequestTimeout
+from kernos.client.gateway import GatewayKernel
 from kernos.errors import UsageError
 
 __all__ = ["KernosManager", "run_kernel"]
@@ -45,11 +50,24 @@ class KernosManager:
 
     ``env`` adds environment variables for the kernel (``KERNOS_DURABILITY``,
     ...); ``KERNOS_WORKSPACE`` is always ``workspace``.
+
+    ``gateway`` (``http://HOST:PORT``) starts the kernel through that Jupyter
+    Enterprise Gateway: ``workspace`` is then a name, ``token`` (default
+    ``$KERNOS_GATEWAY_TOKEN``) the gateway's auth token, and only ``KERNEL_*``
+    variables of ``env`` reach the kernel.
     """
 
     def __init__(self, workspace: str | Path, *, env: dict[str, str] | None = None,
-                 kernel_name: str = "kernos") -> None:
-        self.workspace = str(Path(workspace).expanduser().absolute())
+                 kernel_name: str = "kernos", gateway: str | None = None,
+                 token: str | None = None) -> None:
+        self.gateway: GatewayKernel | None = None
+        """The gateway path (None: a local process)."""
+        if gateway is not None:
+            self.gateway = GatewayKernel(gateway, str(workspace), kernel_name=kernel_name,
+                                         token=token, env=env)
+            self.workspace = self.gateway.workspace
+        else:
+            self.workspace = str(Path(workspace).expanduser().absolute())
         self.kernel_name = kernel_name
         self._env = dict(env or {})
         self._km: AsyncKernelManager | None = None
@@ -71,6 +89,8 @@ class KernosManager:
 
     async def is_alive(self) -> bool:
         """Whether the kernel process runs (it may still be starting up)."""
+        if self.gateway is not None:
+            return await self.gateway.is_alive()
         return self._km is not None and bool(await self._km.is_alive())
 
     async def start(self, timeout: float = 120) -> None:
@@ -79,6 +99,8 @@ class KernosManager:
         If it does not answer within ``timeout`` seconds, or dies while
         starting, it is killed and the error raised.
         """
+        if self.gateway is not None:
+            return await self.gateway.start(timeout)
         if await self.is_alive():
             raise UsageError(f"a kernel (pid {self.pid}) is already running for this manager; "
                              "use restart(), or shutdown() first")
@@ -131,6 +153,8 @@ class KernosManager:
 
     async def client(self, *, timeout: float = 30) -> AsyncKernosClient:
         """A new client of the running kernel: connected, channels started, ready."""
+        if self.gateway is not None:
+            return await self.gateway.client(timeout=timeout)
         if self._km is None or not self._km.has_kernel:
             raise UsageError("no kernel is running for this manager; call start() first")
         pid = self.pid
@@ -150,8 +174,11 @@ class KernosManager:
         """SIGKILL the kernel (as a crash would) and wait until it is gone.
 
         Its clients raise ``KernelDied`` from then on.  ``restart()`` or
-        ``start()`` brings a kernel back, restored to the last committed op.
+        ``start()`` brings a kernel back, restored to the last committed op.  Through a
+        gateway the gateway is asked to stop the kernel now (``kernos.client.gateway``).
         """
+        if self.gateway is not None:
+            return await self.gateway.kill()
         pid = self.pid
         if self._km is None or pid is None or not await self.is_alive():
             return
@@ -169,6 +196,8 @@ class KernosManager:
 
         Always leaves no process behind, even if cancelled halfway.
         """
+        if self.gateway is not None:
+            return await self.gateway.shutdown()
         for client in list(self._clients):
             await client.close(reason="the kernel was shut down by its manager")
         self._clients = weakref.WeakSet()
@@ -189,6 +218,8 @@ class KernosManager:
         The new process restores the image to the last committed op.  Clients
         of the old process raise ``KernelDied``; get new ones with :meth:`client`.
         """
+        if self.gateway is not None:
+            return await self.gateway.restart(timeout)
         await self.shutdown()
         await self.start(timeout=timeout)
 
@@ -223,13 +254,16 @@ class KernosManager:
 @asynccontextmanager
 async def run_kernel(workspace: str | Path, *, env: dict[str, str] | None = None,
                      kernel_name: str = "kernos", timeout: float = 120,
+                     gateway: str | None = None, token: str | None = None,
                      ) -> AsyncIterator[tuple[KernosManager, AsyncKernosClient]]:
     """Start a kernel on ``workspace``; yield ``(manager, client)``; always shut it down.
 
     The kernel is shut down however the block ends (an exception, a
-    cancellation), and killed if it does not stop.
+    cancellation), and killed if it does not stop.  ``gateway``/``token``: see
+    :class:`KernosManager`.
     """
-    manager = KernosManager(workspace, env=env, kernel_name=kernel_name)
+    manager = KernosManager(workspace, env=env, kernel_name=kernel_name, gateway=gateway,
+                            token=token)
     try:
         await manager.start(timeout=timeout)
         client = await manager.client()

@@ -85,10 +85,15 @@ class KernosClient:
 
     @classmethod
     def start(cls, workspace: str | Path, *, env: dict[str, str] | None = None,
-              kernel_name: str = "kernos", timeout: float = 120) -> KernosClient:
-        """Start a kernel on ``workspace`` and own it: closing the client shuts it down."""
+              kernel_name: str = "kernos", timeout: float = 120, gateway: str | None = None,
+              token: str | None = None) -> KernosClient:
+        """Start a kernel on ``workspace`` and own it: closing the client shuts it down.
+
+        ``gateway``/``token``: through a Jupyter Enterprise Gateway (``workspace`` is then
+        a name; see :class:`KernosManager`)."""
         loop = _Loop()
-        manager = KernosManager(workspace, env=env, kernel_name=kernel_name)
+        manager = KernosManager(workspace, env=env, kernel_name=kernel_name, gateway=gateway,
+                                token=token)
 
         async def begin() -> AsyncKernosClient:
             try:
@@ -208,6 +213,9 @@ class KernosClient:
 
     def checkout(self, ref: str, *, progress: ProgressCallback | None = None) -> OpResult:
         return self._loop.run(self._client.checkout(ref, progress=progress))
+
+    def fork(self, ref: str, dest: str) -> dict[str, Any]:
+        return self._loop.run(self._client.fork(ref, dest))
 
     def events(self, *, since: int | None = None, op: int | None = None,
                topic: str | None = None, principal: str | None = None,

@@ -135,6 +135,14 @@ Actions and their fields (``?`` marks an optional field):
     of ``{"name", "type", "summary"}``).
 ``checkout``  ref   (an op by ``human``) -> an OP-RESULT plus ``"checkout":
     {"ref", "commit", "op", "names", "bytes"}``.
+``fork``  dest, ref?   (by ``human`` only: it names no principal, and agent code cannot
+    send requests) -> ``kernos.fork.Forked`` as JSON (``{"source", "dest", "commit",
+    "op", "genesis", "forked_from", "linked", "copied", "tail_objects"}``) plus
+    ``"open": {"env": {"KERNOS_WORKSPACE": dest}}``.  A new workspace made from
+    snapshot ``ref`` (default ``HEAD``) of this kernel's workspace, which it only
+    reads; not an op.  ``dest`` is a *name*, not a path: 1-100 letters, digits,
+    ``.``, ``_`` and ``-`` (not starting with ``.``), resolved beside this
+    workspace's directory; anything else is refused (``invalid``).
 ``events``  since?, op?, topic?, principal?, limit?
     -> ``{"events": [EVENT], "cursor": int}``: committed events from the
     durable log, oldest first.
@@ -248,6 +256,7 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "show": {"ref": _f(_STR)},
     "diff": {"a": _f(_STR, True), "b": _f(_STR)},
     "checkout": {"ref": _f(_STR, True)},
+    "fork": {"dest": _f(_STR, True), "ref": _f(_STR)},
     "events": {"since": _f(_INT), "op": _f(_INT), "topic": _f(_STR), "principal": _f(_STR),
                "limit": _f(_INT)},
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},

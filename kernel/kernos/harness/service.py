@@ -34,11 +34,13 @@ import contextlib
 import io
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos import history
@@ -83,6 +85,8 @@ HUMAN = "human"
 MAX_OUTPUT_CHARS = 64 * 1024
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 HARNESS_FILENAME = "<kernos-harness>"
+FORK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+"""What the ``fork`` action takes as the new workspace's name: an allowlist, never a path."""
 
 
 @dataclass(kw_only=True)
@@ -610,6 +614,21 @@ class HarnessService:
                                       {"versions": {}}, started)
         result["checkout"] = dict(checkout.__dict__)
         return self._ok(request, result, events)
+
+    def _fork(self, request: Request) -> Handled:
+        """A new workspace beside this one, from one of its snapshots (``kernos.fork``)."""
+        from kernos.fork import fork
+
+        name: str = request.get("dest")
+        if not FORK_NAME.fullmatch(name):
+            raise ProtocolError("invalid", f"fork: the new workspace's name {name[:60]!r} is "
+                                "not 1-100 letters, digits, '.', '_' or '-' (not starting "
+                                "with '.'); it is a name, made beside this workspace, not a "
+                                "path")
+        source = Path(self.image.workspace.path)
+        made = fork(source, source.parent / name, request.get("ref") or "HEAD")
+        return self._ok(request, {**made.to_json(),
+                                  "open": {"env": {"KERNOS_WORKSPACE": made.dest}}})
 
     # -- rejections -------------------------------------------------------------------------
 

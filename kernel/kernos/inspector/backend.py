@@ -13,7 +13,8 @@ A :class:`Backend` has two methods:
     Only the actions in :data:`ALLOWED` are served; any other is refused
     with an error reply of kind ``denied``.  ``checkout`` runs as an op by
     ``human``, serialized with every other op; while it loads the snapshot,
-    the backend's watchers are told its progress.
+    the backend's watchers are told its progress.  ``fork`` makes a new
+    workspace beside this one (``kernos.fork``); it reads this one only.
 
 ``watch(callback) -> unwatch``
     ``callback(notice)`` is called after every op that finishes (a cell, a
@@ -54,8 +55,10 @@ log = logging.getLogger(__name__)
 Notice = dict[str, Any]
 
 ALLOWED = frozenset({"hello", "versions", "objects", "object", "grants", "agents", "tools",
-                     "log", "show", "diff", "events", "audit", "status", "stats", "checkout"})
-"""Reads, and checkout (the one change an inspector makes, after the user confirms)."""
+                     "log", "show", "diff", "events", "audit", "status", "stats", "checkout",
+                     "fork"})
+"""Reads, checkout (the one change to the image an inspector makes, after the user
+confirms) and fork (a new workspace beside this one, which this one's image never sees)."""
 
 
 class Backend(Protocol):
@@ -71,7 +74,7 @@ def refuse(content: object) -> dict[str, Any] | None:
         return None
     shown = action if type(action) is str else None
     return error_reply(shown[:40] if shown else None, ProtocolError(
-        "denied", f"an inspector may only read and check out; the actions it may send are "
+        "denied", f"an inspector may only read, check out and fork; the actions it may send are "
         f"{', '.join(sorted(ALLOWED))}. Run changes as cells or through kernos.client."))
 
 

@@ -11,6 +11,9 @@ watches the backend with a bound method, so the backend holds it weakly:
   rolled-back op left the image as it was;
 * ``progress`` moves the checkout progress bar, nothing else.
 
+The History tab can also fork the chosen snapshot into a new workspace
+(``kernos.inspector.forking``).
+
 Only a page of objects is ever fetched (the harness filters, sorts and
 pages), so the inspector stays quick on an image of many names.  Every
 string that reaches HTML goes through :func:`html.escape`: names, reprs and
@@ -34,6 +37,7 @@ import ipywidgets as widgets
 from kernos.errors import UsageError
 from kernos.history import human_size
 from kernos.inspector.backend import Backend, Notice
+from kernos.inspector.forking import ForkControls
 from kernos.inspector.plot import line_chart
 
 __all__ = ["Inspector", "inspect", "kernel_backend"]
@@ -341,10 +345,12 @@ class _History(_Panel):
         self.checkout_button.on_click(self._on_checkout)
         self.confirm.on_click(self._on_confirm)
         self.cancel.on_click(self._on_cancel)
+        self.fork = ForkControls(self.request, lambda: self.target.value, self._label,
+                                 owner.say)
         self.box = widgets.VBox([
             self.table, widgets.HBox([self.a, self.b, self.diff_button]), self.diff,
             widgets.HBox([self.target, self.checkout_button]), self.confirmation,
-            widgets.HBox([self.progress, self.progress_text])])
+            widgets.HBox([self.progress, self.progress_text]), self.fork.box])
 
     def refresh(self) -> None:
         result = self.request("log", limit=LOG_LIMIT)
@@ -371,6 +377,7 @@ class _History(_Panel):
                 dropdown.options = choices
             dropdown.value = current if current in commits else default
         self.diff_button.disabled = self.checkout_button.disabled = not commits
+        self.fork.button.disabled = not commits
 
     def _label(self, commit: object) -> str:
         for entry in self.snapshots:

@@ -179,9 +179,11 @@ class KernosKernel(IPythonKernel):
 
     def _attach(self) -> None:
         """Open the workspace and start restoring its image in the background."""
-        path = default_workspace()
-        try:
-            # $KERNOS_REMOTE: materialize from the remote, take its lease, push after commits.
+        # Issue 19's hook for a kernel on a fresh machine (a gateway pod): with
+        # $KERNOS_REMOTE, materialize the workspace from its git remote, take the remote's
+        # lease and push after commits (kernos.store.remote_lease.start_remote).
+        try:  # a forbidden workspace name, too, is explained in every cell
+            path = default_workspace()
             self.remote = start_remote(path)
             workspace = Workspace.open(path, purpose="kernos kernel")
         except KernosError as error:

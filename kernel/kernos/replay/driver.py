@@ -28,6 +28,10 @@ recorded between two snapshots:
    reported, and the first divergence names the op and the names that
    differ, with the first difference in each.
 
+*A fork* (``kernos fork``, :mod:`kernos.fork`): its log starts at the
+snapshot it was forked from, so by default the replay starts there, as if
+``--from`` named it.
+
 ``until`` stops just before that op, leaving the new workspace as it was
 then, for a person to open in a notebook and run the op by hand.
 
@@ -280,6 +284,8 @@ class _Replayer:
     def run(self, *, start: str | None, end: str | None, until: int | None,
             keep_going: bool) -> ReplayReport:
         first = 0
+        if start is None:
+            start = self._forked_at()
         if start is not None:
             commit = self._resolve(start)
             first = op_of(self.original.read_commit(commit)) or 0
@@ -344,6 +350,16 @@ class _Replayer:
         if "text" in code:
             return str(code["text"])
         return self.source_audit.code(int(record["op"]))
+
+    def _forked_at(self) -> str | None:
+        """A fork's history starts at the snapshot it was forked from (``kernos.fork``):
+        its ops run on that image, not on an empty one."""
+        if not self.source_audit.entries:
+            return None
+        genesis = self.source_audit.read(0)
+        adopted = genesis.get("adopts")
+        return adopted if isinstance(genesis.get("forked_from"), dict) and isinstance(
+            adopted, str) else None
 
     def _resolve(self, ref: str) -> bytes:
         """A ref of the source; ``@N`` of an op that wrote no snapshot (it changed nothing,

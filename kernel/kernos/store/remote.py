@@ -298,8 +298,9 @@ def _diverged_message(name: str, writer: str, *, behind: bool) -> str:
     return (f"Refused: pushing would fork the history. The remote {name} was extended by "
             f"{writer}, and this workspace has committed other ops since their common "
             "snapshot: both moved, and one workspace has one writer. Keep one side: "
-            f"`kernos clone` the remote (or `kernos fork` it) into a new workspace and keep "
-            "working there, or push this one to a new remote.")
+            "`kernos clone` the remote into a new workspace and work there (`kernos fork` "
+            "this one first to keep its ops as a workspace of their own), or push this one "
+            "to a new remote.")
 
 
 def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[bytes],
@@ -320,9 +321,9 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
                 raise RemoteDiverged(
                     f"Refused: the {what} on the remote {name} is not a prefix of this "
                     f"workspace's (segment {index} differs): {writer} appended to it, or "
-                    "this workspace's was rewritten. The remote's stays append-only; keep "
-                    "one side: `kernos clone` the remote (or `kernos fork` it) into a new "
-                    "workspace, or push this one to a new remote.",
+                    "this workspace's was rewritten (a fork has a chain of its own). The "
+                    "remote's stays append-only; keep one side: `kernos clone` the remote "
+                    "into a new workspace, or push this one to a new remote.",
                     remote=name, writer=writer)
         for path, sha in theirs.items():  # payloads only ever accumulate on the remote
             if not path.startswith(prefix):

@@ -23,9 +23,14 @@ Layout::
 
 Which directory is used, in order:
 
-1. ``$KERNOS_WORKSPACE``;
-2. from a source checkout, ``<checkout>/snapshots/<name>``;
-3. otherwise ``$XDG_DATA_HOME/kernos/workspaces/<name>`` (``~/.local/share``).
+1. ``$KERNOS_WORKSPACE_ROOT/<name>`` when the operator sets that root (a gateway's
+   kernelspec does): ``<name>`` is the client's ``$KERNEL_WORKSPACE`` (Enterprise
+   Gateway forwards ``KERNEL_*`` variables from a start request), ``default`` when
+   unset, and must match :data:`WORKSPACE_NAME`, so a client picks a name, never a
+   path;
+2. ``$KERNOS_WORKSPACE``;
+3. from a source checkout, ``<checkout>/snapshots/<name>``;
+4. otherwise ``$XDG_DATA_HOME/kernos/workspaces/<name>`` (``~/.local/share``).
 
 ``<name>`` is derived from the notebook path that Jupyter passes in
 ``$JPY_SESSION_NAME`` so that every notebook gets its own image, or is
@@ -51,6 +56,7 @@ from kernos.errors import (
     UnknownRef,
     UsageError,
     WorkspaceCorrupt,
+    WorkspaceError,
     WorkspaceFormatError,
 )
 from kernos.store.buffers import BufferCache
@@ -69,7 +75,8 @@ from kernos.store.tail import FOLD_BYTES, FOLD_FRAMES, Tail
 if TYPE_CHECKING:
     import git
 
-__all__ = ["FORMAT", "SETTINGS", "Workspace", "default_workspace"]
+__all__ = ["FORMAT", "SETTINGS", "WORKSPACE_NAME", "Workspace", "check_workspace_name",
+           "default_workspace"]
 
 FORMAT = 1
 BRANCH = "refs/heads/main"
@@ -86,9 +93,29 @@ as an op marked failed, as IPython keeps it.  Agent ops always roll back.
 """
 
 
+WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""What a client may send as a workspace name under ``$KERNOS_WORKSPACE_ROOT``: an
+allowlist (no ``/``, no leading ``.``, so no ``..`` and no hidden directory)."""
+
+
+def check_workspace_name(name: str) -> str:
+    """``name`` if it may name a workspace under a root; else a :class:`WorkspaceError`."""
+    if WORKSPACE_NAME.fullmatch(name):
+        return name
+    raise WorkspaceError(
+        f"{name!r} cannot name a workspace: a name is 1 to 64 letters, digits, '.', '_' or "
+        "'-', starting with a letter or a digit (no '/', no '..'). The gateway's operator "
+        "chose the directory that holds the workspaces; pick a name such as 'analysis-2'.",
+        path=name)
+
+
 def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
     """The workspace directory to use when none is given explicitly."""
     environ = os.environ if environ is None else environ
+    root = environ.get("KERNOS_WORKSPACE_ROOT")
+    if root:
+        return Path(root).expanduser() / check_workspace_name(
+            environ.get("KERNEL_WORKSPACE", "default"))
     explicit = environ.get("KERNOS_WORKSPACE")
     if explicit:
         return Path(explicit).expanduser()

@@ -6,7 +6,8 @@ import kernos.client
 
 EXPECTED = {
     "AsyncKernosClient", "BadReply", "BlockingManager", "ClientClosed", "ClientError",
-    "ConflictRetriesExhausted", "ErrorInfo", "EventStream", "EventSubscription", "KernelDied",
+    "ConflictRetriesExhausted", "ErrorInfo", "EventStream", "EventSubscription", "GatewayError",
+    "KernelDied",
     "KernosClient", "KernosManager", "NoKernelRunning", "ObjectInfo", "OpResult",
     "ProtocolMismatch", "RequestError", "RequestTimeout", "Value", "retry_on_conflict",
     "run_kernel",
