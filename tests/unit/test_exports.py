@@ -10,7 +10,8 @@ import kernos
 EXPECTED = {
     "AbortReport", "AuditError", "CheckoutReport", "CommitFailed", "CommitReport",
     "ErasedValue", "EventCascadeTooDeep", "EventError", "Image", "KernosError", "Op",
-    "Personal", "SubscriberFailed", "UnknownSubject", "personal", "RequestRejected",
+    "Personal", "RemoteDiverged", "RemoteError", "RemoteLeaseHeld",
+    "SubscriberFailed", "UnknownSubject", "personal", "RequestRejected",
     "RestoreError", "RestoreReport", "TransactionStateError",
     "UnknownRef", "Unpersisted", "UnpersistedValueError", "UsageError", "Workspace",
     "WorkspaceCorrupt", "WorkspaceError", "WorkspaceFormatError", "WorkspaceLocked",
@@ -31,7 +32,8 @@ def test_core_does_not_import_jupyter() -> None:
             "kernos.events.human", "kernos.audit", "kernos.audit.verify", "kernos.audit.human",
             "kernos.personal", "kernos.llm", "kernos.prune", "kernos.store.retention",
             "kernos.audit.pruning", "kernos.store.remote", "kernos.store.remote_lease",
-            "kernos.store.remote_push", "kernos.store.remote_config", "kernos.cli._remote"]
+            "kernos.store.remote_push", "kernos.store.remote_config", "kernos.cli._remote",
+            "kernos.fork"]
     code = (
         "import sys\n"
         + "".join(f"import {module}\n" for module in core)
