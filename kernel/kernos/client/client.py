@@ -123,11 +123,20 @@ class AsyncKernosClient:
     # -- making one ------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, workspace: str | Path, *, timeout: float = 30) -> AsyncKernosClient:
+    async def connect(cls, workspace: str | Path, *, timeout: float = 30,
+                      gateway: str | None = None, token: str | None = None
+                      ) -> AsyncKernosClient:
         """Connect to the kernel running on ``workspace`` (found through its ``kernel.json``).
+
+        ``gateway`` (``http://HOST:PORT``): the kernel runs under that Jupyter Enterprise
+        Gateway and ``workspace`` is its name there (see :class:`KernosManager`);
+        ``token`` defaults to ``$KERNOS_GATEWAY_TOKEN``.  The client never stops the
+        kernel it connected to.
 
         Raises :class:`NoKernelRunning` if no live kernel owns the workspace.
         """
+        if gateway is not None:
+            return await cls._connect_gateway(str(workspace), gateway, token, timeout)
         root = Path(workspace).expanduser().absolute()
         marker = root / KERNEL_FILE
         try:
@@ -153,6 +162,20 @@ class AsyncKernosClient:
                                              f"its connection file {connection_file} cannot "
                                              f"be read ({error})") from None
         return await cls._open(info, timeout=timeout, pid=pid, workspace=str(root))
+
+    @classmethod
+    async def _connect_gateway(cls, workspace: str, gateway: str, token: str | None,
+                               timeout: float) -> AsyncKernosClient:
+        from kernos.client.gateway import GatewayKernel
+
+        kernel = GatewayKernel(gateway, workspace, token=token)
+        if not await kernel.attach(timeout=min(timeout, 10)):
+            raise NoKernelRunning(
+                f"no Kernos kernel on the gateway {kernel.api.url} serves the workspace "
+                f"{kernel.workspace!r} (or the one that does did not answer). Start one with "
+                f"KernosClient.start({kernel.workspace!r}, gateway=...) or run_kernel.",
+                workspace=kernel.workspace)
+        return await kernel.client(timeout=timeout)
 
     @classmethod
     async def from_connection_file(cls, path: str | Path, *, timeout: float = 30,

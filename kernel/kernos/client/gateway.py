@@ -28,6 +28,7 @@ import os
 import time
 import weakref
 from collections.abc import Mapping
+from pathlib import PurePath
 
 from kernos.client.client import AsyncKernosClient
 from kernos.client.errors import ClientError, GatewayError, KernelDied, RequestTimeout
@@ -133,6 +134,38 @@ class GatewayKernel:
                                                  workspace=self.workspace)
         self._clients.add(client)
         return client
+
+    async def attach(self, *, timeout: float = 10) -> bool:
+        """Find the gateway kernel already serving this workspace and adopt it.
+
+        The gateway's kernel list does not say which workspace a kernel opened, so
+        each Kernos kernel listed is asked (``hello``) over a websocket of its own;
+        a kernel that does not answer within ``timeout`` (busy with a long op) is
+        passed over.  True when one was found: ``client()`` then talks to it, and
+        ``shutdown()`` would stop it, so a caller that only borrows it closes its
+        clients and leaves the kernel running.
+        """
+        for model in await self.api.kernels():
+            kernel_id = model.get("id")
+            if model.get("name") != self.kernel_name or not isinstance(kernel_id, str) \
+                    or model.get("execution_state") == "dead":
+                continue
+            self.kernel_id = kernel_id
+            try:
+                probe = await self.client(timeout=timeout)
+            except (ClientError, OSError):
+                self.kernel_id = None
+                continue
+            try:
+                served = (await probe.hello()).get("workspace")
+            except (ClientError, OSError):
+                served = None
+            finally:
+                await probe.close(reason="a probe for the workspace's kernel")
+            if isinstance(served, str) and PurePath(served).name == self.workspace:
+                return True
+            self.kernel_id = None
+        return False
 
     async def _close_clients(self, reason: str) -> None:
         for client in list(self._clients):

@@ -111,12 +111,14 @@ class KernosClient:
         return cls(loop, client, manager)
 
     @classmethod
-    def connect(cls, workspace: str | Path, *, timeout: float = 30) -> KernosClient:
+    def connect(cls, workspace: str | Path, *, timeout: float = 30,
+                gateway: str | None = None, token: str | None = None) -> KernosClient:
         """Connect to the kernel already running on ``workspace`` (see
-        :meth:`AsyncKernosClient.connect`)."""
+        :meth:`AsyncKernosClient.connect`; ``gateway``: under that Enterprise Gateway)."""
         loop = _Loop()
         try:
-            client = loop.run(AsyncKernosClient.connect(workspace, timeout=timeout))
+            client = loop.run(AsyncKernosClient.connect(workspace, timeout=timeout,
+                                                        gateway=gateway, token=token))
         except BaseException:
             loop.stop()
             raise
