@@ -8,6 +8,7 @@ server runs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workspace", "-w", metavar="DIR",
         help="the workspace to serve (default: $KERNOS_WORKSPACE, else the default workspace)")
     parser.add_argument(
+        "--gateway", metavar="URL", default=os.environ.get("KERNOS_GATEWAY_URL") or None,
+        help="the kernel runs under this Jupyter Enterprise Gateway (http://HOST:PORT; "
+             "default $KERNOS_GATEWAY_URL), and --workspace is its name there; the token "
+             "is $KERNOS_GATEWAY_TOKEN")
+    parser.add_argument(
         "--principal", default=HUMAN, metavar="NAME",
         help="who every MCP request runs as, fixed for the life of the server: 'human' "
              "(default) or an agent of the workspace; clients cannot choose another")
@@ -54,7 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Serve until the client disconnects (stdio) or SIGINT/SIGTERM (HTTP); the exit status."""
     try:
-        workspace = Path(args.workspace).expanduser() if args.workspace else default_workspace()
+        gateway = getattr(args, "gateway", None)
+        if gateway:
+            workspace = Path(args.workspace or "default")
+        else:
+            workspace = Path(args.workspace).expanduser() if args.workspace \
+                else default_workspace()
         principal = str(args.principal)
         if args.host != HOST:
             raise Stop(f"--host must be {HOST}: the server has no authentication", USAGE)
@@ -65,9 +76,9 @@ def main(args: argparse.Namespace) -> int:
         from kernos.mcp import serve
 
         if args.transport == "stdio":
-            serve.run_stdio(workspace, principal)
+            serve.run_stdio(workspace, principal, gateway)
         else:
-            serve.run_http(workspace, principal, args.port)
+            serve.run_http(workspace, principal, args.port, gateway)
     except Stop as stop:
         print(f"kernos mcp: {stop}", file=sys.stderr, flush=True)
         return stop.status

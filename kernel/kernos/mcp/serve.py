@@ -29,14 +29,17 @@ __all__ = ["PATH", "run_http", "run_stdio"]
 PATH = "/mcp"
 
 
-def run_stdio(workspace: Path, principal: str) -> None:
-    """Serve on stdin and stdout until the client closes them (or SIGTERM)."""
-    _run(_serve_stdio(workspace, principal))
+def run_stdio(workspace: Path, principal: str, gateway: str | None = None) -> None:
+    """Serve on stdin and stdout until the client closes them (or SIGTERM).
+
+    ``gateway``: the kernel runs under that Jupyter Enterprise Gateway, and
+    ``workspace`` is its name there."""
+    _run(_serve_stdio(workspace, principal, gateway))
 
 
-def run_http(workspace: Path, principal: str, port: int) -> None:
-    """Serve streamable HTTP on 127.0.0.1 until SIGINT or SIGTERM."""
-    _run(_serve_http(workspace, principal, port))
+def run_http(workspace: Path, principal: str, port: int, gateway: str | None = None) -> None:
+    """Serve streamable HTTP on 127.0.0.1 until SIGINT or SIGTERM (``gateway``: as above)."""
+    _run(_serve_http(workspace, principal, port, gateway))
 
 
 def _run(serving: Coroutine[Any, Any, None]) -> None:
@@ -64,28 +67,34 @@ def _first(group: BaseExceptionGroup[BaseException], wanted: type[BaseException]
 
 
 @contextlib.asynccontextmanager
-async def _kernel(workspace: Path) -> AsyncIterator[AsyncKernosClient]:
-    """A client of the workspace's kernel: the running one, else one started (and stopped) here."""
+async def _kernel(workspace: Path, gateway: str | None = None
+                  ) -> AsyncIterator[AsyncKernosClient]:
+    """A client of the workspace's kernel: the running one, else one started (and stopped) here.
+
+    Through a ``gateway``, the running one is the gateway's kernel serving the
+    workspace's name, and one started here is started through the gateway."""
+    where = f"{workspace} through the gateway {gateway}" if gateway else str(workspace)
     try:
-        client = await AsyncKernosClient.connect(workspace)
+        client = await AsyncKernosClient.connect(str(workspace) if gateway else workspace,
+                                                 gateway=gateway)
     except NoKernelRunning:
         client = None
     except ClientError as error:
-        raise Stop(f"cannot use the kernel running on {workspace}: {error}", NO_KERNEL) from None
+        raise Stop(f"cannot use the kernel running on {where}: {error}", NO_KERNEL) from None
     if client is not None:
         try:
             yield client
         finally:
             await client.close()
         return
-    _log(f"no kernel runs on {workspace}; starting one (it stops with this server)")
-    manager = KernosManager(workspace)
+    _log(f"no kernel runs on {where}; starting one (it stops with this server)")
+    manager = KernosManager(str(workspace) if gateway else workspace, gateway=gateway)
     try:
         try:
             await manager.start()
             client = await manager.client()
         except Exception as error:  # a missing kernelspec, a kernel that died starting, ...
-            raise Stop(f"cannot start a kernel on {workspace}: {error}", NO_KERNEL) from None
+            raise Stop(f"cannot start a kernel on {where}: {error}", NO_KERNEL) from None
         yield client
     finally:
         with contextlib.suppress(Exception):
@@ -107,7 +116,7 @@ async def _checked(client: AsyncKernosClient, workspace: Path, principal: str) -
     return KernosMCP(client, principal=principal, workspace=str(workspace))
 
 
-async def _serve_stdio(workspace: Path, principal: str) -> None:
+async def _serve_stdio(workspace: Path, principal: str, gateway: str | None) -> None:
     from mcp.server.stdio import stdio_server
 
     signalled = False
@@ -115,7 +124,7 @@ async def _serve_stdio(workspace: Path, principal: str) -> None:
     # Claim stdin and stdout first: while they are claimed, fd 1 points at stderr, so a
     # kernel started below cannot write into the MCP stream.
     async with stdio_server() as (read_stream, write_stream):
-        async with _kernel(workspace) as client:
+        async with _kernel(workspace, gateway) as client:
             face = await _checked(client, workspace, principal)
             server = face.server()
             _log(f"serving {workspace} as {principal!r} on stdio")
@@ -148,8 +157,9 @@ async def _serve_stdio(workspace: Path, principal: str) -> None:
         _log("stopped")
 
 
-async def _serve_http(workspace: Path, principal: str, port: int) -> None:
-    async with _kernel(workspace) as client:
+async def _serve_http(workspace: Path, principal: str, port: int, gateway: str | None
+                      ) -> None:
+    async with _kernel(workspace, gateway) as client:
         face = await _checked(client, workspace, principal)
         app = face.server().streamable_http_app(streamable_http_path=PATH, host=HOST)
         listener = _bind(port)
