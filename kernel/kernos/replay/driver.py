@@ -300,18 +300,20 @@ class _Replayer:
                     continue
                 died = False
 
-    def _compiled(self, record: dict[str, Any]) -> int:
-        """The ``__future__`` flags the kernel compiled this cell under (0: not a cell)."""
+    def _compiled(self, record: dict[str, Any]) -> int | None:
+        """The ``__future__`` flags the kernel compiled this cell under (None: not a cell
+        the kernel ran)."""
         code = self._code(record)
         if (record.get("kind") not in ("cell", "checkout") or code is None
                 or record.get("status") in _NOT_RUN):
-            return 0
+            return None
         if record.get("kind") == "checkout":
             try:
-                if isinstance(json.loads(code), dict):
-                    return 0  # a harness checkout request, not a cell
+                data = json.loads(code)
             except ValueError:
-                pass  # `%kernos checkout REF` in a notebook: a cell
+                data = None  # `%kernos checkout REF` in a notebook: a cell
+            if isinstance(data, dict) and "action" in data:
+                return None  # a harness checkout request (as _request tells them apart)
         return self.cells.ran(_transform(code))
 
     def run(self, *, start: str | None, end: str | None, until: int | None,
@@ -503,11 +505,12 @@ class _Replayer:
             request["key"] = record["key"]
         if status == "committed" and record.get("error") and request["action"] == "op":
             request["on_error"] = "keep"  # kept although it raised (on_error = keep)
-        self.service.human_future_flags = self._compiled(record)
+        if self._compiled(record) is not None:  # a notebook cell: run as IPython ran it
+            self.service.cell_runner = self.cells.run
         try:
             handled = self.service.handle(request)
         finally:
-            self.service.human_future_flags = 0
+            self.service.cell_runner = None
         self.image.clock_replay = None  # a request refused before its op began used none
         reply = handled.reply
         if reply.get("status") != "ok":
