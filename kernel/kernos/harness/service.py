@@ -137,6 +137,10 @@ class HarnessService:
         self.image = image
         self.runtime = runtime
         self.max_request_bytes = max_request_bytes
+        self.cell_runner: Callable[[str, dict[str, Any]], tuple[bool, object]] | None = None
+        """Runs human code in place of :meth:`_run_human`'s own compile and exec, and
+        returns (whether it ended in an expression, its value): replay sets it to run a
+        notebook's cell as the kernel's IPython did (``kernos.replay.cells``)."""
         self.progress: Callable[[str, int, int], None] | None = None
         """Told ``(what, done, total)`` bytes while a long step runs (``checkout``); the
         transport sets it for a request's duration (``kernos_progress`` in the protocol)."""
@@ -525,14 +529,20 @@ class HarnessService:
 
     def _run_human(self, code: str) -> Value | None:
         """Run ordinary Python in the namespace; the value of a final expression, if any."""
+        namespace = self._globals()
+        if self.cell_runner is not None:
+            has_value, result = self.cell_runner(code, namespace)
+            return value_of(result) if has_value else None
+        # dont_inherit: compile() would otherwise add this module's own __future__ flags
+        # (annotations) to the user's functions.
         tree = ast.parse(code, HARNESS_FILENAME, "exec")
         final = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = tree.body.pop()
             assert isinstance(last, ast.Expr)
-            final = compile(ast.Expression(body=last.value), HARNESS_FILENAME, "eval")
-        namespace = self._globals()
-        exec(compile(tree, HARNESS_FILENAME, "exec"), namespace)
+            final = compile(ast.Expression(body=last.value), HARNESS_FILENAME, "eval",
+                            dont_inherit=True)
+        exec(compile(tree, HARNESS_FILENAME, "exec", dont_inherit=True), namespace)
         if final is None:
             return None
         return value_of(eval(final, namespace))

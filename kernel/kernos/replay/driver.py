@@ -10,7 +10,9 @@ recorded between two snapshots:
 2. *Ops, in audit order, each with its original op id.*  A harness op is
    delivered again as the same request (code, tool call, or grant, revoke,
    add_agent, checkout); a notebook cell runs as human code (IPython's input
-   transforms applied; a magic is reported as unsupported); an op that ended
+   transforms applied, compiled under the ``__future__`` flags the kernel's
+   compiler had then, :mod:`kernos.replay.cells`; a magic is reported as
+   unsupported); an op that ended
    in a conflict or was rejected ran no code, and is recorded so again.
    Effects are never executed: the follow-up op of kind ``effect`` takes
    each outcome from the source's journal, and only for the same request
@@ -74,6 +76,7 @@ from kernos.harness.service import HarnessService
 from kernos.image import Image
 from kernos.llm._store import DIRECTORY as LLM_DIRECTORY
 from kernos.llm._store import LEDGER_FILE, read_calls
+from kernos.replay.cells import CellCompiler
 from kernos.replay.digest import describe_difference, state_digest
 from kernos.store.snapshots import read_group, read_snapshot
 from kernos.store.workspace import Workspace, op_of
@@ -242,6 +245,10 @@ class _Replayer:
         self.runtime.effects.replaying = True
         self.runtime.llm_keyring = self.source_audit.keyring  # recordings sealed by the source
         self._journal: dict[str, list[dict[str, Any]]] | None = None
+        self.cells = CellCompiler()
+        """The kernel's compiler state (``__future__`` flags) as the cells go."""
+        self._restarts: set[int] = set()
+        """Ops run by a new kernel process after one died (a new compiler)."""
         self.unfinished = self._unfinished()
 
     def _unfinished(self) -> int | None:
@@ -275,11 +282,39 @@ class _Replayer:
     # -- what to run ------------------------------------------------------------------
 
     def _records(self, first: int, last: int | None) -> Iterator[dict[str, Any]]:
+        died = False
         for entry in self.source_audit.entries:
-            if (entry.type == "op" and entry.op is not None and entry.op > first
-                    and (last is None or entry.op <= last)
-                    and not entry.voided and entry.index != self.unfinished):
-                yield self.source_audit.read(entry.index)
+            if entry.type == "died":
+                died = True
+            elif (entry.type == "op" and entry.op is not None and not entry.voided
+                  and entry.index != self.unfinished):
+                if entry.op <= first:  # not replayed; its cell may have set a __future__
+                    if died:
+                        self.cells.restarted()
+                    self._compiled(self.source_audit.read(entry.index))
+                elif last is None or entry.op <= last:
+                    if died:
+                        self._restarts.add(entry.op)
+                    yield self.source_audit.read(entry.index)
+                else:
+                    continue
+                died = False
+
+    def _compiled(self, record: dict[str, Any]) -> int | None:
+        """The ``__future__`` flags the kernel compiled this cell under (None: not a cell
+        the kernel ran)."""
+        code = self._code(record)
+        if (record.get("kind") not in ("cell", "checkout") or code is None
+                or record.get("status") in _NOT_RUN):
+            return None
+        if record.get("kind") == "checkout":
+            try:
+                data = json.loads(code)
+            except ValueError:
+                data = None  # `%kernos checkout REF` in a notebook: a cell
+            if isinstance(data, dict) and "action" in data:
+                return None  # a harness checkout request (as _request tells them apart)
+        return self.cells.ran(_transform(code))
 
     def run(self, *, start: str | None, end: str | None, until: int | None,
             keep_going: bool) -> ReplayReport:
@@ -445,6 +480,8 @@ class _Replayer:
         status = str(record.get("status"))
         kind = str(record.get("kind"))
         principal = str(record.get("principal") or HUMAN)
+        if op in self._restarts:
+            self.cells.restarted()  # a new kernel process: a new compiler
         if kind == "effect":
             reports = self.runtime.effects.drain(recorded=self._recorded_effects(record))
             if not reports:
@@ -468,7 +505,12 @@ class _Replayer:
             request["key"] = record["key"]
         if status == "committed" and record.get("error") and request["action"] == "op":
             request["on_error"] = "keep"  # kept although it raised (on_error = keep)
-        handled = self.service.handle(request)
+        if self._compiled(record) is not None:  # a notebook cell: run as IPython ran it
+            self.service.cell_runner = self.cells.run
+        try:
+            handled = self.service.handle(request)
+        finally:
+            self.service.cell_runner = None
         self.image.clock_replay = None  # a request refused before its op began used none
         reply = handled.reply
         if reply.get("status") != "ok":

@@ -280,3 +280,12 @@ def test_an_agents_log_shows_only_what_its_grants_let_it_read(harness: Harness) 
                for entry in seen if entry["principal"] != "alice")
     assert len(harness.ok(action="log", principal="alice", limit=1)["snapshots"]) == 1
     assert harness.error(action="log", principal="mallory")["kind"] == "unknown_principal"
+
+
+def test_human_code_is_not_compiled_with_the_services_own_future_flags(
+        harness: Harness) -> None:
+    # service.py has `from __future__ import annotations`; compile() inherits it unless told.
+    assert harness.op("def typed(x: int) -> int:\n    return x")["status"] == "committed"
+    typed = harness.env.ns["typed"]
+    assert typed.__annotations__ == {"x": int, "return": int}
+    assert not typed.__code__.co_flags & 0x1000000  # CO_FUTURE_ANNOTATIONS
