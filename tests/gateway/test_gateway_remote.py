@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_support import USERNAME, Gateway, running_gateway
+from gateway_support import CHECKOUT, USERNAME, Gateway, running_gateway
 from kernos.client import KernosManager, OpResult, RequestError, run_kernel
 from kernos.client.gateway_transport import GatewayAPI
 from kernos.store.workspace import Workspace
@@ -236,3 +236,23 @@ def test_after_a_sigkill_on_a_b_takes_over_with_release_force(machines: Machines
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
     verified = kernos_cli("audit", "verify", "-w", str(machines.b.root / name))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_install_writes_the_remote_template_and_refuses_what_it_cannot_use(
+        tmp_path: Path) -> None:
+    install = [str(CHECKOUT / "deploy" / "gateway" / "install"), "--python", sys.executable,
+               "--workspace-root", str(tmp_path / "w")]
+    template = "origin=/srv/kernos/remotes/{workspace}.git"
+    for extra, lease in (([], "1"), (["--no-lease"], None)):
+        done = subprocess.run([*install, "--dest", str(tmp_path / f"k{lease}"), "--remote",
+                               template, *extra], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        spec = json.loads((Path(done.stdout.strip()) / "kernels" / "kernos" / "kernel.json")
+                          .read_text())
+        assert spec["env"]["KERNOS_REMOTE"] == template
+        assert spec["env"].get("KERNOS_REMOTE_LEASE") == lease
+    done = subprocess.run([*install, "--remote", "/srv/no-name.git"], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2 and "--remote takes NAME=URL" in done.stderr
+    done = subprocess.run([*install, "--no-lease"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "--no-lease goes with --remote" in done.stderr
