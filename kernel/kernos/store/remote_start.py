@@ -62,6 +62,21 @@ def remote_url(template: str, workspace: Path) -> str:
     return template.replace(PLACEHOLDER, check_workspace_name(workspace.name))
 
 
+def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
+    """``$name`` as a positive number, ``default`` when unset; a clear error when not one."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UsageError(f"{name}={text!r} is not a positive number; fix the kernelspec's env "
+                         f"(unset, it is {default:g})")
+    return value
+
+
 def _check_readable(url: str, name: str, workspace: Path) -> None:
     """An ssh or http remote must exist already: the operator creates it."""
     try:
@@ -87,6 +102,9 @@ def start_remote(workspace: str | os.PathLike[str], environ: Mapping[str, str] |
     spec = environ.get("KERNOS_REMOTE", "").strip()
     if not spec:
         return None
+    if interval is None:  # a bad setting fails before anything is done
+        interval = _positive(environ, "KERNOS_REMOTE_INTERVAL_MS", 200) / 1000
+    ttl = _positive(environ, "KERNOS_REMOTE_LEASE_TTL", DEFAULT_TTL)
     root = Path(workspace).expanduser().absolute()
     name, _, template = spec.partition("=")
     existed = (root / "workspace.json").exists()
@@ -108,17 +126,14 @@ def start_remote(workspace: str | os.PathLike[str], environ: Mapping[str, str] |
     config = RemoteConfig.load(root)
     lease: Lease | None = None
     if config.leased(name) or environ.get("KERNOS_REMOTE_LEASE") == "1":
-        ttl = float(environ.get("KERNOS_REMOTE_LEASE_TTL") or DEFAULT_TTL)
         lease = acquire_lease(root, name, ttl=ttl)
-    try:
+    try:  # a kernel refused here must not keep the lease
         if existed:
             pull(root, name)
+        pusher = AutoPusher(root, name, interval=interval)
+        pusher.start()
     except BaseException:
         if lease is not None:
             lease.release()
         raise
-    if interval is None:
-        interval = int(environ.get("KERNOS_REMOTE_INTERVAL_MS", "200")) / 1000
-    pusher = AutoPusher(root, name, interval=interval)
-    pusher.start()
     return RemoteSession(lease, pusher)

@@ -16,7 +16,7 @@ import pytest
 from core_support import CoreEnv
 from kernos import Workspace
 from kernos.audit import verify
-from kernos.errors import RemoteError, RemoteLeaseHeld, UsageError, WorkspaceError
+from kernos.errors import RemoteDiverged, RemoteError, RemoteLeaseHeld, UsageError, WorkspaceError
 from kernos.store.remote import RemoteConfig
 from kernos.store.remote_start import remote_url, start_remote
 
@@ -125,3 +125,36 @@ def test_a_live_lease_refuses_the_second_machine_and_a_short_ttl_comes_from_the_
     again = kernel_session(tmp_path / "b" / "w", template)
     assert again is not None
     again.close()
+
+
+def test_a_copy_that_forked_is_refused_at_start_and_lets_the_lease_go(tmp_path: Path) -> None:
+    template = str(tmp_path / "remotes" / "{workspace}.git")
+    url = tmp_path / "remotes" / "w.git"
+    a, b = tmp_path / "a" / "w", tmp_path / "b" / "w"
+    for machine, code in ((a, "x = 'a1'"), (b, "x = 'b1'")):
+        session = kernel_session(machine, template)
+        assert session is not None
+        env = CoreEnv(machine)
+        env.run(code)
+        env.close()
+        session.close()
+    # A commits without its kernel's remote (pushes never happen): its copy forks.
+    env = CoreEnv(a)
+    env.run("x = 'a2'")
+    env.close()
+    pushed = remote_head(url)
+    with pytest.raises(RemoteDiverged, match="pulling would fork the history"):
+        kernel_session(a, template)
+    assert remote_head(url) == pushed
+    lease = subprocess.run(["git", "--git-dir", str(url), "for-each-ref", "refs/kernos/lease"],
+                           check=True, capture_output=True, text=True).stdout
+    assert lease == ""
+
+
+def test_a_bad_setting_in_the_kernelspec_env_is_named(tmp_path: Path) -> None:
+    for setting in ("KERNOS_REMOTE_LEASE_TTL", "KERNOS_REMOTE_INTERVAL_MS"):
+        for bad in ("soon", "0", "-5"):
+            with pytest.raises(UsageError, match=f"{setting}='{bad}' is not a positive number"):
+                start_remote(tmp_path / "ws", {"KERNOS_REMOTE": "origin=/nowhere/{workspace}",
+                                               setting: bad})
+    assert not (tmp_path / "ws").exists()  # refused before anything was done
