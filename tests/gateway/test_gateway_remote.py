@@ -9,8 +9,9 @@ scripts) with two ``KERNOS_WORKSPACE_ROOT``s and one remote template,
   remote with its state exact: values (a numpy array too), history head, and ``kernos
   audit verify`` with the real CLI on B's copy.
 * While A's kernel holds the workspace, a kernel on B for the same name is refused: every
-  request names the lease's holder (A's kernel, by pid) and what to do; nothing is lost on
-  A, nothing reaches the remote from B, and B's copy catches up once A lets go.
+  request, harness op or notebook cell, names the lease's holder (A's kernel, by pid) and
+  what to do; nothing is lost on A, nothing reaches the remote from B; once A lets go, the
+  same kernel on B, asked again, takes the lease and catches up with A's last op.
 * A kernel SIGKILLed on A keeps its lease (nobody released it): B is refused until the
   documented recovery, ``kernos remote release origin --force`` on B's copy; then B resumes
   with every op that had reached the remote before the kill (the pusher's lag bounds what a
@@ -31,12 +32,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway_support import CHECKOUT, USERNAME, Gateway, running_gateway
 from kernos.client import KernosManager, OpResult, RequestError, run_kernel
-from kernos.client.gateway_transport import GatewayAPI
+from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
 from kernos.store.workspace import Workspace
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
@@ -151,6 +153,7 @@ def test_a_second_machine_is_refused_while_the_first_holds_the_workspace(
     name = f"held-{uuid.uuid4().hex[:6]}"
 
     async def scenario() -> None:
+        second = KernosManager(name, gateway=machines.b.url, token=machines.b.token)
         async with run_kernel(name, gateway=machines.a.url, token=machines.a.token) as (
                 manager_a, first):
             committed(await first.op("ledger = {'in': 1}"))
@@ -158,31 +161,54 @@ def test_a_second_machine_is_refused_while_the_first_holds_the_workspace(
             pid = machines.a.kernel_pid(manager_a.gateway.kernel_id)
             await wait_for("A's first op never reached the remote",
                            lambda: remote_ref(machines, name, "refs/heads/main") is not None)
-            second = KernosManager(name, gateway=machines.b.url, token=machines.b.token)
+            # B's kernel starts (the gateway knows nothing of leases), and then answers
+            # every request, op or notebook cell, with the refusal.
+            await second.start(timeout=60)
+            client = await second.client()
+            for code in ("ledger = {'in': 'from B'}", "1 + 1"):
+                with pytest.raises(RequestError) as refused:
+                    await client.op(code)
+                message = str(refused.value)
+                assert "The remote origin is leased to workspace" in message
+                assert f"(pid {pid}," in message  # A's kernel, the holder
+                assert "kernos remote release origin --force" in message
+            assert second.gateway is not None and second.gateway.kernel_id is not None
+            api = GatewayAPI(machines.b.url, token=machines.b.token)
+            channels = await api.channels(second.gateway.kernel_id)
             try:
-                await second.start(timeout=60)
-                client = await second.client()
-                for code in ("ledger = {'in': 'from B'}", "1 + 1"):  # every request says it
-                    with pytest.raises(RequestError) as refused:
-                        await client.op(code)
-                    message = str(refused.value)
-                    assert "The remote origin is leased to workspace" in message
-                    assert f"(pid {pid}," in message  # A's kernel, the holder
-                    assert "kernos remote release origin --force" in message
+                reply = await execute(channels, "ledger = {'in': 'cell from B'}")
             finally:
-                await second.shutdown()
-            # Nothing is lost on A, and A keeps extending the workspace.
+                channels.close()
+            assert reply["content"]["status"] == "error"
+            content = reply["content"]
+            shown = " ".join([content.get("evalue", ""), *content.get("traceback", [])])
+            assert "is leased to workspace" in shown and f"(pid {pid}," in shown, shown
+            # Nothing is lost on A, nothing of B's reached the remote, and A goes on.
             assert (await first.object("ledger")).preview.json == {"in": 1}
             last = committed(await first.op("ledger['in'] += 1"))
-        assert remote_ref(machines, name, "refs/heads/main") == last.commit
-        assert remote_ref(machines, name, "refs/kernos/lease") is None
-        # B's copy (cloned when it was refused) was left behind; it catches up at its start.
-        async with run_kernel(name, gateway=machines.b.url, token=machines.b.token) as (
-                _, resumed):
-            assert (await resumed.object("ledger")).preview.json == {"in": 2}
-            assert (await resumed.log(limit=1))[0]["op"] == last.op
+        try:  # A let go (final push, lease released): B's kernel, asked again, catches up
+            assert remote_ref(machines, name, "refs/heads/main") == last.commit
+            assert remote_ref(machines, name, "refs/kernos/lease") is None
+            assert (await client.object("ledger")).preview.json == {"in": 2}
+            assert (await client.log(limit=1))[0]["op"] == last.op
+            after = committed(await client.op("ledger['in'] += 10"))
+        finally:
+            await second.shutdown()
+        assert remote_ref(machines, name, "refs/heads/main") == after.commit
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
+
+
+async def execute(channels: GatewayChannels, code: str) -> dict[str, Any]:
+    """A notebook cell over the gateway websocket, as JupyterLab sends it; its reply."""
+    message = channels.session.msg("execute_request", {
+        "code": code, "silent": False, "store_history": True, "user_expressions": {},
+        "allow_stdin": False, "stop_on_error": True})
+    channels.shell_channel.send(message)
+    while True:
+        reply: dict[str, Any] = await channels.shell_channel.get_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
+            return reply
 
 
 def test_after_a_sigkill_on_a_b_takes_over_with_release_force(machines: Machines) -> None:
