@@ -158,3 +158,26 @@ def test_a_bad_setting_in_the_kernelspec_env_is_named(tmp_path: Path) -> None:
                 start_remote(tmp_path / "ws", {"KERNOS_REMOTE": "origin=/nowhere/{workspace}",
                                                setting: bad})
     assert not (tmp_path / "ws").exists()  # refused before anything was done
+
+
+def test_a_machine_refused_before_the_first_push_catches_up_later(tmp_path: Path) -> None:
+    """B is refused while the remote is still empty (its copy is born empty); it resumes."""
+    template = str(tmp_path / "remotes" / "{workspace}.git")
+    a, b = tmp_path / "a" / "w", tmp_path / "b" / "w"
+    holder = kernel_session(a, template)
+    assert holder is not None
+    with pytest.raises(RemoteLeaseHeld):
+        kernel_session(b, template)
+    env = CoreEnv(a)
+    env.run("x = 'from a'")
+    env.close()
+    holder.close()
+    session = kernel_session(b, template)
+    assert session is not None
+    env = CoreEnv(b)
+    assert env.ns["x"] == "from a"
+    env.run("x += ' and b'")
+    env.close()
+    session.close()
+    assert head_of(b) == remote_head(tmp_path / "remotes" / "w.git")
+    assert verify(str(b)).ok
