@@ -37,6 +37,7 @@ what it holds.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -54,6 +55,8 @@ __all__ = ["DEFAULT_TTL", "Lease", "LeaseHolder", "RemoteSession", "acquire_leas
            "check_lease", "read_lease", "release_lease"]
 
 DEFAULT_TTL = 60.0
+
+log = logging.getLogger("kernos.remote")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,11 +248,23 @@ class RemoteSession:
                 continue  # the remote is unreachable for now: try again at the next beat
 
     def close(self) -> None:
-        """Final push, then the lease goes back."""
+        """Final push, then the lease goes back: only if the remote has every op, else a
+        kernel elsewhere would resume without them (the lease then expires, or the next
+        kernel on this copy renews it and pushes them)."""
         self._stop.set()
         if self.pusher is not None:
             self.pusher.close()
         if self._renewer is not None:
             self._renewer.join()
-        if self.lease is not None:
+        if self.lease is None:
+            return
+        if self.pusher is not None and not self.pusher.complete:
+            log.warning("keeping the lease on %s until %s: its last ops did not reach it "
+                        "(%s)", self.lease.name, _utc(self.lease.holder.expires),
+                        self.pusher.error or "not pushed")
+            return
+        try:
             self.lease.release()
+        except RemoteError as error:  # a shutdown goes on: the lease expires by itself
+            log.warning("the lease on %s could not be released (it expires at %s): %s",
+                        self.lease.name, _utc(self.lease.holder.expires), error)

@@ -181,3 +181,36 @@ def test_a_machine_refused_before_the_first_push_catches_up_later(tmp_path: Path
     session.close()
     assert head_of(b) == remote_head(tmp_path / "remotes" / "w.git")
     assert verify(str(b)).ok
+
+
+def test_a_final_push_that_fails_keeps_the_lease_so_nobody_resumes_without_the_ops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.store import remote_push
+
+    template = str(tmp_path / "remotes" / "{workspace}.git")
+    url = tmp_path / "remotes" / "w.git"
+    session = kernel_session(tmp_path / "a" / "w", template)
+    assert session is not None and session.pusher is not None
+    with monkeypatch.context() as patch:
+        def unreachable(*args: object) -> None:
+            raise RemoteError("the network is down")
+
+        patch.setattr(remote_push, "push", unreachable)  # the lease's own pushes still work
+        env = CoreEnv(tmp_path / "a" / "w")
+        env.run("x = 1")
+        env.close()
+        session.close()
+    assert not session.pusher.complete and session.pusher.error == "the network is down"
+    assert remote_head(url) is None
+    with pytest.raises(RemoteLeaseHeld):  # another machine cannot resume without x = 1
+        kernel_session(tmp_path / "b" / "w", template)
+    again = kernel_session(tmp_path / "a" / "w", template)  # this copy's next kernel can
+    assert again is not None
+    again.close()
+    assert remote_head(url) == head_of(tmp_path / "a" / "w")
+    resumed = kernel_session(tmp_path / "b" / "w", template)
+    assert resumed is not None
+    env = CoreEnv(tmp_path / "b" / "w")
+    assert env.ns["x"] == 1
+    env.close()
+    resumed.close()
