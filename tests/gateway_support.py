@@ -23,7 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,14 +99,16 @@ def gateway_venv() -> Path:
 
 
 @contextlib.contextmanager
-def running_gateway(base: Path, *, cull_idle: int = CULL_IDLE_SECONDS) -> Iterator[Gateway]:
+def running_gateway(base: Path, *, cull_idle: int = CULL_IDLE_SECONDS,
+                    install: Sequence[str] = ()) -> Iterator[Gateway]:
+    """``install``: more arguments for deploy/gateway/install (``--remote TEMPLATE``...)."""
     venv = gateway_venv()
     root, runtime, log = base / "workspaces", base / "runtime", base / "gateway.log"
     runtime.mkdir(parents=True)
     installed = subprocess.run(
         [str(CHECKOUT / "deploy" / "gateway" / "install"), "--python", sys.executable,
          "--workspace-root", str(root), "--dest", str(base / "kernels"),
-         "--env", f"PYTHONPATH={CHECKOUT / 'kernel'}"],
+         "--env", f"PYTHONPATH={CHECKOUT / 'kernel'}", *install],
         capture_output=True, text=True, check=False)
     assert installed.returncode == 0, installed.stderr
     kernels = installed.stdout.strip()

@@ -32,8 +32,8 @@ def test_core_does_not_import_jupyter() -> None:
             "kernos.events.human", "kernos.audit", "kernos.audit.verify", "kernos.audit.human",
             "kernos.personal", "kernos.llm", "kernos.prune", "kernos.store.retention",
             "kernos.audit.pruning", "kernos.store.remote", "kernos.store.remote_lease",
-            "kernos.store.remote_push", "kernos.store.remote_config", "kernos.cli._remote",
-            "kernos.fork"]
+            "kernos.store.remote_push", "kernos.store.remote_config", "kernos.store.remote_start",
+            "kernos.cli._remote", "kernos.fork"]
     code = (
         "import sys\n"
         + "".join(f"import {module}\n" for module in core)

@@ -7,7 +7,8 @@
 ``kernos objects``            the image's names, versions and who changed them
 ``kernos grants [AGENT]``     capability grants (needs a kernel; one is started if none runs)
 ``kernos log|show|diff``      browse a workspace's history, from disk
-``kernos checkout REF``       a new snapshot equal to REF (an op in the running kernel,
+``kernos checkout REF``       a new snapshot equal to REF (an op in the running kernel, or
+                              one started through ``--gateway``,
                               else offline for the next kernel)
 ``kernos gc``                 repack every object into one pack (beside a kernel too)
 ``kernos prune``              delete old snapshots by a retention policy (``--keep-last``,

@@ -123,6 +123,14 @@ def checkout(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     """Through the running kernel if there is one (an op), else offline (the next kernel's)."""
     from kernos.cli import _kernel
 
+    if getattr(args, "gateway", None):  # the workspace is on the gateway's host: its kernel
+        with _kernel.session(path, start=True, progress=progress,
+                             gateway=args.gateway) as (started, _):
+            label = f"checking out {args.ref}"
+            progress.phase(label)
+            result = _kernel.call(started.checkout, args.ref, progress=progress.follow(label))
+            progress.close()
+        return _kernel.report_op(args, result, action="checkout")
     commit, names, size = _target(path, args.ref)  # an unknown ref fails here, quickly
     client = _kernel.connect_if_running(path)
     if client is not None:

@@ -61,15 +61,17 @@ def _parents() -> dict[str, _Parser]:
                        help="show progress on stderr even when it is not a terminal")
     shown.add_argument("--no-progress", dest="progress", action="store_false",
                        help="never show progress")
-    start = _Parser(add_help=False)
+    gateway = _Parser(add_help=False)
+    gateway.add_argument("--gateway", metavar="URL", default=os.environ.get("KERNOS_GATEWAY_URL"),
+                         help="start the kernel through the Jupyter Enterprise Gateway at URL "
+                              "($KERNOS_GATEWAY_URL; token: $KERNOS_GATEWAY_TOKEN); "
+                              "--workspace is then a name under the gateway's workspace root")
+    start = _Parser(add_help=False, parents=[gateway])
     start.add_argument("--no-start", action="store_true",
                        help="if no kernel runs on the workspace, fail (exit 4) instead of "
                             "starting one for this command")
-    start.add_argument("--gateway", metavar="URL", default=os.environ.get("KERNOS_GATEWAY_URL"),
-                       help="start the kernel through the Jupyter Enterprise Gateway at URL "
-                            "($KERNOS_GATEWAY_URL; token: $KERNOS_GATEWAY_TOKEN); --workspace "
-                            "is then a name under the gateway's workspace root")
-    return {"workspace": workspace, "json": as_json, "progress": progress, "start": start}
+    return {"workspace": workspace, "json": as_json, "progress": progress, "start": start,
+            "gateway": gateway}
 
 
 def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
@@ -143,9 +145,11 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                       help="another one (default HEAD)")
     checkout = add(
         "checkout", "record a new snapshot equal to REF", "workspace", "json", "progress",
+        "gateway",
         description="Record a new snapshot equal to REF; history is never rewritten. "
                     "Through the running kernel if there is one (an op: the live image "
-                    "changes), else offline (the next kernel restores it).")
+                    "changes), else offline (the next kernel restores it). With --gateway, "
+                    "through a kernel started there for this command.")
     checkout.add_argument("ref", help="a commit (or prefix), HEAD, HEAD~N or @N for op N")
 
     from kernos.cli._fork import add_fork

@@ -53,7 +53,8 @@ from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CommitReport, Op
 from kernos.personal import personal
-from kernos.store.remote_lease import RemoteSession, start_remote
+from kernos.store.remote_lease import RemoteSession
+from kernos.store.remote_start import start_remote
 from kernos.store.tail import FOLD_IDLE
 from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
@@ -181,7 +182,7 @@ class KernosKernel(IPythonKernel):
         """Open the workspace and start restoring its image in the background."""
         # Issue 19's hook for a kernel on a fresh machine (a gateway pod): with
         # $KERNOS_REMOTE, materialize the workspace from its git remote, take the remote's
-        # lease and push after commits (kernos.store.remote_lease.start_remote).
+        # lease and push after commits (kernos.store.remote_start).
         try:  # a forbidden workspace name, too, is explained in every cell
             path = default_workspace()
             self.remote = start_remote(path)

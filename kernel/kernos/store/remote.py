@@ -54,7 +54,7 @@ Records of the remotes: ``<workspace>/remotes.json`` (never pushed)::
 The id names this copy of the workspace (a clone gets its own) in the lease
 and in the pusher trailers.  ``lease: true`` makes a kernel started with
 ``KERNOS_REMOTE=<name>`` take the remote's writer lease (see
-:func:`kernos.store.remote_lease.start_remote`).
+:func:`kernos.store.remote_start.start_remote`).
 
 Limits: a ``kernos prune`` rewrites the history, so the next push is refused
 as diverged (push the pruned workspace to a new remote).  An erasure deletes

@@ -26,32 +26,37 @@ who won (:class:`~kernos.errors.RemoteLeaseHeld`).
 Expiry compares clocks across machines: keep them in sync (NTP), and keep
 ``ttl`` well above the skew.  A kernel renews at a third of ``ttl``.
 
-Kernel start (:func:`start_remote`): with ``KERNOS_REMOTE=<name>`` in the
-environment, a kernel materializes its workspace from that remote if it
-does not exist, takes the lease if that remote has ``lease`` on, and pushes
-after its commits (``kernos.store.remote_push.AutoPusher``).
+Kernel start (:func:`kernos.store.remote_start.start_remote`): with
+``KERNOS_REMOTE=<name>`` in the environment, a kernel materializes its
+workspace from that remote if it does not exist, takes the lease if that
+remote has ``lease`` on, catches up with the remote, and pushes after its
+commits (``kernos.store.remote_push.AutoPusher``); :class:`RemoteSession` is
+what it holds.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernos.errors import RemoteError, RemoteLeaseHeld
-from kernos.store.remote import LEASE_REF, materialize
+from kernos.store.remote import LEASE_REF
 from kernos.store.remote_config import RemoteConfig, ensure_bare
 from kernos.store.remote_git import EMPTY_TREE, Staging, git
 
 __all__ = ["DEFAULT_TTL", "Lease", "LeaseHolder", "RemoteSession", "acquire_lease",
-           "check_lease", "read_lease", "release_lease", "start_remote"]
+           "check_lease", "read_lease", "release_lease"]
 
 DEFAULT_TTL = 60.0
+
+log = logging.getLogger("kernos.remote")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,50 +248,23 @@ class RemoteSession:
                 continue  # the remote is unreachable for now: try again at the next beat
 
     def close(self) -> None:
-        """Final push, then the lease goes back."""
+        """Final push, then the lease goes back: only if the remote has every op, else a
+        kernel elsewhere would resume without them (the lease then expires, or the next
+        kernel on this copy renews it and pushes them)."""
         self._stop.set()
         if self.pusher is not None:
             self.pusher.close()
         if self._renewer is not None:
             self._renewer.join()
-        if self.lease is not None:
+        if self.lease is None:
+            return
+        if self.pusher is not None and not self.pusher.complete:
+            log.warning("keeping the lease on %s until %s: its last ops did not reach it "
+                        "(%s)", self.lease.name, _utc(self.lease.holder.expires),
+                        self.pusher.error or "not pushed")
+            return
+        try:
             self.lease.release()
-
-
-def start_remote(workspace: str | os.PathLike[str], environ: Mapping[str, str] | None = None,
-                 *, interval: float | None = None) -> RemoteSession | None:
-    """For a kernel, before it opens its workspace: ``$KERNOS_REMOTE`` names the remote.
-
-    ``KERNOS_REMOTE=NAME`` (a remote in remotes.json) or ``NAME=URL`` (materializes
-    the workspace from URL when it does not exist, and records the remote).  Then
-    the lease is taken if the remote has ``lease`` on (or ``$KERNOS_REMOTE_LEASE=1``),
-    and an :class:`~kernos.store.remote_push.AutoPusher` pushes after commits
-    (at most every ``$KERNOS_REMOTE_INTERVAL_MS``, default 200).  None: no remote.
-    Raises ``RemoteLeaseHeld`` when another workspace holds the lease.
-    """
-    from kernos.store.remote_push import AutoPusher
-
-    environ = os.environ if environ is None else environ
-    spec = environ.get("KERNOS_REMOTE", "").strip()
-    if not spec:
-        return None
-    root = Path(workspace).expanduser().absolute()
-    name, _, url = spec.partition("=")
-    if url:
-        materialize(root, url, name=name)
-        config = RemoteConfig.load(root)
-        if not (root / "workspace.json").exists():
-            from kernos.store.workspace import Workspace
-
-            Workspace.open(root, purpose="kernos remote start").close()
-        if name not in config.remotes:
-            config.add(name, url)
-    config = RemoteConfig.load(root)
-    lease = None
-    if config.leased(name) or environ.get("KERNOS_REMOTE_LEASE") == "1":
-        lease = acquire_lease(root, name)
-    if interval is None:
-        interval = int(environ.get("KERNOS_REMOTE_INTERVAL_MS", "200")) / 1000
-    pusher = AutoPusher(root, name, interval=interval)
-    pusher.start()
-    return RemoteSession(lease, pusher)
+        except RemoteError as error:  # a shutdown goes on: the lease expires by itself
+            log.warning("the lease on %s could not be released (it expires at %s): %s",
+                        self.lease.name, _utc(self.lease.holder.expires), error)

@@ -7,7 +7,8 @@ carries every op committed before it started, so under a steady stream of
 ops the lag of an op (its commit to its arrival at the remote) is bounded by
 about ``interval`` plus one push.  :meth:`AutoPusher.notify` wakes it at once
 (a kernel may call it after each commit); without it, it looks every
-``interval``.  :meth:`AutoPusher.close` makes a final push.
+``interval``.  :meth:`AutoPusher.close` makes a final push (``complete`` says
+whether the remote then has the head).
 
 A refused push (another writer, a lease held elsewhere) stops pushing (it
 would be refused again): :attr:`AutoPusher.error` says why and the kernel
@@ -46,6 +47,8 @@ class AutoPusher:
         self.error: str | None = None
         """Why pushing stopped (a refusal), or the last transient failure."""
         self.stopped = False
+        self.complete = False
+        """After :meth:`close`: whether the remote has the workspace's head."""
         self._wake = threading.Event()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -115,6 +118,8 @@ class AutoPusher:
         if self._thread is not None:
             self._thread.join()
         self.push_now()
+        head = self.head()
+        self.complete = head is None or head == self.pushed
         if self._view is not None:
             self._view.close()
             self._view = None

@@ -19,7 +19,7 @@ from kernos import Workspace, WorkspaceLocked
 from kernos.audit import verify
 from kernos.errors import RemoteDiverged, RemoteLeaseHeld, UsageError
 from kernos.store import remote as remote_module
-from kernos.store import remote_lease
+from kernos.store import remote_lease, remote_start
 from kernos.store.remote import (
     AUDIT_REF,
     RemoteConfig,
@@ -383,7 +383,7 @@ def test_a_record_whose_commit_is_not_published_yet_waits_for_the_next_push(
 def test_a_first_kernel_on_a_new_remote_starts_empty_and_pushes(tmp_path: Path) -> None:
     url = tmp_path / "new.git"
     assert materialize(tmp_path / "ws", str(url)) is None  # nothing there yet: nothing done
-    session = remote_lease.start_remote(tmp_path / "ws", {"KERNOS_REMOTE": f"origin={url}",
+    session = remote_start.start_remote(tmp_path / "ws", {"KERNOS_REMOTE": f"origin={url}",
                                                           "KERNOS_REMOTE_LEASE": "1"},
                                         interval=0.05)
     assert session is not None and session.lease is not None
