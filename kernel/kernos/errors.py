@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -435,14 +436,16 @@ class RemoteDiverged(RemoteError):
 class RemoteLeaseHeld(RemoteError):
     """Another workspace holds the remote's writer lease, and it has not expired."""
 
-    def __init__(self, remote: str, holder: str, *, expires: str) -> None:
+    def __init__(self, remote: str, holder: str, *, expires: str,
+                 workspace: str | None = None) -> None:
         self.holder = holder
         self.expires = expires
+        where = f" -w {shlex.quote(workspace)}" if workspace else ""
         super().__init__(
             f"The remote {remote} is leased to {holder} until {expires}: one writer at a "
             "time extends a workspace. Wait for that kernel to stop (or the lease to expire), "
             f"or, if that writer is gone for good, take it over with "
-            f"`kernos remote release {remote} --force`.", remote=remote)
+            f"`kernos remote release {remote} --force{where}`.", remote=remote)
 
 
 class ErasedValue(KernosError):

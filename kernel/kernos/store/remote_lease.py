@@ -111,7 +111,8 @@ def check_lease(stage: Staging, config: RemoteConfig, name: str, sha: bytes | No
         return
     holder = _parse(stage, sha)
     if holder.workspace != config.id and holder.expires > now():
-        raise RemoteLeaseHeld(name, holder.describe(), expires=_utc(holder.expires))
+        raise RemoteLeaseHeld(name, holder.describe(), expires=_utc(holder.expires),
+                              workspace=str(stage.workspace))
 
 
 def _cas(stage: Staging, url: str, name: str, expected: bytes | None, new: bytes | None) -> bool:
@@ -187,7 +188,8 @@ def acquire_lease(workspace: str | os.PathLike[str], name: str, *, ttl: float = 
         if found is not None:
             expected, holder = found
             if holder.workspace != config.id and holder.expires > now():
-                raise RemoteLeaseHeld(name, holder.describe(), expires=_utc(holder.expires))
+                raise RemoteLeaseHeld(name, holder.describe(), expires=_utc(holder.expires),
+                                      workspace=str(stage.workspace))
         mine = LeaseHolder(host=socket.gethostname(), workspace=config.id, pid=os.getpid(),
                            since=now(), expires=now() + ttl)
         sha = _lease_commit(stage, mine)
@@ -195,7 +197,8 @@ def acquire_lease(workspace: str | os.PathLike[str], name: str, *, ttl: float = 
             again = read_lease(stage, url, name)
             who = again[1] if again else None
             raise RemoteLeaseHeld(name, who.describe() if who else "another contender",
-                                  expires=_utc(who.expires) if who else "?")
+                                  expires=_utc(who.expires) if who else "?",
+                                  workspace=str(stage.workspace))
         return Lease(stage, url, name, mine, sha, ttl)
 
 
@@ -213,7 +216,8 @@ def release_lease(workspace: str | os.PathLike[str], name: str, *, force: bool =
             return None
         sha, holder = found
         if holder.workspace != config.id and not force:
-            raise RemoteLeaseHeld(name, holder.describe(), expires=_utc(holder.expires))
+            raise RemoteLeaseHeld(name, holder.describe(), expires=_utc(holder.expires),
+                                      workspace=str(stage.workspace))
         if not _cas(stage, url, name, sha, None):
             raise RemoteError(f"the lease on {name} changed while it was being released; "
                               "run the command again", remote=name)
