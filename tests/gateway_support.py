@@ -68,6 +68,22 @@ class Gateway:
         return "(no gateway log)"
 
 
+def kernos_cli(*args: str, env: dict[str, str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """Run this tree's ``kernos`` CLI with no ``KERNOS_*`` variable of the test's own
+    (``env`` adds some)."""
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("KERNOS_")}
+    return subprocess.run([sys.executable, "-m", "kernos.cli", *args], capture_output=True,
+                          text=True, env={**clean, **(env or {})}, timeout=120)
+
+
+def through(gateway: Gateway, *args: str, token: str | None = None, url: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """``kernos_cli`` through ``gateway`` (``--gateway``; its token unless ``token``)."""
+    return kernos_cli(*args, "--gateway", url or gateway.url,
+                      env={"KERNOS_GATEWAY_TOKEN": gateway.token if token is None else token})
+
+
 def kernel_pids(marker: str) -> list[int]:
     """Processes (not zombies) whose command line contains ``marker``."""
     found = []

@@ -8,10 +8,11 @@ leaves it running when it closes; a name no kernel serves gives ``NoKernelRunnin
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
-from gateway_support import Gateway
+from gateway_support import Gateway, through
 from kernos.client import AsyncKernosClient, KernosClient, NoKernelRunning, run_kernel
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
@@ -50,3 +51,21 @@ def test_the_blocking_client_connects_through_the_gateway(gateway: Gateway) -> N
                                   token=gateway.token) as attached:
             assert attached.op("n += 1").committed
         assert owner.op("n").value.repr == "42"
+
+
+def test_the_cli_uses_the_gateway_kernel_that_serves_the_workspace(gateway: Gateway) -> None:
+    with KernosClient.start("attach-cli", gateway=gateway.url, token=gateway.token) as owner:
+        assert owner.op("visits = 1").committed
+        done = through(gateway, "run", "-w", "attach-cli", "--json", "visits += 1\nvisits")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["value"]["json"] == 2
+        listed = through(gateway, "objects", "-w", "attach-cli", "--no-start", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [item["name"] for item in json.loads(listed.stdout)["objects"]] == ["visits"]
+        # The CLI borrowed the owner's kernel and left it running.
+        assert owner.op("visits").value.repr == "2"
+    # With no kernel on the name, --no-start refuses and starts nothing.
+    refused = through(gateway, "grants", "-w", "attach-cli", "--no-start")
+    assert refused.returncode == 4
+    assert "no kernel is running on attach-cli through the gateway" in refused.stderr
+    assert gateway.api("/api/kernels") == []

@@ -4,37 +4,27 @@ is an op in a kernel started there for the command (as ``run --gateway`` does)."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from gateway_support import Gateway
+from gateway_support import Gateway, through
 
 pytestmark = [pytest.mark.kernel]
 
 
-def kernos(gateway: Gateway, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("KERNOS_")}
-    env["KERNOS_GATEWAY_TOKEN"] = gateway.token
-    return subprocess.run([sys.executable, "-m", "kernos.cli", *args, "--gateway", gateway.url],
-                          capture_output=True, text=True, env=env, timeout=120)
-
-
 def test_checkout_through_the_gateway_is_an_op_in_a_kernel_there(gateway: Gateway) -> None:
-    first = kernos(gateway, "run", "-w", "rewind", "--json", "level = 'first'")
+    first = through(gateway, "run", "-w", "rewind", "--json", "level = 'first'")
     assert first.returncode == 0, first.stderr
     op = json.loads(first.stdout)["op"]
-    assert kernos(gateway, "run", "-w", "rewind", "level = 'second'").returncode == 0
-    done = kernos(gateway, "checkout", "-w", "rewind", "--json", f"@{op}")
+    assert through(gateway, "run", "-w", "rewind", "level = 'second'").returncode == 0
+    done = through(gateway, "checkout", "-w", "rewind", "--json", f"@{op}")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "committed" and result["op"] > op
     assert result["checkout"]["commit"] == json.loads(first.stdout)["commit"]
-    done = kernos(gateway, "run", "-w", "rewind", "--json", "level")
+    done = through(gateway, "run", "-w", "rewind", "--json", "level")
     assert json.loads(done.stdout)["value"]["json"] == "first"
-    missing = kernos(gateway, "checkout", "-w", "rewind", "@999")
+    missing = through(gateway, "checkout", "-w", "rewind", "@999")
     assert missing.returncode == 2, missing.stderr
     assert "'@999' names no snapshot in " in missing.stderr
     assert "Traceback" not in missing.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_support import CHECKOUT, Gateway, free_port
+from gateway_support import CHECKOUT, Gateway, free_port, through
 from kernos.client import KernosManager, RequestError, run_kernel
 from kernos.client.errors import ClientError, GatewayError
 from kernos.errors import UsageError
@@ -27,31 +27,22 @@ from kernos.errors import UsageError
 pytestmark = [pytest.mark.kernel]
 
 
-def kernos(gateway: Gateway, *args: str, token: str | None = None,
-           url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("KERNOS_")}
-    env["KERNOS_GATEWAY_TOKEN"] = gateway.token if token is None else token
-    return subprocess.run([sys.executable, "-m", "kernos.cli", *args, "--gateway",
-                           url or gateway.url], capture_output=True, text=True, env=env,
-                          timeout=120)
-
-
 def test_the_cli_runs_ops_and_reads_through_the_gateway(gateway: Gateway) -> None:
-    done = kernos(gateway, "run", "-w", "cli", "--json", "ledger = {'in': 5}")
+    done = through(gateway, "run", "-w", "cli", "--json", "ledger = {'in': 5}")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "committed"
-    done = kernos(gateway, "run", "-w", "cli", "--json", "ledger['in'] += 1\nledger['in']")
+    done = through(gateway, "run", "-w", "cli", "--json", "ledger['in'] += 1\nledger['in']")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["value"]["json"] == 6
-    listed = kernos(gateway, "objects", "-w", "cli", "--json")
+    listed = through(gateway, "objects", "-w", "cli", "--json")
     assert listed.returncode == 0, listed.stderr
     found = json.loads(listed.stdout)
     assert found["source"] == "kernel"
     assert [(item["name"], item["version"]) for item in found["objects"]] == [("ledger", 2)]
     assert (gateway.root / "cli" / "history.git").is_dir()  # under the root, by its name
-    rolled = kernos(gateway, "run", "-w", "cli", "ledger['in'] = 0\nraise KeyError('x')")
+    rolled = through(gateway, "run", "-w", "cli", "ledger['in'] = 0\nraise KeyError('x')")
     assert rolled.returncode == 1
-    grants = kernos(gateway, "grants", "-w", "cli", "--json")
+    grants = through(gateway, "grants", "-w", "cli", "--json")
     assert grants.returncode == 0 and json.loads(grants.stdout) == {"grants": []}
     # Every kernel the CLI started was shut down after its command.
     assert gateway.api("/api/kernels") == []
@@ -59,13 +50,13 @@ def test_the_cli_runs_ops_and_reads_through_the_gateway(gateway: Gateway) -> Non
 
 def test_cli_errors_are_one_clear_line_with_an_exit_status(gateway: Gateway) -> None:
     nobody = f"http://127.0.0.1:{free_port()}"
-    done = kernos(gateway, "run", "-w", "x", "a = 1", url=nobody)
+    done = through(gateway, "run", "-w", "x", "a = 1", url=nobody)
     assert done.returncode == 4
     assert f"no Jupyter Enterprise Gateway answers at {nobody}" in done.stderr
-    done = kernos(gateway, "run", "-w", "x", "a = 1", token="not-the-token")
+    done = through(gateway, "run", "-w", "x", "a = 1", token="not-the-token")
     assert done.returncode == 4
     assert "the token is not the gateway's; check KERNOS_GATEWAY_TOKEN" in done.stderr
-    done = kernos(gateway, "run", "-w", "../escape", "a = 1")
+    done = through(gateway, "run", "-w", "../escape", "a = 1")
     assert done.returncode == 2
     assert "through a gateway the workspace is a name, not a path" in done.stderr
     assert "'../escape' cannot name a workspace" in done.stderr

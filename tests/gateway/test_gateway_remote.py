@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from gateway_support import CHECKOUT, USERNAME, Gateway, running_gateway
+from gateway_support import CHECKOUT, USERNAME, Gateway, kernos_cli, running_gateway
 from kernos.client import KernosManager, OpResult, RequestError, run_kernel
 from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
 from kernos.store.workspace import Workspace
@@ -86,12 +86,6 @@ def head_on_disk(gateway: Gateway, name: str) -> str | None:
     with Workspace.open(gateway.root / name, writable=False, create=False) as workspace:
         head = workspace.head()
     return head.hex() if head else None
-
-
-def kernos_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("KERNOS_")}
-    return subprocess.run([sys.executable, "-m", "kernos.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
 
 
 async def wait_for(what: str, check: Callable[[], bool], seconds: float = 60) -> None:

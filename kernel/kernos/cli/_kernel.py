@@ -44,42 +44,48 @@ _OP_EXIT = {"committed": Exit.OK, "conflict": Exit.CONFLICT}
 def connect_if_running(path: Path, gateway: str | None = None) -> KernosClient | None:
     """A client of the kernel running on ``path``, or None if none runs there.
 
-    Through a ``gateway`` the workspace is remote: a kernel is started there for this
-    command (closing the client shuts it down), since disk reads cannot reach it.
+    Through a ``gateway`` the workspace is remote: the gateway's kernel serving the
+    name if one runs, else a kernel started there for this command (closing the
+    client shuts it down), since disk reads cannot reach it.
     """
     from kernos.client import KernosClient
     from kernos.client.errors import NoKernelRunning
 
-    if gateway is not None:
-        return call(KernosClient.start, str(path), gateway=gateway)
     try:
-        return call(KernosClient.connect, str(path))
+        return call(KernosClient.connect, str(path), gateway=gateway)
     except NoKernelRunning:
-        return None
+        if gateway is None:
+            return None
+    return call(KernosClient.start, str(path), gateway=gateway)
 
 
 @contextlib.contextmanager
 def session(path: Path, *, start: bool, progress: Progress, gateway: str | None = None
             ) -> Iterator[tuple[KernosClient, bool]]:
     """The running kernel's client, or one started for this command and shut down after;
-    and whether it was started here.  ``gateway``: the kernel is started through that
-    Enterprise Gateway, on the workspace named ``path`` (``--no-start`` cannot apply)."""
+    and whether it was started here.  ``gateway``: through that Enterprise Gateway, on
+    the workspace named ``path`` (the gateway's kernel serving it, or one started there)."""
     from kernos.client import KernosClient
+    from kernos.client.errors import NoKernelRunning
 
-    if gateway is not None:
-        progress.phase(f"starting a kernel on {path} through the gateway {gateway}")
-        with call(KernosClient.start, str(path), gateway=gateway) as started:
-            yield started, True
-        return
-    client = connect_if_running(path)
+    try:
+        client: KernosClient | None = call(KernosClient.connect, str(path), gateway=gateway)
+    except NoKernelRunning:
+        client = None
     if client is not None:
         with client:
             yield client, False
         return
+    where = f" through the gateway {gateway}" if gateway else ""
     if not start:
-        raise Fail(f"no kernel is running on {path}; drop --no-start to start one for this "
-                   "command, or start one (a notebook, or KernosClient.start)",
+        raise Fail(f"no kernel is running on {path}{where}; drop --no-start to start one for "
+                   "this command, or start one (a notebook, or KernosClient.start)",
                    Exit.NO_KERNEL)
+    if gateway is not None:
+        progress.phase(f"starting a kernel on {path}{where}")
+        with call(KernosClient.start, str(path), gateway=gateway) as started:
+            yield started, True
+        return
     _check_startable(path)
     progress.phase(f"starting a kernel on {path}{_restore_size(path)}")
     with call(KernosClient.start, str(path)) as started:
