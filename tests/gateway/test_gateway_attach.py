@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -68,4 +71,37 @@ def test_the_cli_uses_the_gateway_kernel_that_serves_the_workspace(gateway: Gate
     refused = through(gateway, "grants", "-w", "attach-cli", "--no-start")
     assert refused.returncode == 4
     assert "no kernel is running on attach-cli through the gateway" in refused.stderr
+    assert gateway.api("/api/kernels") == []
+
+
+def test_events_through_the_gateway_from_the_log_and_followed_live(gateway: Gateway) -> None:
+    with KernosClient.start("attach-events", gateway=gateway.url,
+                            token=gateway.token) as owner:
+        assert owner.op("events.emit('orders.created', {'id': 1})").committed
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "kernos.cli", "events", "-w", "attach-events", "--follow",
+             "-n", "3", "--json", "--gateway", gateway.url],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "KERNOS_GATEWAY_TOKEN": gateway.token})
+        try:
+            # The backlog (one event), then two that commit while it follows; the one of a
+            # rolled-back op never shows.
+            first = follower.stdout.readline() if follower.stdout else ""
+            assert json.loads(first)["payload"] == {"id": 1}, follower.stderr
+            assert not owner.op("events.emit('orders.created', {'id': 2})\n1 / 0").committed
+            assert owner.op("events.emit('orders.paid', {'id': 3})").committed
+            assert owner.op("events.emit('orders.paid', {'id': 4})").committed
+            out, err = follower.communicate(timeout=60)
+        finally:
+            follower.kill()
+        assert follower.returncode == 0, err
+        assert [json.loads(line)["payload"]["id"] for line in out.splitlines()] == [3, 4]
+    # From the log with no kernel running: one is started through the gateway for the read.
+    logged = through(gateway, "events", "-w", "attach-events", "--json", "--topic", "orders.*")
+    assert logged.returncode == 0, logged.stderr
+    assert [json.loads(line)["payload"]["id"] for line in logged.stdout.splitlines()] == [
+        1, 3, 4]
+    followed = through(gateway, "events", "-w", "attach-events", "--follow")
+    assert followed.returncode == 4
+    assert "no kernel is running on attach-events through the gateway" in followed.stderr
     assert gateway.api("/api/kernels") == []

@@ -49,13 +49,10 @@ def connect_if_running(path: Path, gateway: str | None = None) -> KernosClient |
     client shuts it down), since disk reads cannot reach it.
     """
     from kernos.client import KernosClient
-    from kernos.client.errors import NoKernelRunning
 
-    try:
-        return call(KernosClient.connect, str(path), gateway=gateway)
-    except NoKernelRunning:
-        if gateway is None:
-            return None
+    client = _running(path, gateway)
+    if client is not None or gateway is None:
+        return client
     return call(KernosClient.start, str(path), gateway=gateway)
 
 
@@ -66,12 +63,8 @@ def session(path: Path, *, start: bool, progress: Progress, gateway: str | None 
     and whether it was started here.  ``gateway``: through that Enterprise Gateway, on
     the workspace named ``path`` (the gateway's kernel serving it, or one started there)."""
     from kernos.client import KernosClient
-    from kernos.client.errors import NoKernelRunning
 
-    try:
-        client: KernosClient | None = call(KernosClient.connect, str(path), gateway=gateway)
-    except NoKernelRunning:
-        client = None
+    client = _running(path, gateway)
     if client is not None:
         with client:
             yield client, False
@@ -366,12 +359,9 @@ def _print_event(event: dict[str, Any], as_json: bool) -> None:
 
 
 def events(args: argparse.Namespace, path: Path) -> int:
+    gateway = getattr(args, "gateway", None)
     if not args.follow:
-        from kernos.audit import open_audit
-
-        with Workspace.open(path, writable=False) as workspace:
-            found = open_audit(workspace).events_since(
-                args.since, topic=args.topic, principal=args.principal, limit=args.n)
+        found = _logged_events(args, path, gateway)
         for event in found:
             _print_event(event, args.json)
         return Exit.OK
@@ -379,10 +369,11 @@ def events(args: argparse.Namespace, path: Path) -> int:
         from kernos.events.topics import compile_pattern
 
         compile_pattern(args.topic)  # a bad pattern is a usage error before connecting
-    client = connect_if_running(path)
+    client = _running(path, gateway)
     if client is None:
-        raise Fail(f"no kernel is running on {path}, and --follow streams from a running "
-                   "kernel; start one, or drop --follow to read the durable log",
+        where = f" through the gateway {gateway}" if gateway else ""
+        raise Fail(f"no kernel is running on {path}{where}, and --follow streams from a "
+                   "running kernel; start one, or drop --follow to read the durable log",
                    Exit.NO_KERNEL)
     printed = 0
     last = args.since
@@ -421,6 +412,34 @@ def events(args: argparse.Namespace, path: Path) -> int:
         _close_within(client, CLOSE_SECONDS, code)
         signal.signal(signal.SIGINT, previous)
     return Exit.OK
+
+
+def _logged_events(args: argparse.Namespace, path: Path, gateway: str | None
+                   ) -> list[dict[str, Any]]:
+    """The durable log's events: from disk, or through a gateway (whose host has the disk)."""
+    if gateway is not None:
+        client = connect_if_running(path, gateway)
+        assert client is not None  # through a gateway, one is started if none runs
+        with client:
+            found, _ = call(client.events, since=args.since, topic=args.topic,
+                            principal=args.principal, limit=args.n)
+        return found
+    from kernos.audit import open_audit
+
+    with Workspace.open(path, writable=False) as workspace:
+        return open_audit(workspace).events_since(
+            args.since, topic=args.topic, principal=args.principal, limit=args.n)
+
+
+def _running(path: Path, gateway: str | None) -> KernosClient | None:
+    """A client of the kernel running on ``path`` (through ``gateway``), never starting one."""
+    from kernos.client import KernosClient
+    from kernos.client.errors import NoKernelRunning
+
+    try:
+        return call(KernosClient.connect, str(path), gateway=gateway)
+    except NoKernelRunning:
+        return None
 
 
 CLOSE_SECONDS = 15.0

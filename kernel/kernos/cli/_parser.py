@@ -231,11 +231,13 @@ def _add_prune(add: _Add) -> None:
 def _add_events(add: _Add) -> None:
     events = add(
         "events", "committed events (the durable log; --follow streams them live)",
-        "workspace", "json",
+        "workspace", "json", "gateway",
         description="Committed events, oldest first, from the durable log (no kernel "
                     "needed). With --follow: the backlog, then each op's events as it "
                     "commits, from the running kernel, until Ctrl-C (exit 0). --json "
-                    "prints one JSON event per line.")
+                    "prints one JSON event per line. With --gateway, through the "
+                    "gateway's kernel serving the workspace (for the log, one is started "
+                    "if none runs; --follow needs a running one).")
     events.add_argument("--since", type=_count, default=0, metavar="SEQ",
                         help="after this sequence number (default 0: all)")
     events.add_argument("--topic", metavar="PATTERN", help="only matching topics")
