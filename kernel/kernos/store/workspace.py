@@ -368,6 +368,11 @@ class Workspace:
         place and its directory synced.
         """
         with self._branch:
+            if not self.writable:  # closed meanwhile (a shutdown on another thread)
+                raise WorkspaceError(
+                    f"the workspace {self.path} was closed before this op could commit (the "
+                    "kernel is shutting down); nothing was committed. Run the op again once "
+                    "the kernel has restarted.", path=str(self.path))
             objects = self.objects
             others = tuple(sync_with)
             parent = objects.framed_parent

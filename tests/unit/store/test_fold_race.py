@@ -135,3 +135,26 @@ def test_a_fold_after_close_leaves_the_branch_to_the_next_owner(
         assert reopened.recovery_note is not None and "folded 1 commit" in \
             reopened.recovery_note
         assert reopened.git_ref() == head
+
+
+def test_an_op_that_commits_after_close_commits_nothing(tmp_path: Path) -> None:
+    """A shutdown closes the workspace on the control thread while a cell runs on the
+    shell thread: the cell's commit must not append to a tail whose lock is released."""
+    from kernos.errors import WorkspaceError
+
+    env = CoreEnv(tmp_path / "ws")
+    env.run("x = 1")
+    workspace = env.workspace
+    assert workspace is not None
+    head = workspace.head()
+    op = env.image.begin(source="x = 2", principal="human")
+    env.ns["x"] = 2
+    workspace.close()  # what do_shutdown does, from its own thread
+    env.workspace = None
+    tail = (tmp_path / "ws" / "tail").read_bytes()
+    with pytest.raises(WorkspaceError, match="closed before this op could commit"):
+        op.commit()
+    assert (tmp_path / "ws" / "tail").read_bytes() == tail
+    env.reopen()
+    assert env.ns["x"] == 1 and env.workspace is not None and env.workspace.head() == head
+    env.close()
