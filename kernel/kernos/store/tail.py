@@ -57,6 +57,12 @@ no request has come for :data:`FOLD_IDLE` seconds.  So ``git log`` and
 every commit; while ops stream in, git's own view lags by at most a fold.
 Kernos's own readers (a read-only ``Workspace``: ``kernos log``, ``audit
 verify``) read the tail too and see every commit.
+
+A kernel folds from two threads (its event loop when idle, ipykernel's control
+thread in ``Workspace.close`` at shutdown), so the workspace lets one thread at
+a time move the branch: ``set_head``, ``fold``, ``close`` and the ref's rename
+hold one lock, and a fold or a commit after ``close`` does nothing (the
+workspace lock, and so the branch, may be another process's by then).
 """
 
 from __future__ import annotations
