@@ -297,20 +297,21 @@ class Tail:
         appended meanwhile may wait for the next sync.  Raises (every time, from
         then on) if the sync fails."""
         with self._lock:
-            target, fd = self.appended, self._fd
+            target = self.appended
             if self.synced >= target:
                 return
             if self.sync_error is not None:
                 raise _sync_failure(self.path, self.sync_error)
+            # A descriptor of its own: a close on another thread (a kernel's shutdown) must
+            # not leave it syncing a closed descriptor, or one reused for another file.
+            fd = os.dup(self._fd) if self._fd is not None else None
         try:
-            if fd is not None:
+            if fd is None:  # closed since they were appended: the file still has to reach
+                fd = os.open(self.path, os.O_RDONLY)  # the disk
+            try:
                 _datasync(fd)
-            else:  # closed since they were appended: the file still has to reach the disk
-                closed = os.open(self.path, os.O_RDONLY)
-                try:
-                    _datasync(closed)
-                finally:
-                    os.close(closed)
+            finally:
+                os.close(fd)
         except OSError as error:
             with self._lock:
                 self.sync_error = error
@@ -345,7 +346,8 @@ class Tail:
         return self._fd
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:  # not while a sync takes its own descriptor
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 

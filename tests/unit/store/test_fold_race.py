@@ -158,3 +158,41 @@ def test_an_op_that_commits_after_close_commits_nothing(tmp_path: Path) -> None:
     env.reopen()
     assert env.ns["x"] == 1 and env.workspace is not None and env.workspace.head() == head
     env.close()
+
+
+def test_a_group_sync_running_while_the_workspace_closes_still_succeeds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel waits for a group commit's sync in a worker thread; a shutdown closes the
+    workspace (and the tail's file) meanwhile.  The sync must not hit a closed (or reused)
+    descriptor and stick as "the disk did not confirm": the close folded those commits."""
+    from kernos.store import tail as tail_module
+
+    env = CoreEnv(tmp_path / "ws")
+    workspace = env.workspace
+    assert workspace is not None
+    with workspace.group_commit():
+        env.run("x = 1")
+    ticket = workspace.commit_ticket
+    assert not workspace.durable_through(ticket)
+
+    entered, closed = threading.Event(), threading.Event()
+    real = tail_module._datasync
+
+    def slow(fd: int) -> None:
+        entered.set()
+        closed.wait(WAIT)
+        real(fd)
+
+    monkeypatch.setattr(tail_module, "_datasync", slow)
+    worker, outcome = run_in_thread(workspace.make_durable)
+    assert entered.wait(WAIT)
+    workspace.close()  # the control thread's shutdown: folds, closes the tail's file
+    env.workspace = None
+    closed.set()
+    worker.join()
+    assert outcome == [None], outcome
+    assert workspace.tail.sync_error is None
+    assert workspace.durable_through(ticket)
+    env.reopen()
+    assert env.ns["x"] == 1
+    env.close()
