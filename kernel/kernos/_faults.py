@@ -66,7 +66,8 @@ def armed(name: str) -> bool:
 
 def point(name: str) -> None:
     global _left
-    pause(name)
+    if _paused and _paused == name:
+        pause(name)
     if _armed and _armed == name:
         _left -= 1
         if _left <= 0:
