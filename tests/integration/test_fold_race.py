@@ -23,7 +23,7 @@ from jupyter_client.connect import write_connection_file
 
 pytestmark = pytest.mark.kernel
 
-HOLD = 3.0
+HOLD = 5.0
 """How long the idle fold is held with the ref's lock file written."""
 
 
