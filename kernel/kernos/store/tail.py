@@ -61,7 +61,7 @@ verify``) read the tail too and see every commit.
 A kernel folds from two threads (its event loop when idle, ipykernel's control
 thread in ``Workspace.close`` at shutdown), so the workspace lets one thread at
 a time move the branch: ``set_head``, ``fold``, ``close`` and the ref's rename
-hold one lock, and a fold or a commit after ``close`` does nothing (the
+hold one lock; after ``close`` a fold does nothing and a commit is refused (the
 workspace lock, and so the branch, may be another process's by then).
 """
 
