@@ -18,7 +18,9 @@ the kernel: committed, its events not yet sent to external subscribers).
 
 A fold of the tail (``Workspace.fold``) adds ``fold.packed`` (its pack
 durable, the ref not moved) and ``fold.published`` (the ref moved, the tail
-not yet emptied).
+not yet emptied).  Every move of the branch (a commit too big
+for the tail, a fold) passes ``ref.locked``: the ref's lock file written and
+synced, not yet renamed over the ref (``Workspace._move_ref``).
 
 Effects (``kernos.effects``) add, in order: ``effect.before`` (nothing
 journaled), ``effect.started`` (journaled as started, not executed),
@@ -39,7 +41,9 @@ the second commit), so a test can crash a later op of the same process.
 
 ``KERNOS_PAUSE_AT=<point>:<seconds>`` makes the process sleep there instead
 (``restore.background``: before a background restore loads the big values),
-so a test can act while it waits.
+so a test can act while it waits.  Every crash point is a pause point too, and
+``<point>@N:<seconds>`` sleeps only the Nth time (``ref.locked@1:3``: the
+first move of the branch).
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ import time
 
 _armed, _, _nth = os.environ.get("KERNOS_CRASH_AT", "").partition("@")
 _left = int(_nth) if _nth.isdigit() else 1
-_paused, _, _seconds = os.environ.get("KERNOS_PAUSE_AT", "").partition(":")
+_pause_spec, _, _seconds = os.environ.get("KERNOS_PAUSE_AT", "").partition(":")
+_paused, _, _pause_nth = _pause_spec.partition("@")
+_pauses = 0
 
 
 def armed(name: str) -> bool:
@@ -60,6 +66,8 @@ def armed(name: str) -> bool:
 
 def point(name: str) -> None:
     global _left
+    if _paused and _paused == name:
+        pause(name)
     if _armed and _armed == name:
         _left -= 1
         if _left <= 0:
@@ -67,5 +75,10 @@ def point(name: str) -> None:
 
 
 def pause(name: str) -> None:
+    global _pauses
     if _paused and _paused == name:
+        if _pause_nth.isdigit():  # <point>@N: only the Nth time
+            _pauses += 1
+            if _pauses != int(_pause_nth):
+                return
         time.sleep(float(_seconds or 1))

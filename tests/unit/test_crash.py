@@ -59,10 +59,12 @@ CASES = [
     ("pack.index", "fold", "folded", True),  # the fold's index half written, not renamed
     ("pack", "fold", "folded", True),  # the fold's pack half there: the tail folds again
     ("fold.packed", "fold", "folded", True),  # pack written, ref not moved
+    ("ref.locked", "fold", "folded", True),  # the ref's lock file synced, not renamed
     ("fold.published", "fold", None, True),  # ref moved, tail not emptied: nothing to fold
     ("pack.index", "big", "discarded", False),  # the index half written under its tmp name
     ("pack", "big", "discarded", False),  # the batch's pack was on disk: recovery deleted it
     ("sealed", "big", "discarded", False),
+    ("ref.locked", "big", "discarded", False),  # synced, the ref's lock file not renamed
     ("published", "big", "completed", True),  # the ref moved: committed
 ]
 IDS = [f"{point}-{path}" for point, path, _said, _kept in CASES]
@@ -124,7 +126,7 @@ def test_the_audit_tells_the_truth_after_a_kill_at_each_point(
     if kept:  # committed: its record was durable before the commit point
         assert [r["type"] for r in ops] == ["op"] and final["op"]["status"] == "committed"
         assert final["op"]["commit"] == session.image.head.hex()
-    elif phase in ("sealed", "frame"):  # record written, commit point never reached: voided
+    elif phase in ("sealed", "frame", "ref.locked"):  # record written, never committed: voided
         assert [r["type"] for r in ops] == ["op", "void"]
         assert final["void"]["voids"] == final["op"]["index"]
         assert "voided" in (session.restore_report.recovery or "")
@@ -155,7 +157,7 @@ def test_verify_before_the_next_open_reports_an_unfinished_op_not_tampering(
     fsck = subprocess.run(["git", f"--git-dir={workspace_dir / 'history.git'}", "fsck",
                            "--full", "--strict"], capture_output=True, text=True)
     assert fsck.returncode == 0, fsck.stderr
-    voided = said == "voided" or (said == "discarded" and phase == "sealed")
+    voided = said == "voided" or (said == "discarded" and phase in ("sealed", "ref.locked"))
     if voided:
         assert report.unfinished is not None and "(op 2)" in report.unfinished
         assert "unfinished: record" in report.summary()
@@ -175,7 +177,7 @@ def test_replay_before_the_next_open_skips_the_unfinished_op_and_says_so(
     assert child(workspace_dir, phase, path).returncode == -signal.SIGKILL
     report = replay(workspace_dir, into=tmp_path / "replayed")
     assert report.ok, report.summary()
-    voided = said == "voided" or (said == "discarded" and phase == "sealed")
+    voided = said == "voided" or (said == "discarded" and phase in ("sealed", "ref.locked"))
     assert report.unfinished == (2 if voided else None)
     assert [step.op for step in report.steps] == ([1, 2] if kept else [1])
     if voided:

@@ -659,7 +659,9 @@ class KernosKernel(IPythonKernel):
         try:
             folded = None if self._op_lock.locked() else image.fold(blocking=False)
         except OSError as error:  # the frames are durable: the next fold (or start) retries
-            self.log.warning("Kernos: folding the commit tail into git failed: %s", error)
+            self.log.warning("Kernos: folding the commit tail into git failed (%s); its commits "
+                             "are durable in the tail and nothing is lost: the next fold, "
+                             "or the workspace's next open, folds them", error)
             return
         if folded is None:
             self.fold_when_idle()  # an op is running: after it

@@ -57,6 +57,12 @@ no request has come for :data:`FOLD_IDLE` seconds.  So ``git log`` and
 every commit; while ops stream in, git's own view lags by at most a fold.
 Kernos's own readers (a read-only ``Workspace``: ``kernos log``, ``audit
 verify``) read the tail too and see every commit.
+
+A kernel folds from two threads (its event loop when idle, ipykernel's control
+thread in ``Workspace.close`` at shutdown), so the workspace lets one thread at
+a time move the branch: ``set_head``, ``fold``, ``close`` and the ref's rename
+hold one lock; after ``close`` a fold does nothing and a commit is refused (the
+workspace lock, and so the branch, may be another process's by then).
 """
 
 from __future__ import annotations
@@ -291,20 +297,21 @@ class Tail:
         appended meanwhile may wait for the next sync.  Raises (every time, from
         then on) if the sync fails."""
         with self._lock:
-            target, fd = self.appended, self._fd
+            target = self.appended
             if self.synced >= target:
                 return
             if self.sync_error is not None:
                 raise _sync_failure(self.path, self.sync_error)
+            # A descriptor of its own: a close on another thread (a kernel's shutdown) must
+            # not leave it syncing a closed descriptor, or one reused for another file.
+            fd = os.dup(self._fd) if self._fd is not None else None
         try:
-            if fd is not None:
+            if fd is None:  # closed since they were appended: the file still has to reach
+                fd = os.open(self.path, os.O_RDONLY)  # the disk
+            try:
                 _datasync(fd)
-            else:  # closed since they were appended: the file still has to reach the disk
-                closed = os.open(self.path, os.O_RDONLY)
-                try:
-                    _datasync(closed)
-                finally:
-                    os.close(closed)
+            finally:
+                os.close(fd)
         except OSError as error:
             with self._lock:
                 self.sync_error = error
@@ -339,7 +346,8 @@ class Tail:
         return self._fd
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:  # not while a sync takes its own descriptor
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 

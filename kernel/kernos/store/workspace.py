@@ -43,6 +43,7 @@ import contextlib
 import json
 import os
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -151,6 +152,20 @@ class Workspace:
         self.recovery_note: str | None = None
         self._repo: git.Repo | None = None
         self._grouping = 0
+        self._branch = threading.RLock()
+        """Held while the branch moves (``set_head``, ``fold``, ``close``): one thread at a
+        time writes the ref's lock file, packs the tail and empties it.  A kernel folds from
+        its loop when idle and from its control thread at shutdown; without this the second
+        ``open(O_TRUNC)`` of ``main.lock`` let the first rename it away, and the second's
+        rename failed (``refs/heads/main.lock: No such file``)."""
+
+    def __getstate__(self) -> dict[str, object]:
+        # A value that refers to the workspace copies it; the lock stays with this process.
+        return {**self.__dict__, "_branch": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._branch = threading.RLock()
 
     # -- opening -------------------------------------------------------------
 
@@ -249,17 +264,19 @@ class Workspace:
             raise WorkspaceCorrupt(str(root), "history.git/objects is missing")
 
     def close(self) -> None:
-        if self.writable and self.tail.frames:
-            # The frames are durable already: a fold that fails here is done at the next open.
-            with contextlib.suppress(OSError):
-                self.fold()
-        self.objects.close()
-        self.buffers.close()
-        if self._repo is not None:
-            self._repo.close()
-            self._repo = None
-        if self.lock is not None:
-            self.lock.release()
+        with self._branch:  # after a fold another thread runs; a fold after this does nothing
+            if self.writable and self.tail.frames:
+                # The frames are durable already: a fold that fails here is done at the next
+                # open.
+                with contextlib.suppress(OSError):
+                    self.fold()
+            self.objects.close()
+            self.buffers.close()
+            if self._repo is not None:
+                self._repo.close()
+                self._repo = None
+            if self.lock is not None:
+                self.lock.release()
 
     def __enter__(self) -> Workspace:
         return self
@@ -350,26 +367,33 @@ class Workspace:
         synced together (``ObjectStore.sync``), then the ref is renamed into
         place and its directory synced.
         """
-        objects = self.objects
-        others = tuple(sync_with)
-        parent = objects.framed_parent
-        if parent is not ...:
-            if parent == self.head():
-                if others and not record and self.durable:
-                    with reporting_full_disk(self.path / AUDIT_CHAIN, "the audit log (fsync)",
-                                             then=NOTHING_COMMITTED):
-                        fsync_all(others)  # no copy in the frame: durable before it
-                objects.append_frame(record, sync=not self._grouping)
-                if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
-                    # The op is durable already: a fold that fails is retried by the next.
-                    with contextlib.suppress(OSError):
-                        self.fold()
-                return
-            objects.unframe()
-        if self.tail.frames:
-            self.fold()
-        self._move_ref(commit, lambda temporary: objects.sync(temporary, *others),
-                       then=NOTHING_COMMITTED)
+        with self._branch:
+            if not self.writable:  # closed meanwhile (a shutdown on another thread)
+                raise WorkspaceError(
+                    f"the workspace {self.path} was closed before this op could commit (the "
+                    "kernel is shutting down); nothing was committed. Run the op again once "
+                    "the kernel has restarted.", path=str(self.path))
+            objects = self.objects
+            others = tuple(sync_with)
+            parent = objects.framed_parent
+            if parent is not ...:
+                if parent == self.head():
+                    if others and not record and self.durable:
+                        with reporting_full_disk(self.path / AUDIT_CHAIN,
+                                                 "the audit log (fsync)",
+                                                 then=NOTHING_COMMITTED):
+                            fsync_all(others)  # no copy in the frame: durable before it
+                    objects.append_frame(record, sync=not self._grouping)
+                    if len(self.tail.frames) >= FOLD_FRAMES or self.tail.size >= FOLD_BYTES:
+                        # The op is durable already: a fold that fails is retried by the next.
+                        with contextlib.suppress(OSError):
+                            self.fold()
+                    return
+                objects.unframe()
+            if self.tail.frames:
+                self.fold()
+            self._move_ref(commit, lambda temporary: objects.sync(temporary, *others),
+                           then=NOTHING_COMMITTED)
 
     @contextlib.contextmanager
     def group_commit(self) -> Iterator[None]:
@@ -407,19 +431,21 @@ class Workspace:
         crash at any point loses nothing (the tail's rule 4).
         """
         tail = self.tail
-        if not tail.writable or not tail.frames:
-            return 0
-        count = len(tail.frames)
-        head = tail.frames[-1].commit
-        self.objects.pack_tail()
-        _faults.point("fold.packed")
-        chain = self.path / AUDIT_CHAIN  # the frames' records: synced before they go
-        synced = [chain] if any(frame.record for frame in tail.frames) and chain.exists() else []
-        self._move_ref(head, lambda temporary: fsync_all([temporary, *synced]) if self.durable
-                       else None, then=NOT_FOLDED)
-        _faults.point("fold.published")
-        tail.clear()
-        return count
+        with self._branch:
+            if not self.writable or not tail.frames:  # closed: the lock may be someone else's
+                return 0
+            count = len(tail.frames)
+            head = tail.frames[-1].commit
+            self.objects.pack_tail()
+            _faults.point("fold.packed")
+            chain = self.path / AUDIT_CHAIN  # the frames' records: synced before they go
+            synced = ([chain] if any(frame.record for frame in tail.frames) and chain.exists()
+                      else [])
+            self._move_ref(head, lambda temporary: fsync_all([temporary, *synced])
+                           if self.durable else None, then=NOT_FOLDED)
+            _faults.point("fold.published")
+            tail.clear()
+            return count
 
     def _recover_tail(self) -> str | None:
         """At a writable open: fold what the tail holds; cut off what it must not."""
@@ -446,22 +472,24 @@ class Workspace:
         ``then`` says what a full disk leaves (see ``kernos.store.space``): the
         ref has not moved, and its lock file is gone, so git can move it later.
         """
-        ref = self.git_dir / BRANCH
-        temporary = ref.with_name(ref.name + ".lock")
-        with reporting_full_disk(temporary, "the branch's ref", then=then):
-            try:
-                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with self._branch:
+            ref = self.git_dir / BRANCH
+            temporary = ref.with_name(ref.name + ".lock")
+            with reporting_full_disk(temporary, "the branch's ref", then=then):
                 try:
-                    write_all(fd, commit.hex().encode() + b"\n")
-                finally:
-                    os.close(fd)
-                sync(temporary)
-            except BaseException:
-                temporary.unlink(missing_ok=True)
-                raise
-        os.replace(temporary, ref)
-        if self.durable:
-            fsync_dir(ref.parent)
+                    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        write_all(fd, commit.hex().encode() + b"\n")
+                    finally:
+                        os.close(fd)
+                    sync(temporary)
+                except BaseException:
+                    temporary.unlink(missing_ok=True)
+                    raise
+            _faults.point("ref.locked")
+            os.replace(temporary, ref)
+            if self.durable:
+                fsync_dir(ref.parent)
 
     # -- reading history -------------------------------------------------------
 

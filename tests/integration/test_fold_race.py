@@ -1,0 +1,69 @@
+"""A kernel shut down while its idle fold moves the branch: one fold waits for the other.
+
+The bench of 8 local kernels logged "folding the commit tail into git failed:
+... refs/heads/main.lock: No such file": the idle fold (``FOLD_IDLE`` after the
+last request, on the kernel's event loop) and the shutdown's ``Workspace.close``
+(on ipykernel's control thread) both wrote the ref's lock file, and one renamed
+the other's away.  Here ``KERNOS_PAUSE_AT=ref.locked@1:SECONDS`` holds the first
+move of the branch (the idle fold after the only op) with its lock file written,
+and the test asks the kernel to shut down meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from jupyter_client import BlockingKernelClient
+from jupyter_client.connect import write_connection_file
+
+pytestmark = pytest.mark.kernel
+
+HOLD = 5.0
+"""How long the idle fold is held with the ref's lock file written."""
+
+
+def test_shutdown_during_the_idle_fold_waits_for_it_and_loses_nothing(tmp_path: Path) -> None:
+    connection, _ = write_connection_file(str(tmp_path / "connection.json"),
+                                          transport="ipc", ip=str(tmp_path / "k"))
+    workspace = tmp_path / "ws"
+    env = dict(os.environ, KERNOS_WORKSPACE=str(workspace),
+               KERNOS_PAUSE_AT=f"ref.locked@1:{HOLD}")
+    process = subprocess.Popen([sys.executable, "-m", "kernos.kernel", "-f", connection],
+                               stderr=subprocess.PIPE, text=True, env=env)
+    client = BlockingKernelClient(connection_file=connection)
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        reply = client.execute("import kernos; x = 41; x += 1", reply=True, timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        lock = workspace / "history.git" / "refs" / "heads" / "main.lock"
+        deadline = time.monotonic() + 60  # sequencing, not a timed assertion
+        while not lock.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lock.exists(), "the idle fold never reached ref.locked"
+        client.shutdown()  # its close folds too, while the idle fold holds the lock file
+        stderr = process.communicate(timeout=120)[1]
+    finally:
+        client.stop_channels()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, (process.returncode, stderr)
+    assert "folding the commit tail into git failed" not in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    git_dir = workspace / "history.git"
+    assert not (git_dir / "refs" / "heads" / "main.lock").exists()
+    assert (workspace / "tail").stat().st_size == 0  # folded: git sees every commit
+    log = subprocess.run(["git", f"--git-dir={git_dir}", "log", "--format=%s%n%b", "main"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "x += 1" in log or "Kernos-Op" in log, log
+    from kernos import Workspace
+
+    with Workspace.open(workspace, writable=False) as reader:
+        assert reader.git_ref() == reader.head() is not None
