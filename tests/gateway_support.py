@@ -13,7 +13,6 @@ their command line).  The guide's commands are the ones tested.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -27,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from support import token_api
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 60.0
@@ -48,13 +49,7 @@ class Gateway:
     pid: int
 
     def api(self, path: str, method: str = "GET", body: object = None) -> Any:
-        request = urllib.request.Request(
-            f"{self.url}{path}", method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read()
-        return json.loads(text) if text else None
+        return token_api(self.url, self.token, path, method, body)
 
     def kernel_pid(self, kernel_id: str) -> int:
         """The pid of the kernel process the gateway runs as ``kernel_id`` (on this host)."""

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import subprocess
+import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +126,44 @@ def assert_workspace_sound(workspace: Path) -> None:
     assert not list(packs.glob("tmp_kernos_*")), "a half-written pack was left behind"
     scratch = workspace / "tmp"
     assert not scratch.exists() or not any(scratch.iterdir()), list(scratch.iterdir())
+
+
+@contextlib.contextmanager
+def raw_kernel(directory: Path, env: dict[str, str], *argv: str
+               ) -> Iterator[tuple[subprocess.Popen[str], Any]]:
+    """A kernel process started from a connection file in ``directory`` (ipc sockets),
+    its stderr captured, and a ready ``BlockingKernelClient`` of it.  ``argv``: what
+    to run instead of ``-m kernos.kernel``.  At the end the channels are stopped, and
+    the process is killed if it still runs."""
+    from jupyter_client import BlockingKernelClient
+    from jupyter_client.connect import write_connection_file
+
+    connection, _ = write_connection_file(str(directory / "connection.json"),
+                                          transport="ipc", ip=str(directory / "k"))
+    process = subprocess.Popen([sys.executable, *(argv or ("-m", "kernos.kernel")), "-f",
+                                connection], stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **env})
+    client = BlockingKernelClient(connection_file=connection)
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        yield process, client
+    finally:
+        client.stop_channels()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def token_api(base: str, token: str, path: str, method: str = "GET", body: object = None
+              ) -> Any:
+    """A JSON REST call to a Jupyter server or gateway at ``base`` that wants ``token``;
+    the decoded answer (None when empty)."""
+    request = urllib.request.Request(
+        f"{base}{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        text = response.read()
+    return json.loads(text) if text else None

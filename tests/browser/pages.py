@@ -23,12 +23,13 @@ import contextlib
 import json
 import re
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
+
+from support import token_api
 
 KERNEL_TIMEOUT_MS = 90_000
 """A kernel start (or restart) with its image restore, on a busy 2-core machine."""
@@ -75,13 +76,7 @@ class LabServer:
     """Every kernel process seen, so that teardown can kill any that outlive the server."""
 
     def api(self, path: str, method: str = "GET", body: object = None) -> Any:
-        request = urllib.request.Request(
-            f"{self.url}{path}", method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            text = response.read()
-        return json.loads(text) if text else None
+        return token_api(self.url, self.token, path, method, body)
 
     def lab_url(self, notebook: str) -> str:
         # ?reset drops any saved layout; the token logs the browser in (a cookie).

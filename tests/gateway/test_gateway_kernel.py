@@ -22,8 +22,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from client_support import committed
+from client_support import run as run_until
 from gateway_support import CHECKOUT, Gateway, kernel_pids
-from kernos.client import KernelDied, KernosManager, OpResult, run_kernel
+from kernos.client import KernelDied, KernosManager, run_kernel
 from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
 from kernos.store.workspace import Workspace
 
@@ -34,12 +36,7 @@ Result = TypeVar("Result")
 
 
 def run(scenario: Coroutine[Any, Any, Result], deadline: float = DEADLINE) -> Result:
-    return asyncio.run(asyncio.wait_for(scenario, deadline))
-
-
-def committed(result: OpResult) -> OpResult:
-    assert result.committed, result
-    return result
+    return run_until(scenario, deadline)
 
 
 def history_on_disk(gateway: Gateway, name: str) -> tuple[int, list[str]]:

@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 
+from client_support import committed
 from gateway_support import CHECKOUT, USERNAME, Gateway, kernos_cli, running_gateway
-from kernos.client import KernosManager, OpResult, RequestError, run_kernel
+from kernos.client import KernosManager, RequestError, run_kernel
 from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
 from kernos.store.workspace import Workspace
 
@@ -65,11 +66,6 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machines]:
         a = stack.enter_context(running_gateway(base / "a", install=install))
         b = stack.enter_context(running_gateway(base / "b", install=install))
         yield Machines(a=a, b=b, remotes=remotes)
-
-
-def committed(result: OpResult) -> OpResult:
-    assert result.committed, result
-    return result
 
 
 def git(url: Path, *args: str) -> str:

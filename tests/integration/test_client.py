@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from client_support import committed
+from client_support import run as run_until
 from kernos.client import (
     AsyncKernosClient,
     KernelDied,
@@ -40,12 +42,7 @@ Result = TypeVar("Result")
 
 
 def run(scenario: Coroutine[Any, Any, Result], deadline: float = DEADLINE) -> Result:
-    return asyncio.run(asyncio.wait_for(scenario, deadline))
-
-
-def committed(result: OpResult) -> OpResult:
-    assert result.committed, result
-    return result
+    return run_until(scenario, deadline)
 
 
 def wait_gone(pid: int, seconds: float = 10.0) -> bool:

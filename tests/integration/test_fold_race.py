@@ -11,15 +11,13 @@ and the test asks the kernel to shut down meanwhile.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from jupyter_client import BlockingKernelClient
-from jupyter_client.connect import write_connection_file
+
+from support import raw_kernel
 
 pytestmark = pytest.mark.kernel
 
@@ -28,18 +26,9 @@ HOLD = 5.0
 
 
 def test_shutdown_during_the_idle_fold_waits_for_it_and_loses_nothing(tmp_path: Path) -> None:
-    connection, _ = write_connection_file(str(tmp_path / "connection.json"),
-                                          transport="ipc", ip=str(tmp_path / "k"))
     workspace = tmp_path / "ws"
-    env = dict(os.environ, KERNOS_WORKSPACE=str(workspace),
-               KERNOS_PAUSE_AT=f"ref.locked@1:{HOLD}")
-    process = subprocess.Popen([sys.executable, "-m", "kernos.kernel", "-f", connection],
-                               stderr=subprocess.PIPE, text=True, env=env)
-    client = BlockingKernelClient(connection_file=connection)
-    client.load_connection_file()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=120)
+    env = {"KERNOS_WORKSPACE": str(workspace), "KERNOS_PAUSE_AT": f"ref.locked@1:{HOLD}"}
+    with raw_kernel(tmp_path, env) as (process, client):
         reply = client.execute("import kernos; x = 41; x += 1", reply=True, timeout=60)
         assert reply["content"]["status"] == "ok", reply["content"]
         lock = workspace / "history.git" / "refs" / "heads" / "main.lock"
@@ -49,11 +38,6 @@ def test_shutdown_during_the_idle_fold_waits_for_it_and_loses_nothing(tmp_path: 
         assert lock.exists(), "the idle fold never reached ref.locked"
         client.shutdown()  # its close folds too, while the idle fold holds the lock file
         stderr = process.communicate(timeout=120)[1]
-    finally:
-        client.stop_channels()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert process.returncode == 0, (process.returncode, stderr)
     assert "folding the commit tail into git failed" not in stderr, stderr
     assert "Traceback" not in stderr, stderr
