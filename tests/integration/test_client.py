@@ -148,6 +148,29 @@ def test_fifty_concurrent_requests_from_one_client_each_get_their_own_reply(
     run(scenario())
 
 
+
+def test_a_reply_that_arrives_while_the_client_sends_its_next_request_is_still_read(
+        tmp_path: Path) -> None:
+    # The race behind a hang under CPU load: a reply lands on the client's socket while its
+    # event loop is busy, and the loop's next step sends a request before it polls.  That
+    # send must not hide the reply from the client's reader (jupyter_client's own send did:
+    # it goes around the asyncio socket, so the reader slept on with every reply unread).
+    async def scenario() -> None:
+        async with run_kernel(tmp_path / "ws") as (_manager, client):
+            committed(await client.op("a = 1"))
+            loop = asyncio.get_running_loop()
+            for _ in range(3):
+                first = asyncio.ensure_future(client.versions(["a"]))
+                await asyncio.sleep(0)  # first's request goes out
+                # Next turn of the loop: blocked while first's reply arrives, then second
+                # is sent, before the loop looks at its sockets again.
+                loop.call_soon(time.sleep, 1.0)
+                second = asyncio.ensure_future(client.versions(["a"]))
+                both = await asyncio.wait_for(asyncio.gather(first, second), 30)
+                assert both == [{"a": 1}, {"a": 1}]
+
+    run(scenario())
+
 # -- kill -9 in the middle of a run ----------------------------------------------------
 
 def test_kill_9_mid_run_raises_kernel_died_and_a_restart_keeps_every_acknowledged_op(

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import zmq.asyncio
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from kernos.client._liveness import process_exists
@@ -365,6 +366,27 @@ class AsyncKernosClient:
             raise ClientClosed("this client is closed; connect again "
                                "(AsyncKernosClient.connect(workspace) or manager.client())")
 
+    def _send(self, channel: Any, message: dict[str, Any]) -> None:
+        """Send ``message`` on ``channel`` through its asyncio socket, never around it.
+
+        jupyter_client's ``channel.send`` (``Session.send``) sends on a blocking
+        shadow of the asyncio socket.  That send processes the socket's pending
+        zmq commands, a reply's arrival among them, which clears the edge of the
+        socket's file descriptor; the asyncio socket never hears of that send,
+        so its reader, parked on the descriptor, sleeps on with the reply (and
+        every later one) unread: a client that sends while a reply is arriving
+        hangs.  Sent through the asyncio socket, the send makes it look again
+        for what arrived.  (A gateway's channels have no zmq socket.)
+        """
+        socket = getattr(channel, "socket", None)
+        if not isinstance(socket, zmq.asyncio.Socket):
+            channel.send(message)
+            return
+        session = self._kc.session
+        sent = asyncio.ensure_future(socket.send_multipart(session.serialize(message)))
+        # Sent at once unless the socket's queue is full; a failure shows in the log.
+        sent.add_done_callback(_report_send_failure)
+
     async def _exchange(self, msg_type: str, content: dict[str, Any], *, action: str,
                         timeout: float | None,
                         progress: ProgressCallback | None = None) -> dict[str, Any]:
@@ -378,7 +400,7 @@ class AsyncKernosClient:
         if progress is not None:
             self._progress[msg_id] = (progress, idle)
         try:
-            self._kc.shell_channel.send(message)
+            self._send(self._kc.shell_channel, message)
             if timeout is None:
                 reply = await future
             else:
@@ -591,7 +613,7 @@ class AsyncKernosClient:
             if not control.is_alive():
                 control.start()
             message = self._kc.session.msg(INTERRUPT_REQUEST, content)
-            control.send(message)
+            self._send(control, message)
             deadline = time.monotonic() + timeout
             while True:
                 left = deadline - time.monotonic()
@@ -635,7 +657,7 @@ class AsyncKernosClient:
         message = self._kc.session.msg("comm_open", {
             "comm_id": comm_id, "target_name": EVENTS_TARGET,
             "data": {"v": 1, "since": since, "op": op, "topic": topic}})
-        self._kc.shell_channel.send(message)
+        self._send(self._kc.shell_channel, message)
         try:
             await subscription._ready
         except BaseException:
@@ -648,8 +670,8 @@ class AsyncKernosClient:
             return
         if self._dead is None and not self._closed:
             with contextlib.suppress(Exception):
-                self._kc.shell_channel.send(
-                    self._kc.session.msg("comm_close", {"comm_id": comm_id, "data": {}}))
+                self._send(self._kc.shell_channel,
+                           self._kc.session.msg("comm_close", {"comm_id": comm_id, "data": {}}))
 
     # -- ending ----------------------------------------------------------------------
 
@@ -683,6 +705,12 @@ class AsyncKernosClient:
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         traceback: TracebackType | None) -> None:
         await self.close()
+
+
+def _report_send_failure(sent: asyncio.Future[Any]) -> None:
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("kernos.client: a message to the kernel was not sent",
+                    exc_info=sent.exception())
 
 
 def _decode(build: Callable[[dict[str, Any]], Decoded], data: Any, action: str) -> Decoded:
