@@ -29,6 +29,8 @@ from typing import Any
 
 from kernos.audit import record_hash
 from kernos.audit.canonical import canonical
+from kernos.audit.log import AuditLog
+from kernos.personal import Keyring
 from support import git_view_current
 
 __all__ = [
@@ -44,6 +46,11 @@ CLI_TIMEOUT = 120
 
 
 # -- kernels outside the function-scoped fixtures -----------------------------------------
+
+def new_log(root: Path, **options: Any) -> AuditLog:
+    """An ``AuditLog`` alone in ``root``, with its keyring beside it."""
+    return AuditLog(root, keyring=Keyring(root / "keys"), **options)
+
 
 def kernel_class() -> type:
     """The ``Kernel`` class of tests/integration/conftest.py (as pytest imported it)."""

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,3 +107,27 @@ def descriptors_of(path: Path) -> int:
         except FileNotFoundError:
             continue
     return count
+
+
+class Syncs:
+    """Records the paths ``os.fsync`` is called on (through ``/proc/self/fd``), in order.
+
+    Made with a test's ``monkeypatch``, which puts ``os.fsync`` back at the end."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: list[str] = []
+        self._lock = threading.Lock()
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            real(fd)
+            with self._lock:
+                self.paths.append(path)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+    def take(self) -> list[str]:
+        """The paths recorded so far, sorted; the record starts again empty."""
+        taken, self.paths = sorted(self.paths), []
+        return taken

@@ -173,3 +173,16 @@ def _stop(gateway: Gateway, process: subprocess.Popen[bytes]) -> None:
     for pid in kernel_pids(str(gateway.runtime)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+async def execute(channels: Any, code: str) -> dict[str, Any]:
+    """Run a notebook cell over a gateway websocket (``GatewayChannels``), as JupyterLab
+    sends it; its execute_reply."""
+    message = channels.session.msg("execute_request", {
+        "code": code, "silent": False, "store_history": True, "user_expressions": {},
+        "allow_stdin": False, "stop_on_error": True})
+    channels.shell_channel.send(message)
+    while True:
+        reply: dict[str, Any] = await channels.shell_channel.get_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
+            return reply

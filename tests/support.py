@@ -167,3 +167,9 @@ def token_api(base: str, token: str, path: str, method: str = "GET", body: objec
     with urllib.request.urlopen(request, timeout=10) as response:
         text = response.read()
     return json.loads(text) if text else None
+
+
+def git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
+    """``git --git-dir=repo ARGS`` (stdin: ``data``), which must succeed; its stdout."""
+    return subprocess.run(["git", f"--git-dir={repo}", *args], input=data, capture_output=True,
+                          check=True).stdout

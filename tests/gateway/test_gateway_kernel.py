@@ -24,9 +24,9 @@ import pytest
 
 from client_support import committed
 from client_support import run as run_until
-from gateway_support import CHECKOUT, Gateway, kernel_pids
+from gateway_support import CHECKOUT, Gateway, execute, kernel_pids
 from kernos.client import KernelDied, KernosManager, run_kernel
-from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
+from kernos.client.gateway_transport import GatewayAPI
 from kernos.store.workspace import Workspace
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
@@ -47,18 +47,6 @@ def history_on_disk(gateway: Gateway, name: str) -> tuple[int, list[str]]:
     with Workspace.open(gateway.root / name, writable=False, create=False) as workspace:
         entries = history.log(workspace)
     return entries[0].op, [entry.headline for entry in reversed(entries)]
-
-
-async def execute(channels: GatewayChannels, code: str) -> dict[str, Any]:
-    """Run a cell over the gateway websocket, as JupyterLab does; its execute_reply."""
-    message = channels.session.msg("execute_request", {
-        "code": code, "silent": False, "store_history": True, "user_expressions": {},
-        "allow_stdin": False, "stop_on_error": True})
-    channels.shell_channel.send(message)
-    while True:
-        reply = await channels.shell_channel.get_msg(timeout=60)
-        if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
-            return reply
 
 
 def test_cells_harness_ops_and_requests_through_the_gateway(gateway: Gateway) -> None:

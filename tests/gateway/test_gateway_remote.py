@@ -32,14 +32,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from client_support import committed
-from gateway_support import CHECKOUT, USERNAME, Gateway, kernos_cli, running_gateway
+from gateway_support import CHECKOUT, USERNAME, Gateway, execute, kernos_cli, running_gateway
 from kernos.client import KernosManager, RequestError, run_kernel
-from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
+from kernos.client.gateway_transport import GatewayAPI
 from kernos.store.workspace import Workspace
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
@@ -190,18 +189,6 @@ def test_a_second_machine_is_refused_while_the_first_holds_the_workspace(
         assert remote_ref(machines, name, "refs/heads/main") == after.commit
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE))
-
-
-async def execute(channels: GatewayChannels, code: str) -> dict[str, Any]:
-    """A notebook cell over the gateway websocket, as JupyterLab sends it; its reply."""
-    message = channels.session.msg("execute_request", {
-        "code": code, "silent": False, "store_history": True, "user_expressions": {},
-        "allow_stdin": False, "stop_on_error": True})
-    channels.shell_channel.send(message)
-    while True:
-        reply: dict[str, Any] = await channels.shell_channel.get_msg(timeout=60)
-        if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
-            return reply
 
 
 def test_after_a_sigkill_on_a_b_takes_over_with_release_force(machines: Machines) -> None:

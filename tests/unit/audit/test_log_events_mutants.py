@@ -17,14 +17,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from audit_support import new_log
 from kernos.audit.log import AuditLog, restore_records
-from kernos.personal import Keyring
 
 AT = "2026-01-02T03:04:05.000Z"
 
@@ -39,17 +38,6 @@ def op_body(op: int, *, status: str = "committed", commit: str | None = None,
     return {"type": "op", "op": op, "kind": "cell", "principal": "human", "status": status,
             "error": None, "code": None, "commit": commit, "events": events or [],
             "started_at": AT, "finished_at": f"2026-01-02T03:04:{op:02}.000Z", **extra}
-
-
-def new_log(root: Path, **options: Any) -> AuditLog:
-    return AuditLog(root, keyring=Keyring(root / "keys"), **options)
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[AuditLog]:
-    opened = new_log(tmp_path)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -20,17 +20,17 @@ import errno
 import json
 import os
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from audit_support import new_log
 from kernos.audit import log as log_module
 from kernos.audit.canonical import canonical, digest
 from kernos.audit.log import AuditLog, record_hash
 from kernos.errors import AuditError, DiskFull
-from kernos.personal import Keyring
 
 AT = "2026-01-02T03:04:05.000Z"
 
@@ -41,17 +41,6 @@ def op_body(op: int, *, status: str = "committed", commit: str | None = None,
     return {"type": "op", "op": op, "kind": "cell", "principal": "human", "status": status,
             "error": None, "code": None, "commit": commit, "events": events or [],
             "started_at": AT, "finished_at": AT, **extra}
-
-
-def new_log(root: Path, **options: Any) -> AuditLog:
-    return AuditLog(root, keyring=Keyring(root / "keys"), **options)
-
-
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[AuditLog]:
-    opened = new_log(tmp_path)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -22,3 +24,10 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(tail_module.os, "fdatasync", counted)
     return seen
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """An empty bare git repository."""
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "r.git")], check=True)
+    return tmp_path / "r.git"

@@ -21,23 +21,13 @@ from kernos.store.objects import (
     encode_tree,
     object_id,
 )
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "r.git")], check=True)
-    return tmp_path / "r.git"
+from support import git
 
 
 @pytest.fixture
 def objects(repo: Path, tmp_path: Path) -> LooseObjects:
     return LooseObjects(repo, journal=tmp_path / "pending", scratch=tmp_path / "tmp",
                         durable=True)
-
-
-def git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
-    return subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True,
-                          check=True).stdout
 
 
 def test_object_id_matches_git_hash_object(repo: Path) -> None:

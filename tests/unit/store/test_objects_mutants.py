@@ -17,7 +17,6 @@ import ctypes
 import errno
 import os
 import struct
-import subprocess
 import sys
 import threading
 import zlib
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from disk_support import Syncs
 from kernos.store import objects as objects_module
 from kernos.store.objects import (
     BLOB_MODE,
@@ -43,17 +43,7 @@ from kernos.store.objects import (
     replace_file,
     sync_filesystem,
 )
-
-
-def git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
-    return subprocess.run(["git", f"--git-dir={repo}", *args], input=data, capture_output=True,
-                          check=True).stdout
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "r.git")], check=True)
-    return tmp_path / "r.git"
+from support import git
 
 
 def loose(repo: Path, tmp_path: Path, *, durable: bool = True) -> LooseObjects:
@@ -63,23 +53,6 @@ def loose(repo: Path, tmp_path: Path, *, durable: bool = True) -> LooseObjects:
 
 def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
-
-
-class Syncs:
-    """Records the paths ``os.fsync`` is called on (through ``/proc/self/fd``), in order."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
-        real = os.fsync
-
-        def fsync(fd: int) -> None:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            real(fd)
-            with self._lock:
-                self.paths.append(path)
-
-        monkeypatch.setattr(os, "fsync", fsync)
 
 
 @pytest.fixture

@@ -16,30 +16,20 @@ import contextlib
 import errno
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from disk_support import Syncs
 from kernos.errors import DiskFull
 from kernos.store import objects as objects_module
 from kernos.store.objects import ObjectStore, object_id
 from kernos.store.packs import Pack, PackBuilder
 from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED
 from kernos.store.tail import Frame, Tail
-
-
-def git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
-    return subprocess.run(["git", f"--git-dir={repo}", *args], input=data, capture_output=True,
-                          check=True).stdout
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "r.git")], check=True)
-    return tmp_path / "r.git"
+from support import git
 
 
 @pytest.fixture
@@ -75,27 +65,6 @@ def count(pack: Path) -> int:
         return opened.count
     finally:
         opened.close()
-
-
-class Syncs:
-    """Records the paths ``os.fsync`` is called on (through ``/proc/self/fd``)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
-        real = os.fsync
-
-        def fsync(fd: int) -> None:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-            real(fd)
-            with self._lock:
-                self.paths.append(path)
-
-        monkeypatch.setattr(os, "fsync", fsync)
-
-    def take(self) -> list[str]:
-        taken, self.paths = sorted(self.paths), []
-        return taken
 
 
 @pytest.fixture
