@@ -424,8 +424,9 @@ class Breakers:
                 shown = ", ".join(str(n) for n in state.failed_ops[-5:])
                 self._trip(agent, state, "failures", policy.failures,
                            {"in_a_row": state.failures, "ops": state.failed_ops[-5:]},
-                           f"{state.failures} ops of {agent!r} in a row did not commit "
-                           f"(ops {shown}); policy failures<{policy.failures}", op=op)
+                           f"{state.failures} op(s) of {agent!r} in a row did not commit "
+                           f"(ops {shown}); policy failures={policy.failures} opens the circuit "
+                           f"at {policy.failures} in a row", op=op)
 
     def reset(self, agent: str, *, restore: bool | None = None) -> dict[str, Any]:
         """Close ``agent``'s circuit and zero its counters: the human only.
