@@ -22,6 +22,7 @@ The tree::
     ├── CommitFailed              an op could not be committed; the image was rolled back
     ├── OpVetoed                  an op was rolled back at commit (a denial, a breached limit)
     ├── CapabilityDenied          a principal used a capability it does not hold
+    ├── CircuitOpen               an agent's circuit breaker is open: its ops are refused
     ├── BoundaryError             a value that may not cross between an agent and the host
     ├── EventCascadeTooDeep       events triggered events past the depth limit
     ├── SubscriberFailed          an in-image subscriber raised; the op rolls back
@@ -56,6 +57,7 @@ __all__ = [
     "AuditError",
     "BoundaryError",
     "CapabilityDenied",
+    "CircuitOpen",
     "CommitFailed",
     "DiskFull",
     "ErasedValue",
@@ -334,6 +336,19 @@ class CapabilityDenied(KernosError):
             + (f" A human can grant it with `%kernos grant {principal} {capability}`."
                if grantable else "")
         )
+
+
+class CircuitOpen(KernosError):
+    """A supervisor policy tripped: every op of the agent is refused until a human resets it."""
+
+    def __init__(self, agent: str, policy: str, message: str) -> None:
+        self.agent = agent
+        self.policy = policy
+        self.message = message
+        super().__init__(
+            f"{agent!r}'s circuit is open ({message}), so its op was refused before it ran "
+            f"and rolls back. Only a human closes it: `agents.reset({agent!r})` once the "
+            "cause is dealt with.")
 
 
 class BoundaryError(KernosError):

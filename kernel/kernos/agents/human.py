@@ -72,6 +72,34 @@ class Agents:
             return self.runtime.set_limits(agent, **overrides)
         return self.runtime.limits_for(agent)
 
+    def policy(self, agent: str, **figures: Any) -> dict[str, Any]:
+        """Show (and with keywords, set) an agent's circuit-breaker policy (effective).
+
+        ``failures``, ``repeats``, ``iterations``, ``wall_seconds``,
+        ``tokens_per_minute``, ``micro_usd_per_minute`` (ints, None to lift one)
+        and ``restore_safe``; see kernos.agents.supervisor.
+        """
+        if figures:
+            return self.runtime.breakers.set_policy(agent, **figures)
+        self.runtime.registry.principal(agent)
+        return self.runtime.breakers.effective(agent).describe()
+
+    def circuit(self, agent: str) -> dict[str, Any] | None:
+        """Why ``agent``'s circuit is open (policy, figures, message), or None if closed."""
+        self.runtime.registry.principal(agent)
+        trip = self.runtime.breakers.circuit(agent)
+        return None if trip is None else {"policy": trip.policy, "limit": trip.limit,
+                                          "figures": trip.figures, "message": trip.message,
+                                          "op": trip.op, "at": trip.at}
+
+    def checkpoint(self, agent: str, *, safe: bool = True) -> dict[str, Any]:
+        """Tag ``agent``'s namespace, as this op leaves it, as its safe checkpoint."""
+        return self.runtime.breakers.checkpoint(agent, safe=safe)
+
+    def reset(self, agent: str, *, restore: bool | None = None) -> dict[str, Any]:
+        """Close ``agent``'s circuit (the human only); ``restore``: back to its safe point."""
+        return self.runtime.breakers.reset(agent, restore=restore)
+
     def run(self, agent: str, source: str) -> RunResult:
         """Run agent code as ``agent`` in this cell's op; prints what it printed."""
         return self.runtime.run(agent, source, echo=_echo)

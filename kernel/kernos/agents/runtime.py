@@ -37,6 +37,7 @@ from kernos.agents.guards import AGENT_BUILTINS
 from kernos.agents.limits import AGENT_FILENAME_PREFIX, LimitExceeded, Limits, Supervisor
 from kernos.agents.policy import compile_agent, compile_agent_with_value
 from kernos.agents.registry import HUMAN, Registry, ToolVersion, check_arguments, shown
+from kernos.agents.supervisor import Breakers, fingerprint
 from kernos.effects import EffectRunner, queue
 from kernos.errors import (
     BoundaryError,
@@ -129,7 +130,15 @@ class AgentRuntime:
         self.events = EventBus(image, runner=self._run_subscriber,
                                authorize=self._authorize_event, principal=self._principal)
         self.effects = EffectRunner(self)
+        self._breakers: Breakers | None = None
         """Executes external effects after their op commits (see kernos.effects)."""
+
+    @property
+    def breakers(self) -> Breakers:
+        """The circuit breakers (kernos.agents.supervisor), made on first use."""
+        if self._breakers is None:
+            self._breakers = Breakers(self)
+        return self._breakers
 
     # -- state in the image ------------------------------------------------------
 
@@ -268,6 +277,9 @@ class AgentRuntime:
         op = self._op()
         if principal == HUMAN:
             raise UsageError("the human runs ordinary cells; `%%agent NAME` runs agent code")
+        self.registry.principal(principal)
+        self.breakers.admit(principal, op, fingerprint(
+            "code", source if type(source) is str else repr(source)[:10_000]))
         limits = self.limits_for(principal)
         filename = f"{AGENT_FILENAME_PREFIX}{principal}>"
         final = None
@@ -629,6 +641,7 @@ class AgentRuntime:
         op = self._op()
         if principal != HUMAN:
             self.registry.principal(principal)
+            self.breakers.admit(principal, op, fingerprint("tool", repr(name)[:200], arguments))
             op.touch(namespace_key(principal), REGISTRY)
         with self._running(principal, op) as ctx:
             return self.call(ctx, name, arguments)
