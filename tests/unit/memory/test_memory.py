@@ -1,0 +1,181 @@
+"""The memory index: layers, visibility, safe queries, staleness, erasure, rollback of facts."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core_support import CoreEnv
+from kernos.audit import erase
+from kernos.errors import UsageError
+from kernos.memory import Facts, MemoryIndex, WorkingItem, facts_name, remember
+from kernos.memory.context import fallback_count
+from kernos.memory.index import INDEX_PATH, fts_query, iter_entries
+from kernos.personal import personal
+from kernos.store.remote import ALLOWED
+
+
+def _env(tmp_path: Path) -> CoreEnv:
+    return CoreEnv(tmp_path / "ws", hidden={"personal": personal})
+
+
+def _bare(tmp_path: Path) -> Path:
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    return tmp_path / "ws"
+
+
+def test_recall_ranks_own_ops_and_hides_other_principals_ops(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.run("invoice_total = 41 + 1  # invoices reconciled")
+    env.run("shipping_note = 'carrier delayed'", principal="agent-a")
+    env.run("other = 'invoices of agent a'", principal="agent-a")
+    index = MemoryIndex.open(env.path, env.image.audit)
+    mine = index.recall("invoices", principal="human", kinds=["episodic"])
+    assert [m.op for m in mine] == [1]
+    assert all(m.principal == "human" for m in mine)
+    theirs = index.recall("invoices carrier", principal="agent-a", kinds=["episodic"])
+    assert {m.op for m in theirs} == {2, 3}
+    assert all(m.principal == "agent-a" for m in theirs)
+    env.close()
+
+
+def test_working_names_of_others_only_through_may_read(tmp_path: Path) -> None:
+    index = MemoryIndex.open(_bare(tmp_path))
+    index.sync_working("human", [WorkingItem(name="ledger", type="dict", preview="salaries"),
+                                 WorkingItem(name="public", type="str", preview="salaries")])
+    index.sync_working("agent-a", [WorkingItem(name="notes", type="str", preview="salaries")])
+    assert {m.name for m in index.recall("salaries", principal="agent-a")} == {"notes"}
+    seen = index.recall("salaries", principal="agent-a", may_read=lambda name: name == "public")
+    assert {m.name for m in seen} == {"notes", "public"}
+    assert len(index.recall("salaries", principal="human")) == 2
+    index.sync_working("human", [])
+    assert [m.name for m in index.recall("salaries", principal="human")] == []
+
+
+@pytest.mark.parametrize("query", [
+    '"', "'", "NEAR(a b)", "a AND", "OR OR", "*", "body:x", "x) OR (y", "^start",
+    "-x", "a\x00b", '"unterminated', "{body}: x", "x" * 10_000, "🔥 émoji",
+])
+def test_hostile_queries_are_only_words(tmp_path: Path, query: str) -> None:
+    index = MemoryIndex.open(_bare(tmp_path))
+    index.sync_working("human", [WorkingItem(name="x", type="int", preview="start émoji")])
+    index.recall(query, principal="human")  # never an FTS5 syntax error
+    expression = fts_query(query)
+    if expression is not None:
+        for term in expression.split(" OR "):
+            assert term.startswith('"') and term.endswith('"')
+            assert '"' not in term[1:-1]
+
+
+def test_recall_rejects_bad_arguments(tmp_path: Path) -> None:
+    index = MemoryIndex.open(_bare(tmp_path))
+    with pytest.raises(UsageError, match="kinds"):
+        index.recall("x", principal="human", kinds=["secrets"])
+    with pytest.raises(UsageError, match="k from 1"):
+        index.recall("x", principal="human", k=0)
+    with pytest.raises(UsageError, match="str"):
+        index.recall(b"x", principal="human")  # type: ignore[arg-type]
+
+
+def test_facts_live_in_the_image_and_roll_back_with_their_op(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    name = facts_name("agent-a")
+    op = env.image.begin(source="# remember", principal="agent-a")
+    facts = Facts()
+    remember(facts, "the supplier Acme ships on Tuesdays", tags=["suppliers"], op=op.id)
+    env.image.bind(name, facts)
+    op.abort()
+    assert env.image.lookup(name) is None
+    op = env.image.begin(source="# remember", principal="agent-a")
+    facts = Facts()
+    remember(facts, "the supplier Acme ships on Tuesdays", tags=["suppliers"], op=op.id)
+    env.image.bind(name, facts)
+    op.commit()
+    env.reopen()
+    kept = env.image.lookup(name)
+    assert isinstance(kept, Facts) and [f.text for f in kept.items] == [
+        "the supplier Acme ships on Tuesdays"]
+    index = MemoryIndex.open(env.path, env.image.audit)
+    index.sync_semantic("agent-a", kept)
+    found = index.recall("when does Acme ship", principal="agent-a", kinds=["semantic"])
+    assert [m.title for m in found] == ["fact 1"]
+    assert index.recall("Acme", principal="human", kinds=["semantic"]) == []
+    env.close()
+
+
+def test_remember_refuses_what_it_cannot_erase(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="personal"):
+        remember(Facts(), personal("x", subject="c-1"))
+    with pytest.raises(UsageError, match="tag"):
+        remember(Facts(), "fine", tags=["no spaces"])
+
+
+def test_index_is_rebuilt_when_missing_corrupt_or_from_another_chain(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.run("alpha = 'first findings'")
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert index.rebuilt
+    index.close()
+    env.run("beta = 'second findings'")
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert not index.rebuilt  # caught up, not rebuilt
+    assert {m.op for m in index.recall("findings", principal="human")} == {1, 2}
+    index.close()
+    (env.path / INDEX_PATH).write_bytes(b"not a database" * 100)
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert index.rebuilt and len(index.recall("findings", principal="human")) == 2
+    # an index built to a chain whose record differs now: rebuilt, not caught up
+    with index.db:
+        index.db.execute("UPDATE meta SET value='0'*64 WHERE key='built_hash'")
+        index.db.execute("UPDATE meta SET value='deadbeef' WHERE key='built_hash'")
+    index.close()
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert index.rebuilt and len(index.recall("findings", principal="human")) == 2
+    env.close()
+
+
+def test_erasure_removes_the_subject_from_the_index_and_the_file(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    padding = "# padding\n" * 600  # the code goes to a payload, sealed for the subject
+    env.run(f"a = personal('Zanzibarova', subject='c-alice')\n{padding}")
+    env.run("b = 'Zanzibarova is also a town, not personal'")
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert {m.op for m in index.recall("Zanzibarova", principal="human")} == {1, 2}
+    erase(env.image.audit, "c-alice")
+    index.catch_up(env.image.audit)
+    assert {m.op for m in index.recall("Zanzibarova", principal="human")} == {2}
+    index.close()
+    data = (env.path / INDEX_PATH).read_bytes()
+    assert data.count(b"Zanzibarova") == data.count(b"Zanzibarova is also a town")
+    assert b"personal('Zanzibarova'" not in data
+    # a rebuild after the erasure never sees the text again either
+    (env.path / INDEX_PATH).unlink()
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert {m.op for m in index.recall("Zanzibarova", principal="human")} == {2}
+    assert not any("personal('Zanzibarova'" in body for _, _, body in iter_entries(index))
+    env.close()
+
+
+def test_context_stays_within_the_budget(tmp_path: Path) -> None:
+    index = MemoryIndex.open(_bare(tmp_path))
+    index.sync_working("human", [WorkingItem(name=f"v{i}", type="str",
+                                             preview="quarterly revenue " * (i + 1))
+                                 for i in range(20)])
+    text = index.context("quarterly revenue", principal="human", max_tokens=60,
+                         counter=fallback_count)
+    assert text and sum(fallback_count(line + "\n") for line in text.split("\n")) <= 60
+    with pytest.raises(UsageError):
+        index.context("x", principal="human", max_tokens=0)
+
+
+def test_the_index_is_never_pushed() -> None:
+    assert not any(pattern.startswith("memory") for pattern in ALLOWED)
+
+
+def test_the_index_file_is_sqlite_with_fts5(tmp_path: Path) -> None:
+    index = MemoryIndex.open(_bare(tmp_path))
+    index.close()
+    with sqlite3.connect(tmp_path / "ws" / INDEX_PATH) as db:
+        assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("1",)
