@@ -5,7 +5,10 @@ Schema (``<workspace>/memory/index.sqlite``, format :data:`FORMAT`)::
     meta(key, value)          format, built_index, built_hash: the chain head indexed
     entries(id, kind, principal, name, op, audit, at, status, title)
     subjects(entry, subject)  the data subjects whose payloads an entry holds
-    text(body)                FTS5, rowid = entries.id
+    text(body, owner, kind)   FTS5, rowid = entries.id; owner is the principal as one
+                              token (``p`` + UTF-8 hex), so that the principal and
+                              kind filters run inside the MATCH; ranked by
+                              bm25 over ``body`` only (weights 1, 0, 0)
 
 Contract:
 
@@ -42,7 +45,7 @@ from kernos.memory.facts import Facts
 __all__ = ["FORMAT", "INDEX_PATH", "KINDS", "MAX_TERMS", "MAX_TERM_CHARS", "Memory",
            "MemoryIndex", "WorkingItem", "fts_query"]
 
-FORMAT = "1"
+FORMAT = "2"
 INDEX_PATH = "memory/index.sqlite"
 KINDS = frozenset({"working", "episodic", "semantic"})
 MAX_TERMS = 32
@@ -60,7 +63,8 @@ CREATE INDEX entries_owner ON entries(kind, principal);
 CREATE INDEX entries_audit ON entries(audit);
 CREATE TABLE subjects(entry INTEGER NOT NULL, subject TEXT NOT NULL);
 CREATE INDEX subjects_subject ON subjects(subject);
-CREATE VIRTUAL TABLE text USING fts5(body, tokenize='unicode61');
+CREATE VIRTUAL TABLE text USING fts5(body, owner, kind, tokenize='unicode61');
+INSERT INTO text(text, rank) VALUES ('rank', 'bm25(1.0, 0.0, 0.0)');
 """
 
 
@@ -80,6 +84,8 @@ class WorkingItem:
 class Memory:
     """One entry returned by recall."""
 
+    entry: int
+    """Its id in the index (stable until the index is rebuilt)."""
     kind: str
     """working, episodic or semantic."""
     principal: str
@@ -98,15 +104,18 @@ class Memory:
     """When (UTC)."""
 
 
-def fts_query(query: str) -> str | None:
-    """The FTS5 expression for user text: quoted words OR-ed; None if there is no word."""
+def fts_query(query: str, *, join: str = " OR ") -> str | None:
+    """The FTS5 expression for user text: quoted words joined by ``join`` (`` OR `` or
+    `` AND ``); None if there is no word."""
+    if join not in (" OR ", " AND "):
+        raise ValueError(f"join must be ' OR ' or ' AND ', not {join!r}")
     if type(query) is not str:
         raise UsageError(f"recall() takes the query as a str, not {type(query).__name__}")
     words = []
     for word in _WORD.findall(query)[:MAX_TERMS]:
         word = word[:MAX_TERM_CHARS]
         words.append('"' + word.replace('"', '""') + '"')
-    return " OR ".join(words) if words else None
+    return join.join(dict.fromkeys(words)) if words else None
 
 
 class MemoryIndex:
@@ -184,8 +193,7 @@ class MemoryIndex:
         erased: set[str] = set()
         llm = _llm_store(log)
         with self.db:
-            for position in range(start, len(log)):
-                record = log.read(position)
+            for record in _records_from(log, start):
                 kind = record.get("type")
                 if kind == "op":
                     self._index_op(log, record, llm)
@@ -211,8 +219,8 @@ class MemoryIndex:
             (kind, principal, name, op, audit, at, status, title))
         entry = cursor.lastrowid
         assert entry is not None
-        self.db.execute("INSERT INTO text(rowid, body) VALUES (?, ?)",
-                        (entry, body[:MAX_BODY_CHARS]))
+        self.db.execute("INSERT INTO text(rowid, body, owner, kind) VALUES (?, ?, ?, ?)",
+                        (entry, body[:MAX_BODY_CHARS], _owner(principal), kind))
         self.db.executemany("INSERT INTO subjects(entry, subject) VALUES (?, ?)",
                             [(entry, subject) for subject in sorted(set(subjects))])
         return entry
@@ -263,6 +271,11 @@ class MemoryIndex:
                           name=str(fact.id), body=f"{fact.text} {' '.join(fact.tags)}",
                           title=f"fact {fact.id}")
 
+    def semantic_principals(self) -> set[str]:
+        """The principals the semantic layer holds facts of."""
+        return {row[0] for row in self.db.execute(
+            "SELECT DISTINCT principal FROM entries WHERE kind='semantic'")}
+
     def _drop(self, kind: str, principal: str) -> None:
         ids = [row[0] for row in self.db.execute(
             "SELECT id FROM entries WHERE kind=? AND principal=?", (kind, principal))]
@@ -301,21 +314,43 @@ class MemoryIndex:
         if type(k) is not int or not 1 <= k <= 1000:
             raise UsageError(f"recall() takes k from 1 to 1000, not {k!r}")
         chosen = KINDS if kinds is None else _kinds(kinds)
-        expression = fts_query(query)
-        if expression is None or not chosen:
+        every = fts_query(query, join=" AND ")
+        if every is None or not chosen:
             return []
-        marks = ",".join("?" * len(chosen))
+        found = self._recall(every, principal, k, chosen, may_read)
+        some = fts_query(query)
+        if len(found) < k and some != every:  # then entries with only some of the words
+            seen = {memory.entry for memory in found}
+            more = self._recall(f"({some}) NOT ({every})", principal, k, chosen, may_read)
+            found += [memory for memory in more if memory.entry not in seen][:k - len(found)]
+        return found
+
+    def _recall(self, expression: str, principal: str, k: int, chosen: frozenset[str],
+                may_read: Callable[[str], bool] | None) -> list[Memory]:
+        kind_filter = " OR ".join(f'"{kind}"' for kind in sorted(chosen))
+        mine = (f'owner : "{_owner(principal)}" AND kind : ({kind_filter}) '
+                f"AND ({expression})")
+        found = self._ranked(mine, k, None)
+        if "working" in chosen and may_read is not None:
+            theirs = f'(kind : "working" AND ({expression})) NOT owner : "{_owner(principal)}"'
+            found += self._ranked(theirs, k, may_read)
+            found.sort(key=lambda memory: memory.score)
+        return found[:k]
+
+    def _ranked(self, expression: str, k: int,
+                may_read: Callable[[str], bool] | None) -> list[Memory]:
+        """The best ``k`` entries matching ``expression`` (those ``may_read`` lets through)."""
+        limit = k if may_read is None else -1
         rows = self.db.execute(
-            "SELECT e.kind, e.principal, e.name, e.op, e.at, e.title, text.body, "
-            "bm25(text) AS score FROM text JOIN entries e ON e.id = text.rowid "
-            f"WHERE text MATCH ? AND e.kind IN ({marks}) "
-            "AND (e.principal = ? OR e.kind = 'working') ORDER BY score",
-            (expression, *sorted(chosen), principal))
+            "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.title, t.body, t.score FROM "
+            "(SELECT rowid, body, rank AS score FROM text WHERE text MATCH ? "
+            "ORDER BY rank LIMIT ?) t JOIN entries e ON e.id = t.rowid ORDER BY t.score",
+            (expression, limit))
         found: list[Memory] = []
-        for kind, owner, name, op, at, title, body, score in rows:
-            if owner != principal and (may_read is None or name is None or not may_read(name)):
+        for entry, kind, owner, name, op, at, title, body, score in rows:
+            if may_read is not None and (name is None or not may_read(name)):
                 continue
-            found.append(Memory(kind=kind, principal=owner, text=body, title=title,
+            found.append(Memory(entry=entry, kind=kind, principal=owner, text=body, title=title,
                                 score=float(score), op=op, name=name, at=at))
             if len(found) >= k:
                 break
@@ -349,12 +384,29 @@ class MemoryIndex:
             "SELECT kind, count(*) FROM entries GROUP BY kind")}
 
 
+def _records_from(log: AuditLog, start: int) -> Iterator[dict[str, Any]]:
+    """The chain's records from ``start``, read in one pass (not one open per record)."""
+    if start >= len(log):
+        return
+    end = len(log)
+    with open(log.path, "rb") as chain:
+        chain.seek(log.entries[start].offset)
+        for _position in range(start, end):
+            record: dict[str, Any] = json.loads(chain.readline())
+            yield record
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
     connection.execute("PRAGMA secure_delete=ON")
     connection.execute("PRAGMA journal_mode=MEMORY")
     connection.execute("PRAGMA synchronous=OFF")
     return connection
+
+
+def _owner(principal: str) -> str:
+    """A principal as one FTS5 token (hex digits only: nothing in it is syntax)."""
+    return "p" + principal.encode("utf-8", "surrogatepass").hex()
 
 
 def _kinds(kinds: Iterable[str]) -> frozenset[str]:

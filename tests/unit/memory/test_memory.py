@@ -139,10 +139,11 @@ def test_index_is_rebuilt_when_missing_corrupt_or_from_another_chain(tmp_path: P
 def test_erasure_removes_the_subject_from_the_index_and_the_file(tmp_path: Path) -> None:
     env = _env(tmp_path)
     padding = "# padding\n" * 600  # the code goes to a payload, sealed for the subject
-    env.run(f"a = personal('Zanzibarova', subject='c-alice')\n{padding}")
+    env.run(f"a = personal('Zanzibarova', subject='c-alice')  # Qwertyzanzi\n{padding}")
     env.run("b = 'Zanzibarova is also a town, not personal'")
     index = MemoryIndex.open(env.path, env.image.audit)
     assert {m.op for m in index.recall("Zanzibarova", principal="human")} == {1, 2}
+    assert b"qwertyzanzi" in (env.path / INDEX_PATH).read_bytes()
     erase(env.image.audit, "c-alice")
     index.catch_up(env.image.audit)
     assert {m.op for m in index.recall("Zanzibarova", principal="human")} == {2}
@@ -150,6 +151,8 @@ def test_erasure_removes_the_subject_from_the_index_and_the_file(tmp_path: Path)
     data = (env.path / INDEX_PATH).read_bytes()
     assert data.count(b"Zanzibarova") == data.count(b"Zanzibarova is also a town")
     assert b"personal('Zanzibarova'" not in data
+    # nor in the inverted index, which holds the tokens lowercased
+    assert b"qwertyzanzi" not in data.lower()
     # a rebuild after the erasure never sees the text again either
     (env.path / INDEX_PATH).unlink()
     index = MemoryIndex.open(env.path, env.image.audit)
@@ -178,4 +181,43 @@ def test_the_index_file_is_sqlite_with_fts5(tmp_path: Path) -> None:
     index = MemoryIndex.open(_bare(tmp_path))
     index.close()
     with sqlite3.connect(tmp_path / "ws" / INDEX_PATH) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("1",)
+        assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("2",)
+
+
+def test_entries_with_every_word_come_before_those_with_some(tmp_path: Path) -> None:
+    index = MemoryIndex.open(_bare(tmp_path))
+    index.sync_working("human", [
+        WorkingItem(name="a", type="str", preview="refund refund refund refund"),
+        WorkingItem(name="b", type="str", preview="refund for the late carrier"),
+        WorkingItem(name="c", type="str", preview="carrier"),
+        WorkingItem(name="d", type="str", preview="nothing to see")])
+    found = index.recall("carrier refund", principal="human", k=5)
+    assert found[0].name == "b"
+    assert {m.name for m in found} == {"a", "b", "c"}
+
+
+def test_sync_from_image_follows_commits_and_rollbacks(tmp_path: Path) -> None:
+    from kernos.memory.sources import sync_from_image
+
+    env = _env(tmp_path)
+    env.run("forecast_q3 = {'revenue': 120}")
+    env.run("secret = personal('Quillonfeather', subject='c-bob')")
+    op = env.image.begin(source="# remember", principal="agent-a")
+    facts = Facts()
+    remember(facts, "forecast for q3 was raised", op=op.id)
+    env.image.bind(facts_name("agent-a"), facts)
+    op.commit()
+    index = MemoryIndex.open(env.path, env.image.audit)
+    sync_from_image(index, env.image)
+    assert [m.name for m in index.recall("forecast_q3", principal="human",
+                                         kinds=["working"])] == ["forecast_q3"]
+    assert [m.title for m in index.recall("forecast", principal="agent-a",
+                                          kinds=["semantic"])] == ["fact 1"]
+    assert not any("Quillonfeather" in body for kind, _, body in iter_entries(index)
+                   if kind == "working")  # the summary, never the value
+    op = env.image.begin(source="# forget", principal="agent-a")
+    env.image.unbind(facts_name("agent-a"))
+    op.commit()
+    sync_from_image(index, env.image)
+    assert index.recall("forecast", principal="agent-a", kinds=["semantic"]) == []
+    env.close()
