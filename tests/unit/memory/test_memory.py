@@ -221,3 +221,47 @@ def test_sync_from_image_follows_commits_and_rollbacks(tmp_path: Path) -> None:
     sync_from_image(index, env.image)
     assert index.recall("forecast", principal="agent-a", kinds=["semantic"]) == []
     env.close()
+
+
+def test_erasure_reaches_event_payloads_and_llm_exchanges(tmp_path: Path) -> None:
+    from kernos.llm._store import LlmStore
+
+    env = _env(tmp_path)
+    env.run("bus.emit('crm.note', {'who': personal('Vortiganza', subject='c-carol'), "
+            "'what': 'callback booked'})")
+    log = env.image.audit
+    store = LlmStore(env.path, durable=False, keyring=log.keyring)
+    request = store.put({"messages": [{"role": "user", "content": "about Mirelvanta"}]},
+                        subjects=["c-carol"])
+    answer = store.put({"content": "Mirelvanta prefers email"}, subjects=["c-carol"])
+    plain = store.put({"content": "the weather is fine in Mirelvanta"})
+    log.append({"type": "op", "op": 2, "kind": "cell", "principal": "human",
+                "status": "committed", "error": None, "code": None, "events": [],
+                "commit": None, "llm": [
+                    {"request": request, "response": answer, "model": "test/m"},
+                    {"request": plain, "response": plain, "model": "test/m"}]})
+    index = MemoryIndex.open(env.path, log)
+    titles = {m.title for m in index.recall("Vortiganza", principal="human")}
+    assert titles == {"event crm.note", "op 1 committed"}  # the code is sealed too
+    assert len(index.recall("Mirelvanta", principal="human")) == 2
+    erase(log, "c-carol")
+    index.catch_up(log)
+    assert index.recall("Vortiganza", principal="human") == []
+    assert [m.text for m in index.recall("Mirelvanta", principal="human")] == [
+        'test/m {"content": "the weather is fine in Mirelvanta"} '
+        '{"content": "the weather is fine in Mirelvanta"}']
+    assert b"vortiganza" not in (env.path / INDEX_PATH).read_bytes().lower()
+    assert b"prefers" not in (env.path / INDEX_PATH).read_bytes().lower()
+    env.close()
+
+
+def test_a_fork_does_not_copy_the_index(tmp_path: Path) -> None:
+    from kernos.fork import fork
+
+    env = _env(tmp_path)
+    env.run("x = 'something to remember'")
+    MemoryIndex.open(env.path, env.image.audit).close()
+    env.close()
+    assert (env.path / INDEX_PATH).exists()
+    fork(env.path, tmp_path / "dst")
+    assert not (tmp_path / "dst" / "memory").exists()
