@@ -23,6 +23,9 @@ Contract:
 * **Safe queries.** The query is split into words (``\\w+``, at most
   :data:`MAX_TERMS`, each at most :data:`MAX_TERM_CHARS`), each quoted as an
   FTS5 string and OR-ed; no user character reaches FTS5 as syntax.
+* **Current.** The runtime calls :meth:`MemoryIndex.catch_up` before a
+  recall (cheap when the chain has not grown); it also notices that an
+  erasure deleted the file (``kernos.audit.erase`` does) and rebuilds.
 * **Erasure.** Entries holding a subject's payloads are deleted with
   ``secure_delete`` on, the FTS segments merged (``optimize``) and the file
   vacuumed, so the subject's text is no longer in the file.
@@ -126,6 +129,7 @@ class MemoryIndex:
         self.db = connection
         self.rebuilt = False
         """Whether the last open or catch-up rebuilt the index from scratch."""
+        self._identity = _identity(path)
 
     # -- opening and building -----------------------------------------------------
 
@@ -170,6 +174,15 @@ class MemoryIndex:
             self._set("built_index", "-1")
             self._set("built_hash", "")
         self.rebuilt = True
+        self._identity = _identity(self.path)
+
+    def _replaced(self) -> bool:
+        """Whether the file this connection reads was deleted or replaced under it."""
+        try:
+            now = self.path.stat()
+        except FileNotFoundError:
+            return True
+        return (now.st_dev, now.st_ino) != self._identity
 
     def _set(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
@@ -185,6 +198,8 @@ class MemoryIndex:
     def catch_up(self, log: AuditLog) -> int:
         """Index the chain's records after the built head; rebuild if the chain was
         replaced.  Returns how many records were read."""
+        if self._replaced():  # an erasure deleted the file: start again, from the chain
+            self._recreate()
         built, digest = self.built_to()
         if built >= len(log) or (built >= 0 and log.entries[built].hash != digest):
             self._recreate()
@@ -382,6 +397,14 @@ class MemoryIndex:
         """Entries per kind."""
         return {kind: n for kind, n in self.db.execute(
             "SELECT kind, count(*) FROM entries GROUP BY kind")}
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (found.st_dev, found.st_ino)
 
 
 def _records_from(log: AuditLog, start: int) -> Iterator[dict[str, Any]]:

@@ -265,3 +265,29 @@ def test_a_fork_does_not_copy_the_index(tmp_path: Path) -> None:
     assert (env.path / INDEX_PATH).exists()
     fork(env.path, tmp_path / "dst")
     assert not (tmp_path / "dst" / "memory").exists()
+
+
+def test_erase_deletes_the_index_and_an_open_index_rebuilds_without_the_subject(
+        tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.run("a = personal('Plovdivska', subject='c-dan')")
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert index.recall("Plovdivska", principal="human")
+    erase(env.image.audit, "c-dan")
+    assert not (env.path / INDEX_PATH).exists()  # no moment with the text on disk
+    index.catch_up(env.image.audit)
+    assert index.rebuilt and index.recall("Plovdivska", principal="human") == []
+    assert b"plovdivska" not in (env.path / INDEX_PATH).read_bytes().lower()
+    env.close()
+
+
+def test_the_memory_core_does_not_import_jupyter() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, kernos.memory, kernos.memory.sources; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('ipykernel', 'jupyter_client', 'ipywidgets', 'IPython')]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
