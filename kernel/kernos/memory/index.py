@@ -14,10 +14,12 @@ Contract:
 
 * **A cache.** :meth:`MemoryIndex.open` rebuilds the file when it is missing,
   unreadable or of another format, or when the chain's record at
-  ``built_index`` no longer has ``built_hash`` (the chain was replaced);
+  ``built_index`` no longer has ``built_hash`` (the chain was replaced),
+  or when ``memory/index.dirty`` says a write was cut short;
   otherwise it indexes the records after ``built_index`` (catch-up).  Writes
-  use no journal on disk: a crash mid-write leaves a file the next open
-  finds unreadable, and rebuilds.
+  keep their journal in memory (no fsync): a process killed mid-write leaves
+  the ``index.dirty`` mark, and the next open rebuilds.  An OS crash can
+  leave a damaged file the mark does not name: delete the file.
 * **Filtered.** :meth:`MemoryIndex.recall` returns only what ``principal`` may
   read (see :mod:`kernos.memory`), ranked by bm25 (best first).
 * **Safe queries.** The query is split into words (``\\w+``, at most
@@ -33,6 +35,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -56,6 +59,8 @@ MAX_TERM_CHARS = 64
 MAX_BODY_CHARS = 16_384
 """Text indexed per entry at most (a big payload is cut, not skipped)."""
 PREVIEW_CHARS = 200
+DIRTY = "index.dirty"
+"""Beside the index while a write runs (the journal is in memory, for speed)."""
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 _SCHEMA = """
@@ -146,7 +151,7 @@ class MemoryIndex:
         except sqlite3.DatabaseError:  # not a database: a cache, so start again
             path.unlink()
             index = cls(path, _connect(path))
-        if not index._usable():
+        if not index._usable() or path.with_name(DIRTY).exists():
             index._recreate()
         if log is not None:
             index.catch_up(log)
@@ -167,6 +172,7 @@ class MemoryIndex:
         self.db.close()
         for suffix in ("", "-journal", "-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self.path.with_name(DIRTY).unlink(missing_ok=True)
         self.db = _connect(self.path)
         with self.db:
             self.db.executescript(_SCHEMA)
@@ -175,6 +181,16 @@ class MemoryIndex:
             self._set("built_hash", "")
         self.rebuilt = True
         self._identity = _identity(self.path)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction, marked by the ``index.dirty`` file while it runs: an
+        open that finds the mark (the process died mid-write) rebuilds."""
+        mark = self.path.with_name(DIRTY)
+        mark.touch()
+        with self.db:
+            yield
+        mark.unlink()
 
     def _replaced(self) -> bool:
         """Whether the file this connection reads was deleted or replaced under it."""
@@ -207,7 +223,7 @@ class MemoryIndex:
         start = built + 1
         erased: set[str] = set()
         llm = _llm_store(log)
-        with self.db:
+        with self._writing():
             for record in _records_from(log, start):
                 kind = record.get("type")
                 if kind == "op":
@@ -269,7 +285,7 @@ class MemoryIndex:
 
     def sync_working(self, principal: str, items: Iterable[WorkingItem]) -> None:
         """Replace the working layer of ``principal``'s namespace with ``items``."""
-        with self.db:
+        with self._writing():
             self._drop("working", principal)
             for item in items:
                 preview = item.preview[:PREVIEW_CHARS]
@@ -279,7 +295,7 @@ class MemoryIndex:
 
     def sync_semantic(self, principal: str, facts: Facts | None) -> None:
         """Replace ``principal``'s semantic layer with ``facts`` (as the image holds them)."""
-        with self.db:
+        with self._writing():
             self._drop("semantic", principal)
             for fact in (facts.items if facts is not None else []):
                 self._add(kind="semantic", principal=principal, op=fact.op, at=fact.at,
@@ -311,7 +327,7 @@ class MemoryIndex:
 
     def _forget(self, subjects: set[str]) -> int:
         marks = ",".join("?" * len(subjects))
-        with self.db:
+        with self._writing():
             ids = [row[0] for row in self.db.execute(
                 f"SELECT DISTINCT entry FROM subjects WHERE subject IN ({marks})",
                 sorted(subjects))]

@@ -291,3 +291,15 @@ def test_the_memory_core_does_not_import_jupyter() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_write_cut_short_is_rebuilt(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    env.run("alpha = 'findings'")
+    MemoryIndex.open(env.path, env.image.audit).close()
+    assert not MemoryIndex.open(env.path, env.image.audit).rebuilt
+    (env.path / "memory" / "index.dirty").touch()  # what a kill -9 mid-write leaves
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert index.rebuilt and not (env.path / "memory" / "index.dirty").exists()
+    assert index.recall("findings", principal="human")
+    env.close()
