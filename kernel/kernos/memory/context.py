@@ -1,7 +1,8 @@
 """Token counting for ``context(max_tokens)``.
 
-:func:`count_tokens` uses litellm's ``token_counter`` when litellm can be
-imported (for ``model``, default ``gpt-4o-mini``'s tokenizer); otherwise the
+:func:`count_tokens` uses litellm's ``token_counter`` (through
+``kernos.llm._provider.litellm``, so it never goes to the network) when
+litellm can be imported (for ``model``, default ``gpt-4o-mini``'s tokenizer); otherwise the
 documented fallback: one token per 4 characters, rounded up (an
 over-estimate for English prose, so a budget is not exceeded in practice).
 """
@@ -31,17 +32,21 @@ def count_tokens(text: str, *, model: str = DEFAULT_MODEL) -> int:
     global _counter, _tried
     if not _tried:
         _tried = True
-        try:
-            from litellm import token_counter
-        except Exception:  # litellm missing or broken: the fallback is documented
+        from kernos.errors import UsageError
+        from kernos.llm._provider import litellm
+
+        try:  # the one entry to litellm: offline price list, `random` untouched
+            _counter = litellm().token_counter
+        except (UsageError, AttributeError):  # not installed: the documented fallback
             _counter = None
-        else:
-            _counter = token_counter
     if _counter is None:
         return fallback_count(text)
+    from kernos.determinism import generators_untouched
+
     try:
-        return int(_counter(model=model, text=text))
-    except Exception:
+        with generators_untouched():
+            return int(_counter(model=model, text=text))
+    except Exception:  # a model litellm has no tokenizer for
         return fallback_count(text)
 
 

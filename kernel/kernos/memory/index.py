@@ -28,6 +28,8 @@ Contract:
 * **Current.** The runtime calls :meth:`MemoryIndex.catch_up` before a
   recall (cheap when the chain has not grown); it also notices that an
   erasure deleted the file (``kernos.audit.erase`` does) and rebuilds.
+  After any rebuild (``rebuilt``) the working and semantic layers are empty
+  until the runtime feeds them again (:func:`kernos.memory.sources.sync_from_image`).
 * **Erasure.** Entries holding a subject's payloads are deleted with
   ``secure_delete`` on, the FTS segments merged (``optimize``) and the file
   vacuumed, so the subject's text is no longer in the file.
@@ -110,6 +112,8 @@ class Memory:
     """The variable, for working entries."""
     at: str | None = None
     """When (UTC)."""
+    status: str | None = None
+    """For episodic entries, the op's status (``void`` once a void record names it)."""
 
 
 def fts_query(query: str, *, join: str = " OR ") -> str | None:
@@ -373,16 +377,17 @@ class MemoryIndex:
         """The best ``k`` entries matching ``expression`` (those ``may_read`` lets through)."""
         limit = k if may_read is None else -1
         rows = self.db.execute(
-            "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.title, t.body, t.score FROM "
+            "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.status, e.title, t.body, "
+            "t.score FROM "
             "(SELECT rowid, body, rank AS score FROM text WHERE text MATCH ? "
             "ORDER BY rank LIMIT ?) t JOIN entries e ON e.id = t.rowid ORDER BY t.score",
             (expression, limit))
         found: list[Memory] = []
-        for entry, kind, owner, name, op, at, title, body, score in rows:
+        for entry, kind, owner, name, op, at, status, title, body, score in rows:
             if may_read is not None and (name is None or not may_read(name)):
                 continue
             found.append(Memory(entry=entry, kind=kind, principal=owner, text=body, title=title,
-                                score=float(score), op=op, name=name, at=at))
+                                score=float(score), op=op, name=name, at=at, status=status))
             if len(found) >= k:
                 break
         return found

@@ -303,3 +303,26 @@ def test_a_write_cut_short_is_rebuilt(tmp_path: Path) -> None:
     assert index.rebuilt and not (env.path / "memory" / "index.dirty").exists()
     assert index.recall("findings", principal="human")
     env.close()
+
+
+def test_a_voided_op_is_marked_void(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    report = env.run("gamma = 'voidable findings'")
+    index = MemoryIndex.open(env.path, env.image.audit)
+    assert [m.status for m in index.recall("voidable", principal="human")] == ["committed"]
+    voided = env.image.audit.records(type="op")[-1]["index"]
+    env.image.audit.append({"type": "void", "voids": voided})
+    index.catch_up(env.image.audit)
+    assert [m.status for m in index.recall("voidable", principal="human")] == ["void"]
+    assert report.op == 1
+    env.close()
+
+
+def test_token_counting_falls_back_when_litellm_is_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernos.memory import context
+
+    assert context.count_tokens("hello world") >= 1
+    monkeypatch.setattr(context, "_tried", True)
+    monkeypatch.setattr(context, "_counter", None)
+    assert context.count_tokens("x" * 9) == 3
