@@ -18,9 +18,12 @@ from kernos.memory.facts import Facts
 from kernos.memory.index import MemoryIndex, WorkingItem
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from kernos.agents.registry import Registry
     from kernos.image import Image
 
-__all__ = ["FACTS_PREFIX", "sync_from_image"]
+__all__ = ["FACTS_PREFIX", "may_read_for", "sync_from_image"]
 
 FACTS_PREFIX = "kernos:memory:"
 
@@ -34,3 +37,17 @@ def sync_from_image(index: MemoryIndex, image: Image, *, owner: str = "human") -
             if name.startswith(FACTS_PREFIX) and isinstance(value, Facts)}
     for principal in sorted(set(held) | index.semantic_principals()):
         index.sync_semantic(principal, held.get(principal))
+
+
+def may_read_for(registry: Registry, principal: str) -> Callable[[str], bool]:
+    """The ``may_read`` predicate of ``principal``: the human reads every name, an agent
+    the names a ``read:``/``write:`` grant covers (as the harness's ``objects`` filters),
+    never a ``kernos:`` name."""
+    if principal == "human":
+        return lambda name: True
+
+    def may_read(name: str) -> bool:
+        return (not name.startswith("kernos:")
+                and registry.find(principal, "read", name) is not None)
+
+    return may_read

@@ -326,3 +326,22 @@ def test_token_counting_falls_back_when_litellm_is_missing(
     monkeypatch.setattr(context, "_tried", True)
     monkeypatch.setattr(context, "_counter", None)
     assert context.count_tokens("x" * 9) == 3
+
+
+def test_grants_decide_which_human_names_an_agent_recalls(tmp_path: Path) -> None:
+    from kernos.agents.registry import Registry
+    from kernos.memory.sources import may_read_for
+
+    registry = Registry()
+    registry.add_agent("scout", parent="human", op=1)
+    registry.grant("scout", "read:prices", granter="human", op=1)
+    index = MemoryIndex.open(_bare(tmp_path))
+    index.sync_working("human", [WorkingItem(name="prices", type="dict", preview="widgets"),
+                                 WorkingItem(name="salaries", type="dict", preview="widgets")])
+    found = index.recall("widgets", principal="scout",
+                         may_read=may_read_for(registry, "scout"))
+    assert [m.name for m in found] == ["prices"]
+    for grant in registry.of("scout"):
+        registry.revoke(grant, op=2)
+    assert index.recall("widgets", principal="scout",
+                        may_read=may_read_for(registry, "scout")) == []
