@@ -13,7 +13,10 @@ everywhere on disk, without rewriting history:
    values are sealed inside them, noise once the key is gone, and the rest of
    each payload is ordinary audit data (reading it back shows
    ``{"$personal": {"subject": ..., "erased": true}}`` where a value was);
-5. an ``erasure`` record is appended to the chain, naming the subject and
+5. the memory index (``memory/index.sqlite``, a cache: see ``kernos.memory``)
+   is deleted, since it may hold the subject's opened text; it is rebuilt
+   from the chain when next opened;
+6. an ``erasure`` record is appended to the chain, naming the subject and
    the payloads removed, so ``verify`` knows those payloads are missing on
    purpose; the intent file is removed.
 
@@ -37,6 +40,10 @@ if TYPE_CHECKING:
     from kernos.image import Image
 
 __all__ = ["ErasureReport", "erase", "finish_erasures", "known_subjects"]
+
+MEMORY_INDEX = "memory/index.sqlite"
+"""The memory index (``kernos.memory.index.INDEX_PATH``; named here, not imported, since
+the audit sits below the memory)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +135,7 @@ def _complete(log: AuditLog, subject: str, intent: str) -> ErasureReport:
     refs = _refs_for(log, subject)
     deleted = tuple(ref for ref in refs if log.delete_payload(ref))
     recordings = erase_recordings(log.root, subject, durable=log.durable)
+    (log.root / MEMORY_INDEX).unlink(missing_ok=True)  # a cache holding opened text
     record = log.append({"type": "erasure", "subject": subject, "refs": refs,
                          "key_destroyed": destroyed, "recordings": recordings})
     os.unlink(intent)

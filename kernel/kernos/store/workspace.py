@@ -16,6 +16,9 @@ Layout::
         audit/            the audit log (see kernos.audit.log)
         llm/              LLM requests, answers, recordings and the spending ledger,
                           outside the image: they survive rollbacks (see kernos.llm)
+        memory/index.sqlite  the agents' searchable memory: an SQLite FTS5 cache rebuilt
+                          from the audit chain and the image (see kernos.memory); never
+                          pushed, never forked; delete at will
         remotes.json      this copy's id and its git remotes (see kernos.store.remote)
         remote.git/       staging repository for pushes and fetches, its objects borrowed
                           from history.git (see kernos.store.remote_git; delete at will

@@ -1,0 +1,520 @@
+"""The memory index: SQLite FTS5 beside the history, a cache of the chain and the image.
+
+Schema (``<workspace>/memory/index.sqlite``, format :data:`FORMAT`)::
+
+    meta(key, value)          format, built_index, built_hash: the chain head indexed
+    entries(id, kind, principal, name, op, audit, at, status, title)
+    subjects(entry, subject)  the data subjects whose payloads an entry holds
+    text(body, owner, kind)   FTS5, rowid = entries.id; owner is the principal as one
+                              token (``p`` + UTF-8 hex), so that the principal and
+                              kind filters run inside the MATCH; ranked by
+                              bm25 over ``body`` only (weights 1, 0, 0)
+
+Contract:
+
+* **A cache.** :meth:`MemoryIndex.open` rebuilds the file when it is missing,
+  unreadable or of another format, or when the chain's record at
+  ``built_index`` no longer has ``built_hash`` (the chain was replaced),
+  or when ``memory/index.dirty`` says a write was cut short;
+  otherwise it indexes the records after ``built_index`` (catch-up).  Writes
+  keep their journal in memory (no fsync): a process killed mid-write leaves
+  the ``index.dirty`` mark, and the next open rebuilds.  An OS crash can
+  leave a damaged file the mark does not name: delete the file.
+* **Filtered.** :meth:`MemoryIndex.recall` returns only what ``principal`` may
+  read (see :mod:`kernos.memory`), ranked by bm25 (best first).
+* **Safe queries.** The query is split into words (``\\w+``, at most
+  :data:`MAX_TERMS`, each at most :data:`MAX_TERM_CHARS`), each quoted as an
+  FTS5 string and OR-ed; no user character reaches FTS5 as syntax.
+* **Current.** The runtime calls :meth:`MemoryIndex.catch_up` before a
+  recall (cheap when the chain has not grown); it also notices that an
+  erasure deleted the file (``kernos.audit.erase`` does) and rebuilds.
+  After any rebuild (``rebuilt``) the working and semantic layers are empty
+  until the runtime feeds them again (:func:`kernos.memory.sources.sync_from_image`).
+* **Erasure.** Entries holding a subject's payloads are deleted with
+  ``secure_delete`` on, the FTS segments merged (``optimize``) and the file
+  vacuumed, so the subject's text is no longer in the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernos.audit.log import AuditLog
+from kernos.errors import UsageError
+from kernos.memory.facts import Facts
+
+__all__ = ["FORMAT", "INDEX_PATH", "KINDS", "MAX_TERMS", "MAX_TERM_CHARS", "Memory",
+           "MemoryIndex", "WorkingItem", "fts_query"]
+
+FORMAT = "2"
+INDEX_PATH = "memory/index.sqlite"
+KINDS = frozenset({"working", "episodic", "semantic"})
+MAX_TERMS = 32
+MAX_TERM_CHARS = 64
+MAX_BODY_CHARS = 16_384
+"""Text indexed per entry at most (a big payload is cut, not skipped)."""
+PREVIEW_CHARS = 200
+DIRTY = "index.dirty"
+"""Beside the index while a write runs (the journal is in memory, for speed)."""
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE entries(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, principal TEXT NOT NULL,
+    name TEXT, op INTEGER, audit INTEGER, at TEXT, status TEXT, title TEXT NOT NULL);
+CREATE INDEX entries_owner ON entries(kind, principal);
+CREATE INDEX entries_audit ON entries(audit);
+CREATE TABLE subjects(entry INTEGER NOT NULL, subject TEXT NOT NULL);
+CREATE INDEX subjects_subject ON subjects(subject);
+CREATE VIRTUAL TABLE text USING fts5(body, owner, kind, tokenize='unicode61');
+INSERT INTO text(text, rank) VALUES ('rank', 'bm25(1.0, 0.0, 0.0)');
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkingItem:
+    """A readable name of a namespace, as the working layer holds it."""
+
+    name: str
+    """The variable's name."""
+    type: str
+    """Its type's name."""
+    preview: str
+    """A short preview (cut to PREVIEW_CHARS)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory:
+    """One entry returned by recall."""
+
+    entry: int
+    """Its id in the index (stable until the index is rebuilt)."""
+    kind: str
+    """working, episodic or semantic."""
+    principal: str
+    """Whose it is (the op's principal, the namespace owner, the fact's author)."""
+    text: str
+    """The indexed text."""
+    title: str
+    """A one-line label (``op 12 committed``, ``event orders.new``, ``x: int``, ``fact 3``)."""
+    score: float
+    """bm25 rank (lower is better, as SQLite reports it)."""
+    op: int | None = None
+    """The op, for episodic entries (and the op that stored a fact)."""
+    name: str | None = None
+    """The variable, for working entries."""
+    at: str | None = None
+    """When (UTC)."""
+    status: str | None = None
+    """For episodic entries, the op's status (``void`` once a void record names it)."""
+
+
+def fts_query(query: str, *, join: str = " OR ") -> str | None:
+    """The FTS5 expression for user text: quoted words joined by ``join`` (`` OR `` or
+    `` AND ``); None if there is no word."""
+    if join not in (" OR ", " AND "):
+        raise ValueError(f"join must be ' OR ' or ' AND ', not {join!r}")
+    if type(query) is not str:
+        raise UsageError(f"recall() takes the query as a str, not {type(query).__name__}")
+    words = []
+    for word in _WORD.findall(query)[:MAX_TERMS]:
+        word = word[:MAX_TERM_CHARS]
+        words.append('"' + word.replace('"', '""') + '"')
+    return join.join(dict.fromkeys(words)) if words else None
+
+
+class MemoryIndex:
+    """The memory index of one workspace (see the module docstring for the contract)."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection) -> None:
+        self.path = path
+        self.db = connection
+        self.rebuilt = False
+        """Whether the last open or catch-up rebuilt the index from scratch."""
+        self._identity = _identity(path)
+
+    # -- opening and building -----------------------------------------------------
+
+    @classmethod
+    def open(cls, workspace: Path, log: AuditLog | None = None) -> MemoryIndex:
+        """Open (or build) the index of ``workspace``; catch up with ``log`` if given."""
+        if not workspace.is_dir():
+            raise UsageError(f"there is no workspace at {workspace} to keep a memory index in; "
+                             "open the workspace (or start a kernel on it) first")
+        path = workspace / INDEX_PATH
+        path.parent.mkdir(exist_ok=True)
+        try:
+            index = cls(path, _connect(path))
+        except sqlite3.DatabaseError:  # not a database: a cache, so start again
+            path.unlink()
+            index = cls(path, _connect(path))
+        if not index._usable() or path.with_name(DIRTY).exists():
+            index._recreate()
+        if log is not None:
+            index.catch_up(log)
+        return index
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _usable(self) -> bool:
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            self.db.execute("SELECT count(*) FROM text WHERE text MATCH '\"x\"'").fetchone()
+        except sqlite3.DatabaseError:
+            return False
+        return row is not None and row[0] == FORMAT
+
+    def _recreate(self) -> None:
+        self.db.close()
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        self.path.with_name(DIRTY).unlink(missing_ok=True)
+        self.db = _connect(self.path)
+        with self.db:
+            self.db.executescript(_SCHEMA)
+            self._set("format", FORMAT)
+            self._set("built_index", "-1")
+            self._set("built_hash", "")
+        self.rebuilt = True
+        self._identity = _identity(self.path)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction, marked by the ``index.dirty`` file while it runs: an
+        open that finds the mark (the process died mid-write) rebuilds."""
+        mark = self.path.with_name(DIRTY)
+        mark.touch()
+        with self.db:
+            yield
+        mark.unlink()
+
+    def _replaced(self) -> bool:
+        """Whether the file this connection reads was deleted or replaced under it."""
+        try:
+            now = self.path.stat()
+        except FileNotFoundError:
+            return True
+        return (now.st_dev, now.st_ino) != self._identity
+
+    def _set(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def _get(self, key: str) -> str:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return "" if row is None else str(row[0])
+
+    def built_to(self) -> tuple[int, str]:
+        """(index, hash) of the newest chain record indexed; (-1, '') when none."""
+        return int(self._get("built_index")), self._get("built_hash")
+
+    def catch_up(self, log: AuditLog) -> int:
+        """Index the chain's records after the built head; rebuild if the chain was
+        replaced.  Returns how many records were read."""
+        if self._replaced():  # an erasure deleted the file: start again, from the chain
+            self._recreate()
+        built, digest = self.built_to()
+        if built >= len(log) or (built >= 0 and log.entries[built].hash != digest):
+            self._recreate()
+            built = -1
+        start = built + 1
+        erased: set[str] = set()
+        llm = _llm_store(log)
+        with self._writing():
+            for record in _records_from(log, start):
+                kind = record.get("type")
+                if kind == "op":
+                    self._index_op(log, record, llm)
+                elif kind == "void" and type(record.get("voids")) is int:
+                    self.db.execute("UPDATE entries SET status='void' WHERE audit=?",
+                                    (record["voids"],))
+                elif kind == "erasure":
+                    erased.add(str(record["subject"]))
+            if len(log):
+                self._set("built_index", str(len(log) - 1))
+                self._set("built_hash", log.entries[-1].hash)
+        if erased:
+            self._forget(erased)
+        return len(log) - start
+
+    def _add(self, *, kind: str, principal: str, body: str, title: str,
+             name: str | None = None, op: int | None = None, audit: int | None = None,
+             at: str | None = None, status: str | None = None,
+             subjects: Iterable[str] = ()) -> int:
+        cursor = self.db.execute(
+            "INSERT INTO entries(kind, principal, name, op, audit, at, status, title) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (kind, principal, name, op, audit, at, status, title))
+        entry = cursor.lastrowid
+        assert entry is not None
+        self.db.execute("INSERT INTO text(rowid, body, owner, kind) VALUES (?, ?, ?, ?)",
+                        (entry, body[:MAX_BODY_CHARS], _owner(principal), kind))
+        self.db.executemany("INSERT INTO subjects(entry, subject) VALUES (?, ?)",
+                            [(entry, subject) for subject in sorted(set(subjects))])
+        return entry
+
+    def _index_op(self, log: AuditLog, record: dict[str, Any], llm: Any) -> None:
+        principal = str(record.get("principal"))
+        common: dict[str, Any] = {"kind": "episodic", "principal": principal,
+                                  "op": record.get("op"), "audit": record["index"],
+                                  "at": record.get("finished_at") or record.get("at"),
+                                  "status": record.get("status")}
+        code, code_subjects = _code_text(log, record.get("code"))
+        error = record.get("error") or ""
+        status = record.get("status")
+        self._add(body=f"{status} {error}\n{code}", title=f"op {record.get('op')} {status}",
+                  subjects=code_subjects, **common)
+        for event in record.get("events") or []:
+            subjects = list(event.get("subjects", []))
+            try:
+                payload = (event["payload"] if "payload" in event
+                           else log.resolve_event(event, record)["payload"])
+            except (OSError, ValueError, KeyError):
+                payload = None
+            self._add(body=f"{event.get('topic')} {_flat(payload)}",
+                      title=f"event {event.get('topic')}", subjects=subjects, **common)
+        for call in record.get("llm") or []:
+            text, subjects = _llm_text(llm, call)
+            self._add(body=f"{call.get('model')} {text}", title=f"llm {call.get('model')}",
+                      subjects=subjects, **common)
+
+    # -- the working and semantic layers -------------------------------------------
+
+    def sync_working(self, principal: str, items: Iterable[WorkingItem]) -> None:
+        """Replace the working layer of ``principal``'s namespace with ``items``."""
+        with self._writing():
+            self._drop("working", principal)
+            for item in items:
+                preview = item.preview[:PREVIEW_CHARS]
+                self._add(kind="working", principal=principal, name=item.name,
+                          body=f"{item.name} {item.type} {preview}",
+                          title=f"{item.name}: {item.type}")
+
+    def sync_semantic(self, principal: str, facts: Facts | None) -> None:
+        """Replace ``principal``'s semantic layer with ``facts`` (as the image holds them)."""
+        with self._writing():
+            self._drop("semantic", principal)
+            for fact in (facts.items if facts is not None else []):
+                self._add(kind="semantic", principal=principal, op=fact.op, at=fact.at,
+                          name=str(fact.id), body=f"{fact.text} {' '.join(fact.tags)}",
+                          title=f"fact {fact.id}")
+
+    def semantic_principals(self) -> set[str]:
+        """The principals the semantic layer holds facts of."""
+        return {row[0] for row in self.db.execute(
+            "SELECT DISTINCT principal FROM entries WHERE kind='semantic'")}
+
+    def _drop(self, kind: str, principal: str) -> None:
+        ids = [row[0] for row in self.db.execute(
+            "SELECT id FROM entries WHERE kind=? AND principal=?", (kind, principal))]
+        self._delete(ids)
+
+    def _delete(self, ids: list[int]) -> None:
+        for start in range(0, len(ids), 500):
+            chunk = [(entry,) for entry in ids[start:start + 500]]
+            self.db.executemany("DELETE FROM text WHERE rowid=?", chunk)
+            self.db.executemany("DELETE FROM subjects WHERE entry=?", chunk)
+            self.db.executemany("DELETE FROM entries WHERE id=?", chunk)
+
+    # -- erasure --------------------------------------------------------------------
+
+    def erase_subject(self, subject: str) -> int:
+        """Delete every entry holding ``subject``'s payloads, securely; returns how many."""
+        return self._forget({subject})
+
+    def _forget(self, subjects: set[str]) -> int:
+        marks = ",".join("?" * len(subjects))
+        with self._writing():
+            ids = [row[0] for row in self.db.execute(
+                f"SELECT DISTINCT entry FROM subjects WHERE subject IN ({marks})",
+                sorted(subjects))]
+            self._delete(ids)
+            self.db.execute("INSERT INTO text(text) VALUES ('optimize')")
+        self.db.execute("VACUUM")
+        return len(ids)
+
+    # -- recall ---------------------------------------------------------------------
+
+    def recall(self, query: str, *, principal: str, k: int = 5,
+               kinds: Iterable[str] | None = None,
+               may_read: Callable[[str], bool] | None = None) -> list[Memory]:
+        """The ``k`` best entries for ``query`` that ``principal`` may read."""
+        if type(k) is not int or not 1 <= k <= 1000:
+            raise UsageError(f"recall() takes k from 1 to 1000, not {k!r}")
+        chosen = KINDS if kinds is None else _kinds(kinds)
+        every = fts_query(query, join=" AND ")
+        if every is None or not chosen:
+            return []
+        found = self._recall(every, principal, k, chosen, may_read)
+        some = fts_query(query)
+        if len(found) < k and some != every:  # then entries with only some of the words
+            seen = {memory.entry for memory in found}
+            more = self._recall(f"({some}) NOT ({every})", principal, k, chosen, may_read)
+            found += [memory for memory in more if memory.entry not in seen][:k - len(found)]
+        return found
+
+    def _recall(self, expression: str, principal: str, k: int, chosen: frozenset[str],
+                may_read: Callable[[str], bool] | None) -> list[Memory]:
+        kind_filter = " OR ".join(f'"{kind}"' for kind in sorted(chosen))
+        mine = (f'owner : "{_owner(principal)}" AND kind : ({kind_filter}) '
+                f"AND ({expression})")
+        found = self._ranked(mine, k, None)
+        if "working" in chosen and may_read is not None:
+            theirs = f'(kind : "working" AND ({expression})) NOT owner : "{_owner(principal)}"'
+            found += self._ranked(theirs, k, may_read)
+            found.sort(key=lambda memory: memory.score)
+        return found[:k]
+
+    def _ranked(self, expression: str, k: int,
+                may_read: Callable[[str], bool] | None) -> list[Memory]:
+        """The best ``k`` entries matching ``expression`` (those ``may_read`` lets through)."""
+        limit = k if may_read is None else -1
+        rows = self.db.execute(
+            "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.status, e.title, t.body, "
+            "t.score FROM "
+            "(SELECT rowid, body, rank AS score FROM text WHERE text MATCH ? "
+            "ORDER BY rank LIMIT ?) t JOIN entries e ON e.id = t.rowid ORDER BY t.score",
+            (expression, limit))
+        found: list[Memory] = []
+        for entry, kind, owner, name, op, at, status, title, body, score in rows:
+            if may_read is not None and (name is None or not may_read(name)):
+                continue
+            found.append(Memory(entry=entry, kind=kind, principal=owner, text=body, title=title,
+                                score=float(score), op=op, name=name, at=at, status=status))
+            if len(found) >= k:
+                break
+        return found
+
+    def context(self, query: str, *, principal: str, max_tokens: int,
+                kinds: Iterable[str] | None = None,
+                may_read: Callable[[str], bool] | None = None,
+                counter: Callable[[str], int] | None = None) -> str:
+        """The most relevant memories for ``query``, one per line, within ``max_tokens``."""
+        from kernos.memory.context import count_tokens, render
+
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise UsageError(f"context() takes max_tokens as a positive int, not {max_tokens!r}")
+        count = counter or count_tokens
+        lines: list[str] = []
+        used = 0
+        for memory in self.recall(query, principal=principal, k=50, kinds=kinds,
+                                  may_read=may_read):
+            line = render(memory)
+            cost = count(line + "\n")
+            if used + cost > max_tokens:
+                continue
+            lines.append(line)
+            used += cost
+        return "\n".join(lines)
+
+    def count(self) -> dict[str, int]:
+        """Entries per kind."""
+        return {kind: n for kind, n in self.db.execute(
+            "SELECT kind, count(*) FROM entries GROUP BY kind")}
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (found.st_dev, found.st_ino)
+
+
+def _records_from(log: AuditLog, start: int) -> Iterator[dict[str, Any]]:
+    """The chain's records from ``start``, read in one pass (not one open per record)."""
+    if start >= len(log):
+        return
+    end = len(log)
+    with open(log.path, "rb") as chain:
+        chain.seek(log.entries[start].offset)
+        for _position in range(start, end):
+            record: dict[str, Any] = json.loads(chain.readline())
+            yield record
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+    connection.execute("PRAGMA secure_delete=ON")
+    connection.execute("PRAGMA journal_mode=MEMORY")
+    connection.execute("PRAGMA synchronous=OFF")
+    return connection
+
+
+def _owner(principal: str) -> str:
+    """A principal as one FTS5 token (hex digits only: nothing in it is syntax)."""
+    return "p" + principal.encode("utf-8", "surrogatepass").hex()
+
+
+def _kinds(kinds: Iterable[str]) -> frozenset[str]:
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    chosen = frozenset(kinds)
+    unknown = chosen - KINDS
+    if unknown:
+        raise UsageError(f"recall() knows the kinds {sorted(KINDS)}, not {sorted(unknown)}")
+    return chosen
+
+
+def _code_text(log: AuditLog, code: object) -> tuple[str, list[str]]:
+    if not isinstance(code, dict):
+        return "", []
+    if "text" in code:
+        return str(code["text"]), []
+    subjects = [str(subject) for subject in code.get("sealed", [])]
+    data = log.payload(str(code.get("ref")))
+    if data is None:
+        return "", subjects
+    if subjects:
+        opened = log.keyring.open(subjects, data)
+        return ("" if opened is None else opened.decode("utf-8", "replace")), subjects
+    return data.decode("utf-8", "replace"), []
+
+
+def _flat(value: object) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _llm_store(log: AuditLog) -> Any:
+    from kernos.llm._store import LlmStore
+
+    if not (log.root / "llm").is_dir():
+        return None
+    return LlmStore(log.root, durable=False, keyring=log.keyring)
+
+
+def _llm_text(store: Any, call: dict[str, Any]) -> tuple[str, list[str]]:
+    """The request and response of one recorded call, and the subjects they were sealed for."""
+    from kernos.llm._store import SEALED
+
+    if store is None:
+        return "", []
+    parts: list[str] = []
+    subjects: set[str] = set()
+    for key in ("request", "response"):
+        name = call.get(key)
+        if type(name) is not str:
+            continue
+        try:
+            raw = json.loads((store.objects / f"{name}.json").read_bytes())
+            if isinstance(raw, dict) and isinstance(raw.get(SEALED), dict):
+                subjects |= {str(s) for s in raw[SEALED].get("subjects", [])}
+            parts.append(_flat(store.get(name)))
+        except Exception:  # missing or erased recording: index what remains
+            continue
+    return " ".join(parts), sorted(subjects)
+
+
+def iter_entries(index: MemoryIndex) -> Iterator[tuple[str, str, str]]:
+    """(kind, principal, body) of every entry (for tests and inspection)."""
+    yield from index.db.execute(
+        "SELECT e.kind, e.principal, text.body FROM entries e JOIN text ON text.rowid = e.id")
