@@ -163,7 +163,10 @@ def test_a_kernel_shut_down_while_a_loop_turns_exits_cleanly_and_the_next_resume
                  f"agents.loop('busy', {STEP!r}, every_ms=0, max_iterations=100000)")
         reply = client.execute(start, reply=True, timeout=60)
         assert reply["content"]["status"] == "ok", reply["content"]
-        time.sleep(0.5)  # some iterations, and one running or about to when the request comes
+        deadline = time.monotonic() + 120
+        while iteration_of(client) < 20:  # running, one iteration after another
+            assert time.monotonic() < deadline, "the loop never turned"
+            time.sleep(0.05)
         client.shutdown()
         stderr = process.communicate(timeout=60)[1]
     assert process.returncode == 0, (process.returncode, stderr)
@@ -177,3 +180,17 @@ def test_a_kernel_shut_down_while_a_loop_turns_exits_cleanly_and_the_next_resume
     committed(kernel, "agents.stop('busy')")
     final = loop_of(kernel, "busy")
     assert names_of(kernel, "busy")["seen"] == list(range(final["iteration"]))
+
+
+def iteration_of(client: Any) -> int:
+    """The first loop's iteration, through a raw kernel client."""
+    printed: list[str] = []
+
+    def collect(message: dict[str, Any]) -> None:
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+
+    reply = client.execute_interactive("print(agents.loops()[0]['iteration'])",
+                                       output_hook=collect, timeout=60)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return int("".join(printed).strip())
