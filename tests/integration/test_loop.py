@@ -188,3 +188,29 @@ def test_bad_input_is_refused_clearly_and_the_image_is_unchanged(kernel: Kernel)
                    "only in the step of your own loop")
     assert "Traceback" not in error_text(result)
     assert (kernel.value("agents.loops()"), names_of(kernel, "solo")) == before
+
+
+def test_an_iterations_external_effect_runs_once_after_it_commits(kernel: Kernel,
+                                                                   tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    committed(kernel, f"""
+def pay(amount, idempotency_key):
+    with open({str(ledger)!r}, "a") as out:
+        out.write(idempotency_key + "\\n")
+    return {{"paid": amount}}
+agents.register_tool("pay", pay, description="pays", effect="external", schema={{
+    "type": "object", "properties": {{"amount": {{"type": "integer"}}}},
+    "required": ["amount"]}})
+agents.add("payer")
+agents.grant("payer", "call:pay")
+agents.loop("payer", "call('pay', amount=loop_state()['iteration'])", max_iterations=3)
+""")
+    # No cell runs meanwhile (a cell would run queued effects too): the driver runs them.
+    deadline = time.monotonic() + WAIT
+    while len(ledger.read_text().split() if ledger.exists() else []) < 3:
+        assert time.monotonic() < deadline, "the iterations' effects did not run"
+        time.sleep(0.05)
+    assert wait_for(kernel, "payer", lambda s: s["status"] == "finished")["iteration"] == 3
+    assert len(kernel.value("agents.effects('done')")) == 3
+    keys = ledger.read_text().split()
+    assert len(keys) == 3 and len(set(keys)) == 3, keys
