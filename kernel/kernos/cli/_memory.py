@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from kernos.cli._common import Exit, emit_json, plural
+from kernos.cli._common import Exit, emit_json
 from kernos.cli._progress import Progress
 
 __all__ = ["add_memory", "memory"]
@@ -63,10 +63,10 @@ def memory(args: argparse.Namespace, path: Path, progress: Progress) -> int:
                   f": {text[:200]}")
         return Exit.OK
     entries = found.get("entries") or {}
-    what = ", ".join(plural(int(entries.get(kind, 0)), f"{kind} entry").replace(
-        "entrys", "entries") for kind in ("working", "episodic", "semantic"))
+    what = ", ".join(f"{int(entries.get(kind, 0))} {kind}"
+                     for kind in ("working", "episodic", "semantic"))
     built = found.get("built_to") or {}
     done = "Rebuilt" if args.memory_command == "rebuild" else "Index"
-    print(f"{done} {found.get('path')}: {what}; built to audit record {built.get('index')} "
+    print(f"{done} {found.get('path')}: entries {what}; built to audit record {built.get('index')} "
           f"({int(found.get('bytes') or 0):,} bytes)")
     return Exit.OK
