@@ -306,7 +306,7 @@ class MemoryIndex:
             self._drop("semantic", principal)
             for fact in (facts.items if facts is not None else []):
                 self._add(kind="semantic", principal=principal, op=fact.op, at=fact.at,
-                          name=str(fact.id), body=f"{fact.text} {' '.join(fact.tags)}",
+                          name=str(fact.id), body=" ".join((fact.text, *fact.tags)),
                           title=f"fact {fact.id}")
 
     def semantic_principals(self) -> set[str]:
