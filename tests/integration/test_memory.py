@@ -138,7 +138,7 @@ def test_context_and_facts_roll_back_with_their_op(tmp_path: Path) -> None:
         assert [memory["text"] for memory in found] == ["wombat diet is grass"]
         shown = client.op("print(context(40))", principal="alice").output
         facts = [line for line in shown.splitlines() if line.startswith("[semantic")]
-        assert facts == ["[semantic op %d] wombat diet is grass" % found[0]["op"]], shown
+        assert facts == [f"[semantic op {found[0]['op']}] wombat diet is grass"], shown
         # A tiny budget gives an empty context, never more than asked.
         assert client.op("print(repr(context(1)))", principal="alice").output.strip() == "''"
         # The harness remember is an op by the principal, with the fact in the image.
