@@ -8,6 +8,7 @@ does; ``--no-start`` refuses instead, exit 4).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +18,34 @@ from kernos.cli._progress import Progress
 __all__ = ["add_memory", "memory"]
 
 
-def add_memory(add: Any) -> None:
+def add_memory(add: Any, parents: Mapping[str, argparse.ArgumentParser]) -> None:
     """The ``memory`` subcommand and its three commands (``add`` is build_parser's)."""
+    from kernos.cli._parser import EXIT_STATUSES
+
     memory = add("memory", "search the agents' memory, or rebuild or describe its index",
-                 "workspace", "json", "progress", "start",
                  description="Search the memory (past ops, stored facts, names) as the human "
                              "or as an agent (what its grants let it recall), or rebuild or "
                              "describe the index, through the running kernel (one is started "
                              "for this command if none runs).")
-    commands = memory.add_subparsers(dest="memory_command", required=True, metavar="COMMAND")
-    recall = commands.add_parser("recall", help="the memories best matching QUERY",
-                                 description="The memories best matching QUERY, best first.")
+    commands = memory.add_subparsers(dest="memory_command", required=True,
+                                     metavar="SUBCOMMAND", parser_class=type(memory))
+    uses = [parents[use] for use in ("workspace", "json", "progress", "start")]
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        made: argparse.ArgumentParser = commands.add_parser(name, help=help_text, parents=uses, epilog=EXIT_STATUSES,
+                                   description=help_text[0].upper() + help_text[1:] + ".",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        return made
+
+    recall = command("recall", "the memories best matching QUERY, best first")
     recall.add_argument("query", metavar="QUERY", help="words to look for")
     recall.add_argument("--as", dest="as_", metavar="NAME",
                         help="as this agent: only what it may recall (default: the human)")
     recall.add_argument("--kinds", metavar="KINDS",
                         help="comma-separated layers: working, episodic, semantic")
     recall.add_argument("-k", type=int, default=5, metavar="N", help="at most N (default 5)")
-    commands.add_parser("rebuild", help="rebuild the index from the audit chain and the image")
-    commands.add_parser("stats", help="entries per kind, the chain head indexed, the file")
+    command("rebuild", "rebuild the index from the audit chain and the image")
+    command("stats", "the index: entries per kind, the chain head indexed, its file")
 
 
 def memory(args: argparse.Namespace, path: Path, progress: Progress) -> int:

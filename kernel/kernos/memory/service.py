@@ -135,6 +135,8 @@ class ImageMemory:
         path.unlink(missing_ok=True)
         index = self.index()
         self._feed_human(index)
+        for agent in self._agents():
+            self._feed_agent(index, agent)
         for principal in self._fact_holders():
             self._feed_facts(index, principal)
         return index.count()
@@ -200,6 +202,13 @@ class ImageMemory:
         if self._changed("semantic", principal, digest):
             index.sync_semantic(principal, facts)
 
+    def _agents(self) -> list[str]:
+        from kernos.agents.runtime import namespace_key
+
+        prefix = namespace_key("")
+        return sorted(name[len(prefix):] for name in self.image.system
+                      if name.startswith(prefix))
+
     def _fact_holders(self) -> list[str]:
         prefix = facts_name("")
         return sorted(name[len(prefix):] for name in self.image.system
@@ -254,7 +263,7 @@ class ImageMemory:
             answer = [plain(memory) for memory in found]
             subjects = frozenset(index.subjects_of(memory.entry for memory in found))
         if op is not None:
-            op.recalls.append((request, json.dumps(answer, sort_keys=True, ensure_ascii=False),
+            op.recalls.append((request, json.dumps(answer, ensure_ascii=False),
                                subjects))
         return answer
 
