@@ -32,9 +32,10 @@ def add_memory(add: Any, parents: Mapping[str, argparse.ArgumentParser]) -> None
     uses = [parents[use] for use in ("workspace", "json", "progress", "start")]
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        made: argparse.ArgumentParser = commands.add_parser(name, help=help_text, parents=uses, epilog=EXIT_STATUSES,
-                                   description=help_text[0].upper() + help_text[1:] + ".",
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        made: argparse.ArgumentParser = commands.add_parser(
+            name, help=help_text, parents=uses, epilog=EXIT_STATUSES,
+            description=help_text[0].upper() + help_text[1:] + ".",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
         return made
 
     recall = command("recall", "the memories best matching QUERY, best first")
