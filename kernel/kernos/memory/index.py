@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernos import _faults
 from kernos.audit.log import AuditLog
 from kernos.errors import UsageError
 from kernos.memory.facts import Facts
@@ -340,7 +341,10 @@ class MemoryIndex:
                 sorted(subjects))]
             self._delete(ids)
             self.db.execute("INSERT INTO text(text) VALUES ('optimize')")
-        self.db.execute("VACUUM")
+        # Deleted and merged, not yet vacuumed: secure_delete has zeroed the freed cells
+        # and pages already (a process killed here leaves none of the text behind).
+        _faults.point("memory.erased")
+        self.db.execute("VACUUM")  # and no free page is left in the file either
         return len(ids)
 
     # -- recall ---------------------------------------------------------------------
