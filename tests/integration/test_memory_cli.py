@@ -116,3 +116,15 @@ def _recalls(workspace: Path) -> list[object]:
     return [(record["op"], item["request"], item["answer"].get("sha256"))
             for record in records if record.get("type") == "op"
             for item in record.get("memory") or []]
+
+
+def test_help() -> None:
+    listed = cli("--help").stdout
+    assert "memory" in listed
+    for command in ("memory", "memory recall", "memory rebuild", "memory stats"):
+        shown = cli(*command.split(), "--help")
+        assert shown.returncode == 0 and "usage: kernos " + command in shown.stdout, shown
+    for sub in ("recall", "rebuild", "stats"):
+        shown = cli("memory", sub, "--help").stdout
+        assert "exit status:" in shown and "--workspace" in shown and "--json" in shown
+    assert "--as NAME" in cli("memory", "recall", "--help").stdout
