@@ -11,8 +11,9 @@ everywhere on disk, without rewriting history:
 4. the code of the ops that tagged the subject's values, stored sealed as
    audit payloads, is deleted as well, and so are the recorded answers of
    recalls that held the subject's text (``memory``, kernos.memory).  Event
-   payloads stay: their personal values are sealed inside them, noise once the key is gone, and the rest of
-   each payload is ordinary audit data (reading it back shows
+   payloads stay: their personal values are sealed inside them, noise once
+   the key is gone, and the rest of each payload is ordinary audit data
+   (reading it back shows
    ``{"$personal": {"subject": ..., "erased": true}}`` where a value was);
 5. the memory index (``memory/index.sqlite``, a cache: see ``kernos.memory``)
    is deleted, since it may hold the subject's opened text; it is rebuilt
