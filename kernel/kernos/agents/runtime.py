@@ -894,7 +894,8 @@ class AgentRuntime:
             from kernos.memory import context as memory_context  # with litellm's counter
 
             memory_context.warm()
-            self.memory.index()  # opened (or rebuilt) and caught up before the deadline
+            if self.memory.replaying is None:  # a replay answers from the records
+                self.memory.index()  # opened (or rebuilt) and caught up before the deadline
 
 
 def _tool_label(author: str, name: object, version: int) -> str:
