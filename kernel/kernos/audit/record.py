@@ -123,6 +123,9 @@ class AuditParticipant:
             body["key"] = op.key
         if op.llm_calls:  # absent otherwise, like ``key``
             body["llm"] = [dict(call) for call in op.llm_calls]
+        for name in ("circuit", "circuit_skipped"):  # the supervisor's (absent otherwise)
+            if name in op.facts:
+                body[name] = op.facts[name]
         return body
 
     # -- two-phase commit ----------------------------------------------------------
