@@ -120,7 +120,10 @@ def test_an_open_circuit_refuses_every_path_until_the_human_resets_it(
             for _ in range(2):
                 failed = kernel.run("%%agent alice\nn = 99\n1/0")
                 assert failed.rolled_back or failed.kernos["status"] == "failed"
+            tripped = (await client.request("circuit", agent="alice"))["circuits"]["alice"]
+            assert tripped is not None and tripped["policy"] == "failures"
             # announced at once: by an op of the supervisor's, before any other op
+            # (``circuit`` is a read: it runs no op, so it announces nothing)
             event = await events.get(timeout=TIMEOUT)
             assert event["topic"] == "kernos.circuit.open"
             assert event["payload"]["agent"] == "alice"
