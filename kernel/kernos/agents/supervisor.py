@@ -453,9 +453,10 @@ class Breakers:
 
         Events are transactional: one emitted in the refused op would roll back
         with it.  So a trip is announced by the next op that *commits* and calls
-        this (the human's reset does; issue 20 wires it after each cell and
-        loop iteration); an ``announced`` journal line is written when that op
-        commits, so a rolled-back announcement is made again next time.
+        this (the human's reset does, and ``HarnessService.announce_trips``
+        runs an op for it after every cell and harness op); an ``announced``
+        journal line is written when that op commits, so a rolled-back
+        announcement is made again next time.
         """
         op = self.runtime._op()
         pending = self.pending()
