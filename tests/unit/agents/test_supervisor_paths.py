@@ -100,12 +100,12 @@ def test_the_burn_check_reads_only_what_the_ledger_gained(env) -> None:  # type:
     now = time.time()
     assert breakers.burn("alice", now) == (60, 0)
     size = (env.path / LEDGER_FILE).stat().st_size
-    assert breakers._burn_offset == size
+    assert breakers._burn.offset == size
     charge(env, "alice", 40)
     assert breakers.burn("alice", now) == (100, 0)
-    assert breakers._burn_offset == (env.path / LEDGER_FILE).stat().st_size > size
+    assert breakers._burn.offset == (env.path / LEDGER_FILE).stat().st_size > size
     assert breakers.burn("alice", now + 61) == (0, 0)
-    assert breakers._burn_calls == {}                      # nothing older than the window
+    assert breakers._burn.calls == {}                      # nothing older than the window
 
 
 def test_a_long_journal_is_compacted_on_open_into_the_same_state(env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
