@@ -56,6 +56,7 @@ from kernos.op import Op
 
 if TYPE_CHECKING:
     from kernos.llm import Budget, Completion, LlmClient, Request, Spent
+    from kernos.memory.service import ImageMemory
     from kernos.personal import Keyring
 
 __all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key"]
@@ -131,6 +132,7 @@ class AgentRuntime:
                                authorize=self._authorize_event, principal=self._principal)
         self.effects = EffectRunner(self)
         self._breakers: Breakers | None = None
+        self._memory: ImageMemory | None = None
         """Executes external effects after their op commits (see kernos.effects)."""
 
     @property
@@ -139,6 +141,15 @@ class AgentRuntime:
         if self._breakers is None:
             self._breakers = Breakers(self)
         return self._breakers
+
+    @property
+    def memory(self) -> ImageMemory:
+        """The image's searchable memory (kernos.memory), opened on first use."""
+        if self._memory is None:
+            from kernos.memory.service import ImageMemory
+
+            self._memory = ImageMemory(self.image)
+        return self._memory
 
     # -- state in the image ------------------------------------------------------
 
@@ -884,12 +895,20 @@ class AgentRuntime:
         return described
 
     def _llm_warm(self, principal: str) -> None:
-        """Import litellm before an agent that may call it starts its deadline (it is slow)."""
-        if any(grant.kind == "llm" and grant.active for grant in self.registry.of(principal)):
+        """Import litellm before an agent that may call it starts its deadline (it is slow);
+        for an agent that may recall, open the memory index too."""
+        held = [grant for grant in self.registry.of(principal) if grant.active]
+        if any(grant.kind == "llm" for grant in held):
             from kernos.llm import _provider
 
             with contextlib.suppress(KernosError):  # no litellm: its first call says so
                 _provider.warm()
+        if any(grant.capability == "memory:read" for grant in held):  # context() counts
+            from kernos.memory import context as memory_context  # with litellm's counter
+
+            memory_context.warm()
+            if self.memory.replaying is None:  # a replay answers from the records
+                self.memory.index()  # opened (or rebuilt) and caught up before the deadline
 
 
 def _tool_label(author: str, name: object, version: int) -> str:

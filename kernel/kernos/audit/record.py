@@ -123,6 +123,9 @@ class AuditParticipant:
             body["key"] = op.key
         if op.llm_calls:  # absent otherwise, like ``key``
             body["llm"] = [dict(call) for call in op.llm_calls]
+        if op.recalls:  # absent otherwise, like ``key``; sealed when it holds a subject's text
+            body["memory"] = [{"request": request, "answer": code_field(self.log, answer, subjects)}
+                              for request, answer, subjects in op.recalls]
         for name in ("circuit", "circuit_skipped"):  # the supervisor's (absent otherwise)
             if name in op.facts:
                 body[name] = op.facts[name]
