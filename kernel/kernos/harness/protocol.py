@@ -159,6 +159,10 @@ Actions and their fields (``?`` marks an optional field):
     commit, and for ops recorded before Kernos kept them) are the image's
     size and the history's size on disk after the op.
 
+``loops``, ``circuits``, ``memory`` (reads) and ``set_loop``, ``reset_circuit``
+(ops by ``human``): the inspector's view of agents' loops, circuit breakers and
+memory; see ``kernos.harness.agent_views``.
+
 Limits: a request over ``max_request_bytes`` (the kernel's
 ``KERNOS_MAX_SOURCE_BYTES``, 4 MiB by default) is refused with kind
 ``oversized`` before it is parsed further.
@@ -264,12 +268,19 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "stats": {"limit": _f(_INT)},
     "refused": {"principal": _f(_STR, True), "via": _f(_STR, True), "what": _f(_STR, True),
                 "problem": _f(_STR, True)},
+    # The inspector's Agents tab (kernos.harness.agent_views).
+    "loops": {},
+    "circuits": {},
+    "memory": {"query": _f(_STR), "principal": _f(_STR), "k": _f(_INT), "kinds": _f(_LIST)},
+    "set_loop": {"agent": _f(_STR, True), "status": _f(_STR, True), "reason": _f(_STR)},
+    "reset_circuit": {"agent": _f(_STR, True), "restore": _f((bool,))},
 }
 
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
-MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout"})
+MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "set_loop",
+                      "reset_circuit"})
 """Actions that run as an op (and so wait for the op lock and write history)."""
 
 
@@ -401,6 +412,10 @@ def _check_action(action: str, fields: dict[str, Any]) -> None:
             raise ProtocolError("malformed", "add_agent: 'limits' maps limit names to ints")
     if action == "events" and "since" in fields and "op" in fields:
         raise ProtocolError("malformed", "events: give either 'since' or 'op', not both")
+    if action in ("set_loop", "memory"):
+        from kernos.harness.agent_views import check_fields
+
+        check_fields(action, fields)
 
 
 def _parse_expect(expect: dict[str, Any]) -> dict[str, Any]:

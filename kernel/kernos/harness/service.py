@@ -59,6 +59,7 @@ from kernos.errors import (
     UnknownTool,
     UsageError,
 )
+from kernos.harness.agent_views import AgentViews
 from kernos.harness.protocol import (
     ACTIONS,
     MUTATING,
@@ -129,7 +130,7 @@ class _Conflict(Exception):
         self.versions = versions
 
 
-class HarnessService:
+class HarnessService(AgentViews):
     """Harness requests against one image.  Not thread-safe: one request at a time."""
 
     def __init__(self, image: Image, runtime: AgentRuntime, *,

@@ -11,9 +11,10 @@ A :class:`Backend` has two methods:
     ``content`` is a harness request (``{"v": 1, "action": ..., ...}``) and
     the reply is the harness reply, exactly as ``kernos_reply`` carries it.
     Only the actions in :data:`ALLOWED` are served; any other is refused
-    with an error reply of kind ``denied``.  ``checkout`` runs as an op by
-    ``human``, serialized with every other op; while it loads the snapshot,
-    the backend's watchers are told its progress.  ``fork`` makes a new
+    with an error reply of kind ``denied``.  ``checkout``, ``set_loop`` and
+    ``reset_circuit`` run as ops by ``human``, serialized with every other
+    op; while a checkout loads the snapshot, the backend's watchers are told
+    its progress.  ``fork`` makes a new
     workspace beside this one (``kernos.fork``); it reads this one only.
 
 ``watch(callback) -> unwatch``
@@ -48,7 +49,7 @@ from typing import Any, Protocol
 
 from kernos.harness.protocol import VERSION, ProtocolError, error_reply
 
-__all__ = ["ALLOWED", "Backend", "Notice", "ServiceBackend", "Watchers"]
+__all__ = ["ALLOWED", "CHANGES", "Backend", "Notice", "ServiceBackend", "Watchers"]
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +57,13 @@ Notice = dict[str, Any]
 
 ALLOWED = frozenset({"hello", "versions", "objects", "object", "grants", "agents", "tools",
                      "log", "show", "diff", "events", "audit", "status", "stats", "checkout",
-                     "fork"})
-"""Reads, checkout (the one change to the image an inspector makes, after the user
-confirms) and fork (a new workspace beside this one, which this one's image never sees)."""
+                     "fork", "loops", "circuits", "memory", "set_loop", "reset_circuit"})
+"""Reads; checkout (after the user confirms); fork (a new workspace beside this one, which
+this one's image never sees); and the human's controls of agents: pausing, resuming or
+stopping a loop (``set_loop``) and closing a circuit (``reset_circuit``), each an op by
+``human``.  Never ``op``: an inspector runs no code."""
+CHANGES = frozenset({"checkout", "set_loop", "reset_circuit"})
+"""The allowed actions that are ops (they cannot run from inside a cell, itself an op)."""
 
 
 class Backend(Protocol):
@@ -74,7 +79,8 @@ def refuse(content: object) -> dict[str, Any] | None:
         return None
     shown = action if type(action) is str else None
     return error_reply(shown[:40] if shown else None, ProtocolError(
-        "denied", f"an inspector may only read, check out and fork; the actions it may send are "
+        "denied", f"an inspector may only read, check out, fork, pause, resume or stop a "
+        f"loop and reset a circuit; the actions it may send are "
         f"{', '.join(sorted(ALLOWED))}. Run changes as cells or through kernos.client."))
 
 
