@@ -29,7 +29,7 @@ export const MAX_SNAPSHOTS = 200;
 export type JSONPrimitive = string | number | boolean | null;
 
 /** A harness request's fields besides `v` and `action`. */
-export type RequestFields = Record<string, string | number | undefined>;
+export type RequestFields = Record<string, string | number | boolean | string[] | undefined>;
 
 /** The one function all kernel traffic goes through (mocked in tests). */
 export type Requester = <T = any>(
@@ -172,6 +172,55 @@ export interface IStats {
   ops: IOpStat[];
   image_bytes: number | null;
   history_bytes: number | null;
+}
+
+/** Why an agent's circuit is open (kernos.agents.supervisor.Trip). */
+export interface ITrip {
+  agent: string;
+  policy: string;
+  limit: number;
+  figures: Record<string, unknown>;
+  message: string;
+  op: number | null;
+  at: string | null;
+}
+
+/** An agent's loop (LoopState.describe()), and its circuit if it is tripped. */
+export interface ILoop {
+  agent: string;
+  status: string;
+  iteration: number;
+  pending: number;
+  last_op: number | null;
+  reason: string | null;
+  circuit: ITrip | null;
+}
+
+/** An agent's effective circuit-breaker policy and its circuit. */
+export interface ICircuit {
+  agent: string;
+  policy: Record<string, number | boolean>;
+  circuit: ITrip | null;
+  safe_op: number | null;
+}
+
+/** One recalled memory. */
+export interface IMemory {
+  kind: string;
+  title: string;
+  op: number | null;
+  principal: string;
+  name: string | null;
+  at: string | null;
+  status: string | null;
+  text: string;
+}
+
+/** The `memory` read: entries per layer, and what a recall found. */
+export interface IMemoryView {
+  counts: Record<string, number>;
+  principal: string;
+  results: IMemory[] | null;
 }
 
 /** A view of the panel: one tab's content. */

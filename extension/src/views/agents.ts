@@ -1,0 +1,321 @@
+/**
+ * Agents: every agent's loop (pause, resume, stop), its circuit breaker
+ * (policy, why it is open, reset) and the memory index (counts per layer, and
+ * a search: recall as the human or as a chosen agent).  The buttons send the
+ * kernel's `set_loop` and `reset_circuit` actions, each an op by `human`;
+ * their committed notice refreshes this view.  Every string shown came from
+ * agent code: it only ever becomes text.
+ */
+
+import { clear, describeError, h, text } from '../dom';
+import { ICircuit, ILoop, IMemoryView, IView, Requester } from '../tokens';
+import { StatusReporter } from './history';
+
+const LOOP_HEADERS = ['Agent', 'Status', 'Iteration', 'Pending', 'Last op', 'Reason', ''];
+const CIRCUIT_HEADERS = ['Agent', 'Policy', 'Circuit', ''];
+const MEMORY_HEADERS = ['Kind', 'Title', 'Op', 'Whose', 'Text'];
+const RECALL_K = 10;
+
+export class AgentsView implements IView {
+  readonly node: HTMLElement;
+
+  constructor(
+    private readonly _request: Requester,
+    private readonly _report: StatusReporter
+  ) {
+    this._loops = h('tbody');
+    this._circuits = h('tbody');
+    this._results = h('tbody');
+    this._message = h('div', { className: 'kernos-view-message' });
+    this._counts = h('div', { className: 'kernos-memory-counts', testid: 'kernos-memory-counts' });
+    this._query = h('input', {
+      className: 'kernos-memory-query',
+      testid: 'kernos-memory-query',
+      attrs: { type: 'search', 'aria-label': 'Recall', placeholder: 'words to recall…' }
+    });
+    this._as = h('select', {
+      className: 'kernos-memory-as',
+      testid: 'kernos-memory-as',
+      attrs: { 'aria-label': 'Recall as' }
+    });
+    this._as.append(h('option', { text: 'human', attrs: { value: 'human' } }));
+    const search = h('button', {
+      className: 'kernos-button',
+      testid: 'kernos-memory-search',
+      text: 'Search',
+      attrs: { type: 'button' }
+    });
+    search.addEventListener('click', () => void this._search());
+    this._query.addEventListener('keydown', event => {
+      if (event.key === 'Enter') {
+        void this._search();
+      }
+    });
+    this._found = h('div', { className: 'kernos-view-message', testid: 'kernos-memory-found' });
+    this.node = h(
+      'div',
+      { className: 'kernos-view kernos-agents-view' },
+      this._message,
+      h('h3', { className: 'kernos-section', text: 'Loops' }),
+      table('kernos-loops', LOOP_HEADERS, this._loops),
+      h('h3', { className: 'kernos-section', text: 'Circuits' }),
+      table('kernos-circuits', CIRCUIT_HEADERS, this._circuits),
+      h('h3', { className: 'kernos-section', text: 'Memory' }),
+      this._counts,
+      h('div', { className: 'kernos-memory-search' }, this._query, this._as, search),
+      this._found,
+      table('kernos-memory-results', MEMORY_HEADERS, this._results)
+    );
+  }
+
+  async refresh(): Promise<void> {
+    const generation = ++this._generation;
+    try {
+      const [loops, circuits, memory] = await Promise.all([
+        this._request<{ loops: ILoop[] }>('loops'),
+        this._request<{ circuits: ICircuit[] }>('circuits'),
+        this._request<IMemoryView>('memory')
+      ]);
+      if (generation !== this._generation) {
+        return;
+      }
+      this._message.textContent = '';
+      this._drawLoops(loops.loops);
+      this._drawCircuits(circuits.circuits);
+      this._drawCounts(memory.counts);
+    } catch (error) {
+      if (generation === this._generation) {
+        this._message.textContent = `Could not read loops, circuits or memory: ${describeError(error)}`;
+      }
+    }
+    if (this._searched) {
+      await this._search();
+    }
+  }
+
+  async committed(): Promise<void> {
+    await this.refresh();
+  }
+
+  clear(): void {
+    this._generation += 1;
+    this._searchGeneration += 1;
+    this._searched = false;
+    for (const node of [this._loops, this._circuits, this._results, this._counts]) {
+      clear(node);
+    }
+    this._message.textContent = '';
+    this._found.textContent = '';
+  }
+
+  private _drawLoops(loops: ILoop[]): void {
+    clear(this._loops);
+    for (const loop of loops) {
+      const tripped = loop.circuit !== null && loop.circuit !== undefined;
+      const live = loop.status === 'running' || loop.status === 'paused';
+      const actions = h('td', { className: 'kernos-row-actions' });
+      if (live) {
+        if (loop.status === 'running') {
+          actions.append(this._button('Pause', 'kernos-loop-pause', loop.agent, () =>
+            this._setLoop(loop.agent, 'paused')));
+        } else {
+          actions.append(this._button('Resume', 'kernos-loop-resume', loop.agent, () =>
+            this._setLoop(loop.agent, 'running')));
+        }
+        actions.append(this._button('Stop', 'kernos-loop-stop', loop.agent, () =>
+          this._setLoop(loop.agent, 'stopped')));
+      }
+      this._loops.append(
+        h(
+          'tr',
+          {
+            className: tripped ? 'kernos-tripped' : '',
+            attrs: { 'data-agent': loop.agent, 'data-status': loop.status, 'data-tripped': String(tripped) }
+          },
+          h('td', { text: loop.agent }),
+          h('td', {
+            className: 'kernos-loop-status',
+            text: tripped ? `${loop.status}, tripped (${text(loop.circuit?.policy)})` : text(loop.status)
+          }),
+          h('td', { className: 'kernos-numeric', text: text(loop.iteration) }),
+          h('td', { className: 'kernos-numeric', text: text(loop.pending) }),
+          h('td', { className: 'kernos-numeric', text: text(loop.last_op) }),
+          h('td', { text: text(loop.reason ?? loop.circuit?.message, '') }),
+          actions
+        )
+      );
+    }
+    if (!loops.length) {
+      this._loops.append(empty('No loops: start one with agents.loop(NAME, step).', LOOP_HEADERS.length));
+    }
+  }
+
+  private _drawCircuits(circuits: ICircuit[]): void {
+    clear(this._circuits);
+    const chosen = this._as.value;
+    clear(this._as);
+    this._as.append(h('option', { text: 'human', attrs: { value: 'human' } }));
+    for (const entry of circuits) {
+      this._as.append(h('option', { text: entry.agent, attrs: { value: entry.agent } }));
+      const trip = entry.circuit;
+      const policy = Object.entries(entry.policy ?? {})
+        .map(([name, value]) => `${name}=${text(value)}`)
+        .join(', ');
+      const actions = h('td', { className: 'kernos-row-actions' });
+      if (trip) {
+        const restore = h('input', {
+          testid: 'kernos-circuit-restore',
+          attrs: { type: 'checkbox', 'aria-label': `restore ${entry.agent}'s safe checkpoint` }
+        });
+        restore.disabled = entry.safe_op === null || entry.safe_op === undefined;
+        actions.append(
+          this._button('Reset', 'kernos-circuit-reset', entry.agent, () =>
+            this._reset(entry.agent, restore.checked)),
+          h('label', { className: 'kernos-restore', title: 'put the namespace back to its safe checkpoint' },
+            restore, 'restore')
+        );
+      }
+      this._circuits.append(
+        h(
+          'tr',
+          { className: trip ? 'kernos-tripped' : '', attrs: { 'data-agent': entry.agent, 'data-open': String(!!trip) } },
+          h('td', { text: entry.agent }),
+          h('td', { text: policy || 'none' }),
+          h(
+            'td',
+            { className: 'kernos-circuit-state' },
+            trip
+              ? h('div', {}, h('strong', { text: `open: ${text(trip.policy)}` }),
+                  h('div', { className: 'kernos-circuit-message', text: text(trip.message) }),
+                  h('div', { className: 'kernos-hint', text: text(trip.figures) }))
+              : 'closed'
+          ),
+          actions
+        )
+      );
+    }
+    if ([...this._as.options].some(option => option.value === chosen)) {
+      this._as.value = chosen;
+    }
+    if (!circuits.length) {
+      this._circuits.append(empty('No agents yet.', CIRCUIT_HEADERS.length));
+    }
+  }
+
+  private _drawCounts(counts: Record<string, number>): void {
+    this._counts.textContent =
+      'Entries: ' +
+      ['working', 'episodic', 'semantic'].map(kind => `${kind} ${text(counts?.[kind] ?? 0)}`).join(', ');
+  }
+
+  private async _search(): Promise<void> {
+    const query = this._query.value.trim();
+    const generation = ++this._searchGeneration;
+    if (!query) {
+      this._searched = false;
+      clear(this._results);
+      this._found.textContent = '';
+      return;
+    }
+    this._searched = true;
+    const principal = this._as.value || 'human';
+    try {
+      const found = await this._request<IMemoryView>('memory', { query, principal, k: RECALL_K });
+      if (generation !== this._searchGeneration) {
+        return;
+      }
+      clear(this._results);
+      const results = found.results ?? [];
+      this._found.textContent = results.length
+        ? `${results.length} recalled as ${found.principal}`
+        : `Nothing that ${found.principal} may read matches.`;
+      for (const memory of results) {
+        this._results.append(
+          h(
+            'tr',
+            { attrs: { 'data-kind': memory.kind } },
+            h('td', { text: memory.kind }),
+            h('td', { text: memory.title }),
+            h('td', { className: 'kernos-numeric', text: text(memory.op, '') }),
+            h('td', { text: memory.principal }),
+            h('td', { className: 'kernos-memory-text', text: memory.text, title: memory.text })
+          )
+        );
+      }
+    } catch (error) {
+      if (generation === this._searchGeneration) {
+        this._found.textContent = `Recall failed: ${describeError(error)}`;
+      }
+    }
+  }
+
+  private _button(label: string, testid: string, agent: string, act: () => Promise<void>): HTMLButtonElement {
+    const button = h('button', {
+      className: 'kernos-button',
+      testid,
+      text: label,
+      attrs: { type: 'button', 'aria-label': `${label} ${agent}` }
+    });
+    button.addEventListener('click', () => {
+      button.disabled = true;
+      void act().finally(() => {
+        button.disabled = false;
+      });
+    });
+    return button;
+  }
+
+  private async _setLoop(agent: string, status: string): Promise<void> {
+    try {
+      const done = await this._request<{ loop: ILoop; op: number }>('set_loop', { agent, status });
+      this._report(`${agent}'s loop is ${text(done.loop?.status ?? status)} (op ${text(done.op)})`, false, done.op);
+    } catch (error) {
+      this._report(`Could not set ${agent}'s loop to ${status}: ${describeError(error)}`, true);
+    }
+  }
+
+  private async _reset(agent: string, restore: boolean): Promise<void> {
+    try {
+      const done = await this._request<{ reset: { restored_from: number | null }; op: number }>(
+        'reset_circuit', { agent, restore });
+      const restored = done.reset?.restored_from;
+      this._report(
+        `${agent}'s circuit is closed (op ${text(done.op)})` +
+          (restored !== null && restored !== undefined ? `; its namespace is back to op ${restored}` : ''),
+        false,
+        done.op
+      );
+    } catch (error) {
+      this._report(`Could not reset ${agent}'s circuit: ${describeError(error)}`, true);
+    }
+  }
+
+  private _loops: HTMLTableSectionElement;
+  private _circuits: HTMLTableSectionElement;
+  private _results: HTMLTableSectionElement;
+  private _message: HTMLDivElement;
+  private _counts: HTMLDivElement;
+  private _query: HTMLInputElement;
+  private _as: HTMLSelectElement;
+  private _found: HTMLDivElement;
+  private _searched = false;
+  private _generation = 0;
+  private _searchGeneration = 0;
+}
+
+function table(testid: string, headers: string[], body: HTMLTableSectionElement): HTMLElement {
+  return h(
+    'div',
+    { className: 'kernos-table-wrap' },
+    h(
+      'table',
+      { className: 'kernos-table', testid },
+      h('thead', {}, h('tr', {}, ...headers.map(label => h('th', { text: label })))),
+      body
+    )
+  );
+}
+
+function empty(message: string, columns: number): HTMLTableRowElement {
+  return h('tr', { className: 'kernos-empty' }, h('td', { text: message, attrs: { colspan: String(columns) } }));
+}
