@@ -105,3 +105,51 @@ def test_recall_from_the_panel_as_an_agent_returns_only_what_it_may_read(
     for fields in ({"kinds": ["secret"]}, {"k": 0}, {"query": ""}):
         bad = panel.ask("memory", **fields)
         assert bad["error"]["kind"] == "malformed", (fields, bad)
+
+
+def _loop(panel: Inspector, agent: str) -> dict[str, Any]:
+    found = [entry for entry in panel.result("loops")["loops"] if entry["agent"] == agent]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_panel_shows_a_loop_pauses_resumes_and_stops_it_and_sees_it_tripped(
+        kernel_factory: Callable[..., Any], tmp_path: Path) -> None:
+    kernel = kernel_factory(tmp_path / "ws")
+    feed = Feed(kernel)
+    # A long pause between iterations: the test reads statuses, not a moving counter.
+    assert feed.run("agents.add('carol')\nagents.policy('carol', failures=1)\n"
+                    "agents.loop('carol', 'n = 1', every_ms=3_600_000, "
+                    "pending=['a', 'b'])").committed
+    panel = Inspector(feed)
+    carol = _loop(panel, "carol")
+    assert (carol["status"], carol["pending"], carol["circuit"]) == ("running", 2, None)
+
+    before = len(panel.of_type("committed"))
+    paused = panel.result("set_loop", agent="carol", status="paused")
+    assert paused["status"] == "committed" and paused["loop"]["status"] == "paused"
+    notices = panel.of_type("committed")[before:]
+    assert [(n["op"], n["principal"]) for n in notices] == [(paused["op"], "human")]
+    assert _loop(panel, "carol")["status"] == "paused"
+    assert feed.value("agents.loops()[0]['status']") == "paused"   # in the image, not the UI
+
+    # The agent's circuit opens: the loop shows as tripped (its status is the human's).
+    assert feed.run("%%agent carol\n1 / 0").rolled_back
+    assert feed.run("%%agent carol\nx = 1").rolled_back
+    carol = _loop(panel, "carol")
+    assert carol["status"] == "paused" and carol["circuit"]["policy"] == "failures"
+    assert panel.result("reset_circuit", agent="carol")["reset"]["was_open"] == "failures"
+    assert _loop(panel, "carol")["circuit"] is None
+
+    assert panel.result("set_loop", agent="carol", status="running")["loop"]["status"] == \
+        "running"
+    stopped = panel.result("set_loop", agent="carol", status="stopped", reason="enough <b>")
+    assert stopped["loop"]["status"] == "stopped" and stopped["loop"]["reason"] == "enough <b>"
+    head = panel.result("status")["head"]
+    final = panel.ask("set_loop", agent="carol", status="paused")
+    assert final["error"]["kind"] == "invalid" and "final" in final["error"]["message"], final
+    assert panel.result("status")["head"] == head          # nothing committed
+    assert _loop(panel, "carol")["status"] == "stopped"
+    assert feed.run("agents.add('dave')").committed
+    none = panel.ask("set_loop", agent="dave", status="paused")
+    assert none["error"]["kind"] == "invalid" and "no loop" in none["error"]["message"]

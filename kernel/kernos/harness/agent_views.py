@@ -86,18 +86,14 @@ class AgentViews:
         return self._ok(request, {"loops": self._loop_list()})
 
     def _loop_list(self) -> list[dict[str, Any]]:
-        from kernos.agents.loop import LOOP_PREFIX, LoopState
+        from kernos.agents.loop import loops
 
-        found = []
-        for name, value in sorted(self.image.system.items()):
-            if name.startswith(LOOP_PREFIX) and isinstance(value, LoopState):
-                found.append(self._loop_json(value))
-        return found
+        return [self._with_circuit(described) for described in loops(self.image)]
 
-    def _loop_json(self, state: Any) -> dict[str, Any]:
-        described = _plain(state.describe())
-        described["circuit"] = self._trip(state.agent)
-        return described  # type: ignore[no-any-return]
+    def _with_circuit(self, described: dict[str, Any]) -> dict[str, Any]:
+        plain: dict[str, Any] = _plain(described)
+        plain["circuit"] = self._trip(str(described["agent"]))
+        return plain
 
     def _trip(self, agent: str) -> dict[str, Any] | None:
         if agent not in self.runtime.registry.principals:
@@ -141,21 +137,16 @@ class AgentViews:
     # -- changes (ops by the human) ---------------------------------------------------------
 
     def _set_loop(self, request: Request) -> Handled:
-        from kernos.agents import loop
-        from kernos.agents.loop import LoopState, loop_name
+        from kernos.agents.loop import set_status, state_of
 
         agent, status = request.get("agent"), request.get("status")
         self._principal(agent)
-        if not isinstance(self.image.system.get(loop_name(agent)), LoopState):
+        if state_of(self.image, agent) is None:  # refused before an op begins
             raise ProtocolError("invalid", f"set_loop: {agent[:80]!r} has no loop; start one "
-                                f"with agents.loop({agent[:80]!r}, step) first")
-
-        def body(op: Op) -> dict[str, Any]:
-            loop.set_status(  # type: ignore[attr-defined]  # helper L's, on wt-l
-                self.runtime, agent, status, reason=request.get("reason"))
-            return {"loop": self._loop_json(self.image.system[loop_name(agent)])}
-
-        return self._human_change(request, f"set loop {agent} {status}", body)
+                                f"with agents.loop({agent[:80]!r}, STEP) first")
+        return self._human_change(request, f"set loop {agent} {status}", lambda op: {
+            "loop": self._with_circuit(set_status(self.runtime, agent, status,
+                                                  reason=request.get("reason")))})
 
     def _human_change(self, request: Request, note: str,
                       body: Callable[[Op], dict[str, Any]]) -> Handled:
