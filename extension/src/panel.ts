@@ -259,6 +259,12 @@ export class KernosPanel extends Widget {
           `op ${text(notice.op, '?')} by ${text(notice.principal)} rolled back` +
             (notice.error ? `: ${notice.error}` : '')
         );
+        // Circuits live outside the image: an op that did not commit counts
+        // towards its agent's breaker, and may open it.
+        this._stale.add('agents');
+        if (this._active === 'agents') {
+          this._refreshIfStale('agents');
+        }
         break;
       case 'progress':
         this._showProgress(notice);

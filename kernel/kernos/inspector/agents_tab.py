@@ -85,12 +85,13 @@ class AgentsTab:
                                     tooltip="close the circuit (an op by human)")
         self.reset.on_click(self._on_reset)
         self.counts = widgets.HTML()
-        self.query = widgets.Text(placeholder="words to recall...", description="Recall")
+        self.query = widgets.Text(placeholder="words to recall...", description="Recall",
+                                  continuous_update=False)
         self.principal = widgets.Dropdown(options=[EVERYONE_AS], value=EVERYONE_AS,
                                           description="as")
         self.search = widgets.Button(description="Search", icon="search")
         self.search.on_click(self._on_search)
-        self.query.on_submit(self._on_search)
+        self.query.observe(self._on_search, names="value")  # on Enter, or leaving the box
         self.results = widgets.HTML()
         self.box = widgets.VBox([
             _heading("Loops"), self.loops_table,
@@ -199,3 +200,5 @@ def _choose(dropdown: widgets.Dropdown, options: list[str]) -> None:
     dropdown.options = options
     if chosen in options:
         dropdown.value = chosen
+    elif options:
+        dropdown.value = options[0]

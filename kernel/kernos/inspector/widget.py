@@ -7,8 +7,10 @@ watches the backend with a bound method, so the backend holds it weakly:
 
 * after a ``committed`` notice it refreshes the visible tab (the others are
   refreshed when they are shown);
-* after ``rolled_back`` it changes nothing but the one-line status: a
-  rolled-back op left the image as it was;
+* after ``rolled_back`` it changes nothing but the one-line status (a
+  rolled-back op left the image as it was) and the Agents tab, since an op
+  that did not commit counts towards its agent's circuit breaker, which
+  lives outside the image;
 * ``progress`` moves the checkout progress bar, nothing else.
 
 The History tab can also fork the chosen snapshot into a new workspace
@@ -589,6 +591,12 @@ class Inspector(widgets.VBox):  # type: ignore[misc]
             error = notice.get("error")
             self.say(f"op {notice.get('op')} by {notice.get('principal')} rolled back"
                      + (f": {error}" if error else "") + "; nothing changed.")
+            # Circuits live outside the image: an op that did not commit counts, and may
+            # open its agent's circuit.
+            self._stale.add(self.agents)
+            if self.visible is self.agents:
+                self._stale.discard(self.agents)
+                self.agents.refresh()
 
     # -- closing ----------------------------------------------------------------------
 
