@@ -11,9 +11,10 @@ import { clear, describeError, h, text } from '../dom';
 import { ICircuit, ILoop, IMemoryView, IView, Requester } from '../tokens';
 import { StatusReporter } from './history';
 
-const LOOP_HEADERS = ['Agent', 'Status', 'Iteration', 'Pending', 'Last op', 'Reason', ''];
-const CIRCUIT_HEADERS = ['Agent', 'Policy', 'Circuit', ''];
-const MEMORY_HEADERS = ['Kind', 'Title', 'Op', 'Whose', 'Text'];
+// Three columns each: the sidebar is narrow, and the buttons must stay in view.
+const LOOP_HEADERS = ['Agent', 'Loop', ''];
+const CIRCUIT_HEADERS = ['Agent', 'Circuit', ''];
+const MEMORY_HEADERS = ['Memory', 'Text'];
 const RECALL_K = 10;
 
 export class AgentsView implements IView {
@@ -133,14 +134,19 @@ export class AgentsView implements IView {
             attrs: { 'data-agent': loop.agent, 'data-status': loop.status, 'data-tripped': String(tripped) }
           },
           h('td', { text: loop.agent }),
-          h('td', {
-            className: 'kernos-loop-status',
-            text: tripped ? `${loop.status}, tripped (${text(loop.circuit?.policy)})` : text(loop.status)
-          }),
-          h('td', { className: 'kernos-numeric', text: text(loop.iteration) }),
-          h('td', { className: 'kernos-numeric', text: text(loop.pending) }),
-          h('td', { className: 'kernos-numeric', text: text(loop.last_op) }),
-          h('td', { text: text(loop.reason ?? loop.circuit?.message, '') }),
+          h(
+            'td',
+            {},
+            h('strong', {
+              className: 'kernos-loop-status',
+              text: tripped ? `${loop.status}, tripped (${text(loop.circuit?.policy)})` : text(loop.status)
+            }),
+            h('div', {
+              className: 'kernos-hint kernos-loop-figures',
+              text: `iteration ${text(loop.iteration)} · ${text(loop.pending)} pending · last op ${text(loop.last_op)}`
+            }),
+            h('div', { className: 'kernos-loop-reason', text: text(loop.reason ?? loop.circuit?.message, '') })
+          ),
           actions
         )
       );
@@ -180,15 +186,17 @@ export class AgentsView implements IView {
           'tr',
           { className: trip ? 'kernos-tripped' : '', attrs: { 'data-agent': entry.agent, 'data-open': String(!!trip) } },
           h('td', { text: entry.agent }),
-          h('td', { text: policy || 'none' }),
           h(
             'td',
             { className: 'kernos-circuit-state' },
-            trip
-              ? h('div', {}, h('strong', { text: `open: ${text(trip.policy)}` }),
+            h('strong', { text: trip ? `open: ${text(trip.policy)}` : 'closed' }),
+            h('div', { className: 'kernos-hint', text: `policy: ${policy || 'none'}` }),
+            ...(trip
+              ? [
                   h('div', { className: 'kernos-circuit-message', text: text(trip.message) }),
-                  h('div', { className: 'kernos-hint', text: text(trip.figures) }))
-              : 'closed'
+                  h('div', { className: 'kernos-hint', text: text(trip.figures) })
+                ]
+              : [])
           ),
           actions
         )
@@ -234,10 +242,16 @@ export class AgentsView implements IView {
           h(
             'tr',
             { attrs: { 'data-kind': memory.kind } },
-            h('td', { text: memory.kind }),
-            h('td', { text: memory.title }),
-            h('td', { className: 'kernos-numeric', text: text(memory.op, '') }),
-            h('td', { text: memory.principal }),
+            h(
+              'td',
+              {},
+              h('strong', { text: memory.title }),
+              h('div', {
+                className: 'kernos-hint',
+                text: [memory.kind, memory.op === null || memory.op === undefined ? '' : `op ${memory.op}`,
+                  memory.principal].filter(part => part).join(' · ')
+              })
+            ),
             h('td', { className: 'kernos-memory-text', text: memory.text, title: memory.text })
           )
         );
