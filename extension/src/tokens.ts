@@ -216,11 +216,9 @@ export interface IMemory {
   text: string;
 }
 
-/** The `memory` read: entries per layer, and what a recall found. */
-export interface IMemoryView {
-  counts: Record<string, number>;
-  principal: string;
-  results: IMemory[] | null;
+/** The `memory` action's `stats`: the index's entries per layer. */
+export interface IMemoryStats {
+  entries: Record<string, number>;
 }
 
 /** A view of the panel: one tab's content. */

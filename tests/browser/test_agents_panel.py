@@ -4,7 +4,8 @@ A person starts an agent's loop from a cell, sees it in the Agents tab and
 pauses it with its button (the image says paused, not only the page); the
 agent's failing ops open its circuit, and the loop shows as tripped with the
 policy's message; the Reset button closes the circuit; a search finds a
-memory as the human and nothing as an agent that may not read it.  Text the
+memory as the human; as an agent, recall is refused without ``memory:read``
+and, with it, finds nothing the agent may not read.  Text the
 image holds is shown as text: markup in a value never becomes an element.
 """
 
@@ -81,7 +82,16 @@ def test_pause_a_loop_reset_its_tripped_circuit_and_search_memory(
     assert panel.page.evaluate("window.kernosPwned") is None
     notebook.shot("memory-as-human")
 
+    # As carol: refused without memory:read; with it, nothing she may read matches.
     panel.testid("kernos-memory-as").select_option("carol")
+    panel.testid("kernos-memory-search").click()
+    expect(panel.testid("kernos-memory-found")).to_contain_text(
+        "Recall as carol refused", timeout=STEP_TIMEOUT_MS)
+    expect(panel.testid("kernos-memory-found")).to_contain_text("memory:read")
+    expect(results.locator("tbody tr")).to_have_count(0)
+    notebook.shot("memory-as-carol-refused")
+    notebook.run_cell("agents.grant('carol', 'memory:read')")
+    panel.tab("agents")
     panel.testid("kernos-memory-search").click()
     expect(panel.testid("kernos-memory-found")).to_have_text(
         "Nothing that carol may read matches.", timeout=STEP_TIMEOUT_MS)

@@ -76,35 +76,34 @@ def test_recall_from_the_panel_as_an_agent_returns_only_what_it_may_read(
     assert feed.run("%%agent bob\nfinding = 'zebra stripes confuse flies'").committed
     panel = Inspector(feed)
 
-    memory = panel.result("memory")
-    assert memory["results"] is None and memory["principal"] == "human"
-    assert memory["counts"]["working"] >= 1 and memory["counts"]["episodic"] >= 2
+    assert panel.result("memory", command="stats")["entries"]["episodic"] >= 2
 
     def found(principal: str) -> set[tuple[str, str | None]]:
-        results = panel.result("memory", query="zebra", principal=principal)["results"]
-        for result in results:
-            assert set(result) == {"kind", "title", "op", "principal", "name", "at",
-                                   "status", "text"}
-        return {(result["kind"], result["name"]) for result in results
-                if result["kind"] == "working"} | {
-            (result["kind"], result["principal"]) for result in results
-            if result["kind"] == "episodic"}
+        memories = panel.result("recall", query="zebra", principal=principal)["memories"]
+        return {(memory["kind"], memory["name"]) for memory in memories
+                if memory["kind"] == "working"} | {
+            (memory["kind"], memory["principal"]) for memory in memories
+            if memory["kind"] == "episodic"}
 
     assert {("working", "note"), ("episodic", "human")} <= found("human")
     assert ("episodic", "bob") not in found("human")   # bob's ops are his own memory
+    assert panel.result("memory", command="stats")["entries"]["working"] >= 1
+    refused = panel.ask("recall", query="zebra", principal="bob")
+    assert refused["error"]["kind"] == "denied" and "memory:read" in \
+        refused["error"]["message"], refused
+    assert feed.run("agents.grant('bob', 'memory:read')").committed
     as_bob = found("bob")
     assert ("episodic", "bob") in as_bob
     assert ("working", "note") not in as_bob and ("episodic", "human") not in as_bob
     assert feed.run("agents.grant('bob', 'read:note')").committed
     assert ("working", "note") in found("bob")
 
-    narrowed = panel.result("memory", query="zebra", principal="human", kinds=["working"])
-    assert {result["kind"] for result in narrowed["results"]} == {"working"}
-    unknown = panel.ask("memory", query="zebra", principal="nobody")
-    assert unknown["error"]["kind"] == "unknown_principal"
-    for fields in ({"kinds": ["secret"]}, {"k": 0}, {"query": ""}):
-        bad = panel.ask("memory", **fields)
-        assert bad["error"]["kind"] == "malformed", (fields, bad)
+    # Reads only: no rebuild, and nothing remembered as anyone.
+    for action, fields in (("memory", {"command": "rebuild"}),
+                           ("remember", {"fact": "zebras are horses", "principal": "bob"})):
+        denied = panel.ask(action, **fields)
+        assert denied["error"]["kind"] == "denied", (action, denied)
+    assert feed.value("agents.recall('horses', as_='bob')") == []
 
 
 def _loop(panel: Inspector, agent: str) -> dict[str, Any]:

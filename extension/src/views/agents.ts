@@ -8,7 +8,7 @@
  */
 
 import { clear, describeError, h, text } from '../dom';
-import { ICircuit, ILoop, IMemoryView, IView, Requester } from '../tokens';
+import { ICircuit, ILoop, IMemory, IMemoryStats, IView, Requester } from '../tokens';
 import { StatusReporter } from './history';
 
 // Three columns each: the sidebar is narrow, and the buttons must stay in view.
@@ -75,7 +75,7 @@ export class AgentsView implements IView {
       const [loops, circuits, memory] = await Promise.all([
         this._request<{ loops: ILoop[] }>('loops'),
         this._request<{ circuits: ICircuit[] }>('circuits'),
-        this._request<IMemoryView>('memory')
+        this._request<IMemoryStats>('memory', { command: 'stats' })
       ]);
       if (generation !== this._generation) {
         return;
@@ -83,7 +83,7 @@ export class AgentsView implements IView {
       this._message.textContent = '';
       this._drawLoops(loops.loops);
       this._drawCircuits(circuits.circuits);
-      this._drawCounts(memory.counts);
+      this._drawCounts(memory.entries);
     } catch (error) {
       if (generation === this._generation) {
         this._message.textContent = `Could not read loops, circuits or memory: ${describeError(error)}`;
@@ -228,15 +228,19 @@ export class AgentsView implements IView {
     this._searched = true;
     const principal = this._as.value || 'human';
     try {
-      const found = await this._request<IMemoryView>('memory', { query, principal, k: RECALL_K });
+      const found = await this._request<{ memories: IMemory[] }>('recall', {
+        query,
+        principal,
+        k: RECALL_K
+      });
       if (generation !== this._searchGeneration) {
         return;
       }
       clear(this._results);
-      const results = found.results ?? [];
+      const results = found.memories ?? [];
       this._found.textContent = results.length
-        ? `${results.length} recalled as ${found.principal}`
-        : `Nothing that ${found.principal} may read matches.`;
+        ? `${results.length} recalled as ${principal}`
+        : `Nothing that ${principal} may read matches.`;
       for (const memory of results) {
         this._results.append(
           h(
@@ -258,7 +262,8 @@ export class AgentsView implements IView {
       }
     } catch (error) {
       if (generation === this._searchGeneration) {
-        this._found.textContent = `Recall failed: ${describeError(error)}`;
+        clear(this._results);
+        this._found.textContent = `Recall as ${principal} refused: ${describeError(error)}`;
       }
     }
   }

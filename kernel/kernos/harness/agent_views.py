@@ -1,4 +1,7 @@
-"""The harness actions behind the inspector's Agents tab: loops, circuits and memory.
+"""The harness actions behind the inspector's Agents tab: loops and circuits.
+
+(Its memory section reads the ``recall`` and ``memory`` actions of
+:mod:`kernos.memory`'s harness service.)
 
 Reads (any client; the inspector, as ``human``):
 
@@ -14,13 +17,6 @@ Reads (any client; the inspector, as ``human``):
     (``Breakers.effective(agent).describe()``: {} when it is not supervised),
     why its circuit is open, and the op of its safe checkpoint, if any.
     TRIP is ``{"agent", "policy", "limit", "figures", "message", "op", "at"}``.
-``memory``  query?, principal?, k?, kinds?
-    -> ``{"counts": {kind: int}, "principal": str, "results": [MEMORY] | null}``:
-    the memory index's entries per layer and, with ``query``, what ``principal``
-    (default ``human``) would recall for it: only what that principal may read
-    (``kernos.memory.sources.may_read_for``).  MEMORY is ``{"kind", "title",
-    "op", "principal", "name", "at", "status", "text"}`` (``text`` cut to
-    :data:`MEMORY_TEXT_CHARS`).
 
 Changes (each an op by ``human``; no request names another principal, and
 agent code cannot send requests):
@@ -46,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos.harness.protocol import ProtocolError, Request
@@ -60,11 +55,10 @@ if TYPE_CHECKING:
     from kernos.image import Image
     from kernos.op import Op
 
-__all__ = ["LOOP_STATUSES", "MEMORY_TEXT_CHARS", "AgentViews"]
+__all__ = ["LOOP_STATUSES", "AgentViews", "check_fields", "trip_json"]
 
 LOOP_STATUSES = ("running", "paused", "stopped")
 """What the human may set a loop to (``finished`` is the loop's own doing)."""
-MEMORY_TEXT_CHARS = 500
 
 
 def trip_json(trip: Trip | None) -> dict[str, Any] | None:
@@ -72,7 +66,7 @@ def trip_json(trip: Trip | None) -> dict[str, Any] | None:
 
 
 class AgentViews:
-    """The ``loops``, ``circuits``, ``memory``, ``set_loop`` and ``reset_circuit`` actions."""
+    """The ``loops``, ``circuits``, ``set_loop`` and ``reset_circuit`` actions."""
 
     image: Image
     runtime: AgentRuntime
@@ -110,29 +104,6 @@ class AgentViews:
                              "circuit": trip_json(breakers.circuit(agent)),
                              "safe_op": None if point is None else point.op})
         return self._ok(request, {"circuits": circuits})
-
-    def _memory(self, request: Request) -> Handled:
-        from kernos.memory import MemoryIndex
-        from kernos.memory.sources import may_read_for, sync_from_image
-
-        principal = self._principal(request.get("principal"))
-        query, k, kinds = request.get("query"), request.get("k", 10), request.get("kinds")
-        index = MemoryIndex.open(Path(self.image.workspace.path), self.image.audit)
-        try:
-            sync_from_image(index, self.image)
-            results = None
-            if query is not None:
-                results = [
-                    {"kind": memory.kind, "title": memory.title, "op": memory.op,
-                     "principal": memory.principal, "name": memory.name, "at": memory.at,
-                     "status": memory.status, "text": _cut(memory.text)}
-                    for memory in index.recall(query, principal=principal, k=k, kinds=kinds,
-                                               may_read=may_read_for(self.runtime.registry,
-                                                                     principal))]
-            counts = index.count()
-        finally:
-            index.close()
-        return self._ok(request, {"counts": counts, "principal": principal, "results": results})
 
     # -- changes (ops by the human) ---------------------------------------------------------
 
@@ -172,20 +143,6 @@ def check_fields(action: str, fields: dict[str, Any]) -> None:
         reason = fields.get("reason")
         if reason is not None and len(reason) > 500:
             raise ProtocolError("malformed", "set_loop: 'reason' is at most 500 characters")
-    if action == "memory":
-        query, k, kinds = fields.get("query"), fields.get("k"), fields.get("kinds")
-        if query is not None and not 0 < len(query) <= 1000:
-            raise ProtocolError("malformed", "memory: 'query' must be 1 to 1000 characters")
-        if k is not None and not 1 <= k <= 100:
-            raise ProtocolError("malformed", f"memory: 'k' must be 1 to 100, not {k}")
-        if kinds is not None and (not kinds or any(
-                kind not in ("working", "episodic", "semantic") for kind in kinds)):
-            raise ProtocolError("malformed", "memory: 'kinds' is a non-empty list of "
-                                "'working', 'episodic' and 'semantic'")
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= MEMORY_TEXT_CHARS else text[:MEMORY_TEXT_CHARS - 3] + "..."
 
 
 def _plain(value: Any) -> Any:

@@ -158,10 +158,18 @@ Actions and their fields (``?`` marks an optional field):
     begin to its record, and the two sizes (null for ops that did not
     commit, and for ops recorded before Kernos kept them) are the image's
     size and the history's size on disk after the op.
+``recall``  query, principal?, k?, kinds?  -> ``{"memories": [MEMORY]}``: what
+    ``principal`` (default the human) may recall (``kernos.memory``; an agent needs
+    ``memory:read``).  MEMORY is ``{"kind", "principal", "title", "text", "score", "op",
+    "name", "at", "status"}``, best first.
+``remember``  fact, principal?, tags?   (an op by ``principal``; an agent needs
+    ``memory:write``) -> ``{"fact": {"id", "text", "tags", "op", "at"}, "op", "commit"}``.
+``memory``  command   (``stats`` or ``rebuild``) -> the index's entries per kind, the chain
+    head it was built to, its path and size.
 
-``loops``, ``circuits``, ``memory`` (reads) and ``set_loop``, ``reset_circuit``
-(ops by ``human``): the inspector's view of agents' loops, circuit breakers and
-memory; see ``kernos.harness.agent_views``.
+``loops``, ``circuits`` (reads) and ``set_loop``, ``reset_circuit`` (ops by
+``human``): the inspector's view of agents' loops and circuit breakers; see
+``kernos.harness.agent_views``.
 
 Limits: a request over ``max_request_bytes`` (the kernel's
 ``KERNOS_MAX_SOURCE_BYTES``, 4 MiB by default) is refused with kind
@@ -266,12 +274,15 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
     "status": {},
     "stats": {"limit": _f(_INT)},
+    "recall": {"query": _f(_STR, True), "principal": _f(_STR), "k": _f(_INT),
+               "kinds": _f(_LIST)},
+    "remember": {"fact": _f(_STR, True), "principal": _f(_STR), "tags": _f(_LIST)},
+    "memory": {"command": _f(_STR, True)},
     "refused": {"principal": _f(_STR, True), "via": _f(_STR, True), "what": _f(_STR, True),
                 "problem": _f(_STR, True)},
     # The inspector's Agents tab (kernos.harness.agent_views).
     "loops": {},
     "circuits": {},
-    "memory": {"query": _f(_STR), "principal": _f(_STR), "k": _f(_INT), "kinds": _f(_LIST)},
     "set_loop": {"agent": _f(_STR, True), "status": _f(_STR, True), "reason": _f(_STR)},
     "reset_circuit": {"agent": _f(_STR, True), "restore": _f((bool,))},
 }
@@ -279,7 +290,7 @@ ACTIONS: dict[str, dict[str, _Field]] = {
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
-MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "set_loop",
+MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "remember", "set_loop",
                       "reset_circuit"})
 """Actions that run as an op (and so wait for the op lock and write history)."""
 
@@ -412,7 +423,7 @@ def _check_action(action: str, fields: dict[str, Any]) -> None:
             raise ProtocolError("malformed", "add_agent: 'limits' maps limit names to ints")
     if action == "events" and "since" in fields and "op" in fields:
         raise ProtocolError("malformed", "events: give either 'since' or 'op', not both")
-    if action in ("set_loop", "memory"):
+    if action == "set_loop":
         from kernos.harness.agent_views import check_fields
 
         check_fields(action, fields)

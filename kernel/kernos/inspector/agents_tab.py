@@ -10,8 +10,9 @@ Three sections, each read through the backend (``kernos.harness.agent_views``):
   open, the policy that tripped, its figures and message.  *Reset* closes
   the chosen circuit (``reset_circuit``, an op by ``human``), optionally
   putting the agent's namespace back to its safe checkpoint.
-* **Memory**: the index's entries per layer, and a search: recall as the
-  human or as a chosen agent (only what that principal may read).
+* **Memory**: the index's entries per layer (``memory`` ``stats``), and a
+  search: ``recall`` as the human or as a chosen agent (only what that
+  principal may read; an agent needs ``memory:read``).
 
 Every string from the image came from agent code: it reaches HTML only
 through :func:`html.escape`.  The tab refreshes after every committed op
@@ -105,7 +106,7 @@ class AgentsTab:
 
     def refresh(self) -> None:
         loops, circuits, memory = (self._request("loops"), self._request("circuits"),
-                                   self._request("memory"))
+                                   self._request("memory", command="stats"))
         if loops is not None:
             self.loops = list(loops.get("loops") or [])
             self._draw_loops()
@@ -113,7 +114,7 @@ class AgentsTab:
             self.circuits = list(circuits.get("circuits") or [])
             self._draw_circuits()
         if memory is not None:
-            counts = memory.get("counts") or {}
+            counts = memory.get("entries") or {}
             self.counts.value = _escape("Entries: " + ", ".join(
                 f"{kind} {counts.get(kind, 0)}" for kind in ("working", "episodic", "semantic")))
         if self.query.value.strip() and self.results.value:
@@ -183,15 +184,16 @@ class AgentsTab:
         if not query:
             self.results.value = ""
             return
-        found = self._request("memory", query=query, principal=self.principal.value,
-                              k=RECALL_K)
-        if found is None:
+        principal = self.principal.value
+        found = self._request("recall", query=query, principal=principal, k=RECALL_K)
+        if found is None:  # refused (an agent without memory:read): the status line says why
+            self.results.value = ""
             return
         rows = [(memory.get("kind"), memory.get("title"), memory.get("op"),
                  memory.get("principal"), memory.get("text")) for memory in
-                found.get("results") or []]
+                found.get("memories") or []]
         self.results.value = _table(("kind", "title", "op", "whose", "text"), rows,
-                                    f"Nothing that {found.get('principal')} may read matches.")
+                                    f"Nothing that {principal} may read matches.")
 
 
 def _choose(dropdown: widgets.Dropdown, options: list[str]) -> None:

@@ -87,11 +87,14 @@ def test_memory_search_as_an_agent_escapes_what_agents_wrote(env: Any, comms: An
     env.send(action="add_agent", agent="bob")
     env.op("note = 'the zebra migrates'")
     assert agent_op(env, "bob", "seen = '<img src=x onerror=alert(1)> zebra'") == "committed"
-    assert "working 1" in tab.counts.value
+    assert "episodic 3" in tab.counts.value
     assert list(tab.principal.options) == ["human", "bob"]
 
     tab.principal.value = "bob"
     tab.query.value = "zebra"
+    tab.search.click()
+    assert tab.results.value == "" and "memory:read" in inspector.status.value
+    env.send(action="grant", agent="bob", capability="memory:read")
     tab.search.click()
     rows = table_rows(tab.results.value)
     assert rows, (tab.results.value, inspector.status.value)
