@@ -185,7 +185,7 @@ export interface ITrip {
   at: string | null;
 }
 
-/** An agent's loop (LoopState.describe()), and its circuit if it is tripped. */
+/** An agent's loop (LoopState.describe(), from the `loop` action's `status`). */
 export interface ILoop {
   agent: string;
   status: string;
@@ -193,7 +193,6 @@ export interface ILoop {
   pending: number;
   last_op: number | null;
   reason: string | null;
-  circuit: ITrip | null;
 }
 
 /** An agent's effective circuit-breaker policy and its circuit. */

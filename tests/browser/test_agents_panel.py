@@ -40,7 +40,9 @@ def test_pause_a_loop_reset_its_tripped_circuit_and_search_memory(
     loops = panel.testid("kernos-loops")
     row = loops.locator('tr[data-agent="carol"]')
     expect(row).to_have_attribute("data-status", "running", timeout=STEP_TIMEOUT_MS)
-    expect(row).to_contain_text("iteration 0 · 2 pending")
+    # The kernel's driver runs the first iteration at once (then waits an hour): the row
+    # follows it live, from the iteration's committed notice.
+    expect(row).to_contain_text("iteration 1 · 2 pending · last op", timeout=STEP_TIMEOUT_MS)
     notebook.shot("loop-running")
 
     panel.click(row.get_by_test_id("kernos-loop-pause"),

@@ -1,7 +1,8 @@
 """Loops, circuits and memory through a real kernel's ``kernos.inspector`` comm.
 
-What the sidebar's and the widget's Agents tab rely on: the ``loops``,
-``circuits`` and ``memory`` reads, and the human's controls ``set_loop`` and
+What the sidebar's and the widget's Agents tab rely on: the ``loop``
+(``status``), ``circuits``, ``recall`` and ``memory`` (``stats``) reads, and
+the human's controls ``loop`` (``pause``, ``resume``, ``stop``) and
 ``reset_circuit``, each an op by ``human`` whose notice refreshes the views.
 An inspector still runs no code, and recall through it as an agent returns
 only what that agent may read.
@@ -63,9 +64,6 @@ def test_a_tripped_circuit_is_shown_and_the_human_resets_it_from_the_panel(
         denied = panel.ask(action, **fields)
         assert denied["error"]["kind"] == "denied", denied
         assert "reset a circuit" in denied["error"]["message"]
-    bad = panel.ask("set_loop", agent="bob", status="exploded")
-    assert bad["error"]["kind"] == "malformed" and "running, paused, stopped" in \
-        bad["error"]["message"]
 
 
 def test_recall_from_the_panel_as_an_agent_returns_only_what_it_may_read(
@@ -107,7 +105,8 @@ def test_recall_from_the_panel_as_an_agent_returns_only_what_it_may_read(
 
 
 def _loop(panel: Inspector, agent: str) -> dict[str, Any]:
-    found = [entry for entry in panel.result("loops")["loops"] if entry["agent"] == agent]
+    found = [entry for entry in panel.result("loop", do="status")["loops"]
+             if entry["agent"] == agent]
     assert len(found) == 1, found
     return found[0]
 
@@ -122,33 +121,36 @@ def test_the_panel_shows_a_loop_pauses_resumes_and_stops_it_and_sees_it_tripped(
                     "pending=['a', 'b'])").committed
     panel = Inspector(feed)
     carol = _loop(panel, "carol")
-    assert (carol["status"], carol["pending"], carol["circuit"]) == ("running", 2, None)
+    assert (carol["status"], carol["pending"]) == ("running", 2)
+    assert _circuit(panel, "carol")["circuit"] is None
 
     before = len(panel.of_type("committed"))
-    paused = panel.result("set_loop", agent="carol", status="paused")
-    assert paused["status"] == "committed" and paused["loop"]["status"] == "paused"
+    paused = panel.result("loop", do="pause", agent="carol")
+    assert paused["loop"]["status"] == "paused"
     notices = panel.of_type("committed")[before:]
     assert [(n["op"], n["principal"]) for n in notices] == [(paused["op"], "human")]
     assert _loop(panel, "carol")["status"] == "paused"
     assert feed.value("agents.loops()[0]['status']") == "paused"   # in the image, not the UI
 
-    # The agent's circuit opens: the loop shows as tripped (its status is the human's).
+    # The agent's circuit opens: its loop is tripped (its status stays the human's).
     assert feed.run("%%agent carol\n1 / 0").rolled_back
     assert feed.run("%%agent carol\nx = 1").rolled_back
-    carol = _loop(panel, "carol")
-    assert carol["status"] == "paused" and carol["circuit"]["policy"] == "failures"
+    assert _loop(panel, "carol")["status"] == "paused"
+    assert _circuit(panel, "carol")["circuit"]["policy"] == "failures"
     assert panel.result("reset_circuit", agent="carol")["reset"]["was_open"] == "failures"
-    assert _loop(panel, "carol")["circuit"] is None
+    assert _circuit(panel, "carol")["circuit"] is None
 
-    assert panel.result("set_loop", agent="carol", status="running")["loop"]["status"] == \
-        "running"
-    stopped = panel.result("set_loop", agent="carol", status="stopped", reason="enough <b>")
+    assert panel.result("loop", do="resume", agent="carol")["loop"]["status"] == "running"
+    stopped = panel.result("loop", do="stop", agent="carol", reason="enough <b>")
     assert stopped["loop"]["status"] == "stopped" and stopped["loop"]["reason"] == "enough <b>"
     head = panel.result("status")["head"]
-    final = panel.ask("set_loop", agent="carol", status="paused")
+    final = panel.ask("loop", do="pause", agent="carol")
     assert final["error"]["kind"] == "invalid" and "final" in final["error"]["message"], final
     assert panel.result("status")["head"] == head          # nothing committed
     assert _loop(panel, "carol")["status"] == "stopped"
-    assert feed.run("agents.add('dave')").committed
-    none = panel.ask("set_loop", agent="dave", status="paused")
-    assert none["error"]["kind"] == "invalid" and "no loop" in none["error"]["message"]
+
+    # An inspector starts no loop: that would run code.
+    started = panel.ask("loop", do="start", agent="carol", step="n = 2")
+    assert started["error"]["kind"] == "denied", started
+    assert "agents.loop(NAME, STEP)" in started["error"]["message"]
+    assert _loop(panel, "carol")["status"] == "stopped"

@@ -2,7 +2,7 @@
  * Agents: every agent's loop (pause, resume, stop), its circuit breaker
  * (policy, why it is open, reset) and the memory index (counts per layer, and
  * a search: recall as the human or as a chosen agent).  The buttons send the
- * kernel's `set_loop` and `reset_circuit` actions, each an op by `human`;
+ * kernel's `loop` (pause, resume, stop) and `reset_circuit` actions, each an op by `human`;
  * their committed notice refreshes this view.  Every string shown came from
  * agent code: it only ever becomes text.
  */
@@ -73,7 +73,7 @@ export class AgentsView implements IView {
     const generation = ++this._generation;
     try {
       const [loops, circuits, memory] = await Promise.all([
-        this._request<{ loops: ILoop[] }>('loops'),
+        this._request<{ loops: ILoop[] }>('loop', { do: 'status' }),
         this._request<{ circuits: ICircuit[] }>('circuits'),
         this._request<IMemoryStats>('memory', { command: 'stats' })
       ]);
@@ -81,7 +81,7 @@ export class AgentsView implements IView {
         return;
       }
       this._message.textContent = '';
-      this._drawLoops(loops.loops);
+      this._drawLoops(loops.loops, circuits.circuits);
       this._drawCircuits(circuits.circuits);
       this._drawCounts(memory.entries);
     } catch (error) {
@@ -109,22 +109,25 @@ export class AgentsView implements IView {
     this._found.textContent = '';
   }
 
-  private _drawLoops(loops: ILoop[]): void {
+  private _drawLoops(loops: ILoop[], circuits: ICircuit[]): void {
     clear(this._loops);
+    // A loop is tripped when its agent's circuit is open (the circuit is not in the image).
+    const trips = new Map(circuits.map(entry => [entry.agent, entry.circuit ?? null]));
     for (const loop of loops) {
-      const tripped = loop.circuit !== null && loop.circuit !== undefined;
+      const trip = trips.get(loop.agent) ?? null;
+      const tripped = trip !== null;
       const live = loop.status === 'running' || loop.status === 'paused';
       const actions = h('td', { className: 'kernos-row-actions' });
       if (live) {
         if (loop.status === 'running') {
           actions.append(this._button('Pause', 'kernos-loop-pause', loop.agent, () =>
-            this._setLoop(loop.agent, 'paused')));
+            this._setLoop(loop.agent, 'pause')));
         } else {
           actions.append(this._button('Resume', 'kernos-loop-resume', loop.agent, () =>
-            this._setLoop(loop.agent, 'running')));
+            this._setLoop(loop.agent, 'resume')));
         }
         actions.append(this._button('Stop', 'kernos-loop-stop', loop.agent, () =>
-          this._setLoop(loop.agent, 'stopped')));
+          this._setLoop(loop.agent, 'stop')));
       }
       this._loops.append(
         h(
@@ -139,13 +142,13 @@ export class AgentsView implements IView {
             {},
             h('strong', {
               className: 'kernos-loop-status',
-              text: tripped ? `${loop.status}, tripped (${text(loop.circuit?.policy)})` : text(loop.status)
+              text: tripped ? `${loop.status}, tripped (${text(trip?.policy)})` : text(loop.status)
             }),
             h('div', {
               className: 'kernos-hint kernos-loop-figures',
               text: `iteration ${text(loop.iteration)} · ${text(loop.pending)} pending · last op ${text(loop.last_op)}`
             }),
-            h('div', { className: 'kernos-loop-reason', text: text(loop.reason ?? loop.circuit?.message, '') })
+            h('div', { className: 'kernos-loop-reason', text: text(loop.reason ?? trip?.message, '') })
           ),
           actions
         )
@@ -284,12 +287,12 @@ export class AgentsView implements IView {
     return button;
   }
 
-  private async _setLoop(agent: string, status: string): Promise<void> {
+  private async _setLoop(agent: string, what: 'pause' | 'resume' | 'stop'): Promise<void> {
     try {
-      const done = await this._request<{ loop: ILoop; op: number }>('set_loop', { agent, status });
-      this._report(`${agent}'s loop is ${text(done.loop?.status ?? status)} (op ${text(done.op)})`, false, done.op);
+      const done = await this._request<{ loop: ILoop; op: number }>('loop', { do: what, agent });
+      this._report(`${agent}'s loop is ${text(done.loop?.status)} (op ${text(done.op)})`, false, done.op);
     } catch (error) {
-      this._report(`Could not set ${agent}'s loop to ${status}: ${describeError(error)}`, true);
+      this._report(`Could not ${what} ${agent}'s loop: ${describeError(error)}`, true);
     }
   }
 

@@ -1,14 +1,15 @@
 """The inspector's Agents tab: loops, circuits and memory (issue 20).
 
-Three sections, each read through the backend (``kernos.harness.agent_views``):
+Three sections, each read through the backend (harness actions, as ``human``):
 
-* **Loops**: every agent's loop (status, iteration, pending work, last op,
-  why it stopped) and whether it is *tripped* (its agent's circuit is open).
-  *Pause*, *Resume* and *Stop* act on the chosen loop (``set_loop``, an op
-  by ``human``).
+* **Loops**: every agent's loop (``loop`` ``status``: status, iteration,
+  pending work, last op, why it stopped) and whether it is *tripped* (its
+  agent's circuit is open).  *Pause*, *Resume* and *Stop* act on the chosen
+  loop (``loop`` ``pause`` / ``resume`` / ``stop``, an op by ``human``).
 * **Circuits**: per agent, the effective policy and, when the circuit is
-  open, the policy that tripped, its figures and message.  *Reset* closes
-  the chosen circuit (``reset_circuit``, an op by ``human``), optionally
+  open, the policy that tripped, its figures and message (``circuits``,
+  :mod:`kernos.harness.agent_views`).  *Reset* closes the chosen circuit
+  (``reset_circuit``, an op by ``human``), optionally
   putting the agent's namespace back to its safe checkpoint.
 * **Memory**: the index's entries per layer (``memory`` ``stats``), and a
   search: ``recall`` as the human or as a chosen agent (only what that
@@ -75,9 +76,9 @@ class AgentsTab:
         self.pause = widgets.Button(description="Pause", icon="pause")
         self.resume = widgets.Button(description="Resume", icon="play")
         self.stop = widgets.Button(description="Stop", icon="stop")
-        self.pause.on_click(lambda _button: self._set_loop("paused"))
-        self.resume.on_click(lambda _button: self._set_loop("running"))
-        self.stop.on_click(lambda _button: self._set_loop("stopped"))
+        self.pause.on_click(lambda _button: self._set_loop("pause"))
+        self.resume.on_click(lambda _button: self._set_loop("resume"))
+        self.stop.on_click(lambda _button: self._set_loop("stop"))
         self.circuits_table = widgets.HTML()
         self.circuit_chosen = widgets.Dropdown(options=[], description="Agent")
         self.restore = widgets.Checkbox(value=False, indent=False,
@@ -105,14 +106,15 @@ class AgentsTab:
     # -- reading -------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        loops, circuits, memory = (self._request("loops"), self._request("circuits"),
+        loops, circuits, memory = (self._request("loop", do="status"),
+                                   self._request("circuits"),
                                    self._request("memory", command="stats"))
-        if loops is not None:
-            self.loops = list(loops.get("loops") or [])
-            self._draw_loops()
         if circuits is not None:
             self.circuits = list(circuits.get("circuits") or [])
             self._draw_circuits()
+        if loops is not None:
+            self.loops = list(loops.get("loops") or [])
+            self._draw_loops()
         if memory is not None:
             counts = memory.get("entries") or {}
             self.counts.value = _escape("Entries: " + ", ".join(
@@ -121,9 +123,10 @@ class AgentsTab:
             self._on_search(None)
 
     def _draw_loops(self) -> None:
+        trips = {entry.get("agent"): entry.get("circuit") for entry in self.circuits}
         rows = []
         for loop in self.loops:
-            trip = loop.get("circuit")
+            trip = trips.get(loop.get("agent"))
             state = str(loop.get("status"))
             if trip:
                 state += f" (tripped: {trip.get('policy')})"
@@ -160,13 +163,13 @@ class AgentsTab:
 
     # -- acting --------------------------------------------------------------------------
 
-    def _set_loop(self, status: str) -> None:
+    def _set_loop(self, do: str) -> None:
         agent = self.loop_chosen.value
         if not agent:
             return
-        done = self._request("set_loop", agent=agent, status=status)
+        done = self._request("loop", do=do, agent=agent)
         if done is not None:
-            self._say(f"{agent}'s loop is {(done.get('loop') or {}).get('status', status)} "
+            self._say(f"{agent}'s loop is {(done.get('loop') or {}).get('status')} "
                       f"(op {done.get('op')})")
 
     def _on_reset(self, button: object) -> None:

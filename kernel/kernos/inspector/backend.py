@@ -10,12 +10,12 @@ A :class:`Backend` has two methods:
 ``request(content) -> REPLY``
     ``content`` is a harness request (``{"v": 1, "action": ..., ...}``) and
     the reply is the harness reply, exactly as ``kernos_reply`` carries it.
-    Only the actions in :data:`ALLOWED` are served; any other is refused
-    with an error reply of kind ``denied``.  ``checkout``, ``set_loop`` and
-    ``reset_circuit`` run as ops by ``human``, serialized with every other
-    op; while a checkout loads the snapshot, the backend's watchers are told
-    its progress.  ``fork`` makes a new
-    workspace beside this one (``kernos.fork``); it reads this one only.
+    Only the actions in :data:`ALLOWED` are served (narrowed by :data:`ONLY`);
+    any other is refused with an error reply of kind ``denied``.
+    ``checkout``, ``loop`` (but ``status``) and ``reset_circuit`` run as ops
+    by ``human``, serialized with every other op; while a checkout loads the
+    snapshot, the backend's watchers are told its progress.  ``fork`` makes a
+    new workspace beside this one (``kernos.fork``); it reads this one only.
 
 ``watch(callback) -> unwatch``
     ``callback(notice)`` is called after every op that finishes (a cell, a
@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 from kernos.harness.protocol import VERSION, ProtocolError, error_reply
 
-__all__ = ["ALLOWED", "CHANGES", "Backend", "Notice", "ServiceBackend", "Watchers"]
+__all__ = ["ALLOWED", "CHANGES", "ONLY", "Backend", "Notice", "ServiceBackend", "Watchers"]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +57,22 @@ Notice = dict[str, Any]
 
 ALLOWED = frozenset({"hello", "versions", "objects", "object", "grants", "agents", "tools",
                      "log", "show", "diff", "events", "audit", "status", "stats", "checkout",
-                     "fork", "loops", "circuits", "memory", "set_loop", "reset_circuit"})
+                     "fork", "loop", "circuits", "reset_circuit", "recall", "memory"})
 """Reads; checkout (after the user confirms); fork (a new workspace beside this one, which
-this one's image never sees); and the human's controls of agents: pausing, resuming or
-stopping a loop (``set_loop``) and closing a circuit (``reset_circuit``), each an op by
-``human``.  Never ``op``: an inspector runs no code."""
-CHANGES = frozenset({"checkout", "set_loop", "reset_circuit"})
-"""The allowed actions that are ops (they cannot run from inside a cell, itself an op)."""
+this one's image never sees); the human's controls of agents, each an op by ``human``:
+``loop`` to pause, resume or stop a loop (or read them, ``status``) and ``reset_circuit``;
+``recall`` (a read, as the human or as an agent, which then needs ``memory:read``) and
+``memory`` (``stats``).  Never ``op``, ``remember`` or ``loop`` ``start``: an inspector
+runs no code and writes nothing as an agent.  :data:`ONLY` narrows two of them."""
+ONLY = {"loop": ("do", frozenset({"status", "pause", "resume", "stop"}),
+                 "start a loop in a cell: agents.loop(NAME, STEP)"),
+        "memory": ("command", frozenset({"stats"}),
+                   "rebuild the index with `kernos memory rebuild`")}
+"""Per action: the field, the values of it an inspector may send, and where to do the rest."""
+HUMAN_OPS = frozenset({"grant", "revoke", "add_agent", "loop", "reset_circuit"})
+"""Harness actions that run as an op by ``human`` and answer with ``op`` and ``commit`` only."""
+CHANGES = frozenset({"checkout", "loop", "reset_circuit"})
+"""The allowed actions that may be ops (they cannot run from inside a cell, itself an op)."""
 
 
 class Backend(Protocol):
@@ -75,6 +84,12 @@ class Backend(Protocol):
 def refuse(content: object) -> dict[str, Any] | None:
     """The error reply for a request an inspector may not make, or None if it may."""
     action = content.get("action") if isinstance(content, dict) else None
+    if type(action) is str and action in ONLY and isinstance(content, dict):
+        field, values, elsewhere = ONLY[action]
+        if content.get(field) not in values:
+            return error_reply(action, ProtocolError(
+                "denied", f"an inspector sends {action} only with {field} "
+                f"{' or '.join(sorted(values))}; {elsewhere}"))
     if type(action) is str and action in ALLOWED:
         return None
     shown = action if type(action) is str else None
@@ -175,4 +190,10 @@ def notice_of(reply: dict[str, Any]) -> Notice | None:
         error = result.get("error") or {}
         return {"type": "rolled_back", "op": result.get("op"),
                 "principal": result.get("principal"), "error": error.get("message")}
+    if status is None and reply.get("action") in HUMAN_OPS and type(result.get("op")) is int \
+            and result.get("commit"):
+        # A human op whose result is not an OP-RESULT (a grant, a loop paused, ...): the
+        # views refresh all the same.
+        return {"type": "committed", "op": result["op"], "commit": result["commit"],
+                "principal": "human", "added": [], "changed": [], "deleted": [], "events": 0}
     return None

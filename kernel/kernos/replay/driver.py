@@ -504,6 +504,12 @@ class _Replayer:
             bool(call.get("cached")) for call in record.get("llm") or []]
         self.runtime.memory.replaying = recorded_recalls(self.source_audit, record)
         self.image.clock_replay = list(record.get("clock") or [])
+        if kind == "loop":  # an iteration of an agent's loop (kernos.agents.loop)
+            from kernos.agents.loop import run_once
+
+            turn = run_once(self.runtime, principal)
+            self.image.clock_replay = None
+            return turn.outcome, None if turn.report is None else turn.report.commit
         request = self._request(kind, principal, code, record)
         if record.get("key") is not None and request["action"] == "op":
             request["key"] = record["key"]
@@ -535,7 +541,8 @@ class _Replayer:
             if isinstance(data, dict) and set(data) == {"tool", "arguments"}:
                 return {"v": 1, "action": "op", "principal": principal, **data}
             if isinstance(data, dict) and data.get("action") in (
-                    "grant", "revoke", "add_agent", "checkout", "remember"):
+                    "grant", "revoke", "add_agent", "checkout", "remember", "loop",
+                    "reset_circuit"):
                 request = {"v": 1, **data}
                 if data["action"] == "checkout":
                     request["ref"] = self._mapped(self._checked_out(record, str(data.get("ref"))))
