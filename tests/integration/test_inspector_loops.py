@@ -154,3 +154,34 @@ def test_the_panel_shows_a_loop_pauses_resumes_and_stops_it_and_sees_it_tripped(
     assert started["error"]["kind"] == "denied", started
     assert "agents.loop(NAME, STEP)" in started["error"]["message"]
     assert _loop(panel, "carol")["status"] == "stopped"
+
+
+def test_the_widget_s_buttons_pause_a_loop_and_reset_its_circuit_in_a_real_kernel(
+        kernel: Any) -> None:
+    from integration.test_fork_widget import _described
+    from integration.test_inspector_widget import Frontend, committed, kernel_value
+
+    frontend = Frontend(kernel)
+    committed(frontend.run("agents.add('carol')\nagents.policy('carol', failures=1)\n"
+                           "agents.loop('carol', 'n = 1', every_ms=3_600_000)"))
+    committed(frontend.run("import kernos\nkernos.inspect()"))
+    status, tabs = frontend.children(frontend.views[0])
+    frontend.set(tabs, selected_index=5)
+    assert frontend.models[tabs]["titles"][5] == "Agents"
+    [loops] = frontend.find("HTMLModel", ">pending<")
+    assert ">carol<" in frontend.models[loops]["value"]
+
+    frontend.click(_described(frontend, "ButtonModel", "Pause"))
+    assert "carol&#x27;s loop is paused" in frontend.models[status]["value"]
+    assert kernel_value(frontend, "agents.loops()[0]['status']") == "paused"
+    assert ">paused<" in frontend.models[loops]["value"]
+
+    frontend.run("%%agent carol\n1 / 0")
+    frontend.run("%%agent carol\nx = 1")   # refused: the circuit is open
+    assert ">paused (tripped: failures)<" in frontend.models[loops]["value"]
+    reset = _described(frontend, "ButtonModel", "Reset")
+    assert frontend.models[reset]["disabled"] is False
+    frontend.click(reset)
+    assert "carol&#x27;s circuit is closed" in frontend.models[status]["value"]
+    assert kernel_value(frontend, "agents.circuit('carol')") is None
+    assert frontend.models[reset]["disabled"] is True
