@@ -149,6 +149,15 @@ def test_the_panel_shows_a_loop_pauses_resumes_and_stops_it_and_sees_it_tripped(
     assert panel.result("status")["head"] == head          # nothing committed
     assert _loop(panel, "carol")["status"] == "stopped"
 
+    # From inside a cell (itself an op) the backend refuses the loop action, clearly.
+    assert feed.run("from kernos.inspector.widget import kernel_backend").committed
+    inside = feed.value(
+        "[kernel_backend().request({'v': 1, 'action': 'loop', 'do': do, 'agent': 'carol'})"
+        " for do in ('status', 'resume')]")
+    assert [reply["error"]["kind"] for reply in inside] == ["invalid", "invalid"], inside
+    assert "cannot run from inside a cell" in inside[1]["error"]["message"]
+    assert _loop(panel, "carol")["status"] == "stopped"
+
     # An inspector starts no loop: that would run code.
     started = panel.ask("loop", do="start", agent="carol", step="n = 2")
     assert started["error"]["kind"] == "denied", started

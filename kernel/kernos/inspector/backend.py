@@ -13,9 +13,10 @@ A :class:`Backend` has two methods:
     Only the actions in :data:`ALLOWED` are served (narrowed by :data:`ONLY`);
     any other is refused with an error reply of kind ``denied``.
     ``checkout``, ``loop`` (but ``status``) and ``reset_circuit`` run as ops
-    by ``human``, serialized with every other op; while a checkout loads the
-    snapshot, the backend's watchers are told its progress.  ``fork`` makes a
-    new workspace beside this one (``kernos.fork``); it reads this one only.
+    by ``human``, serialized with every other op (the kernel refuses them,
+    ``status`` too, from inside a cell); while a checkout loads the snapshot,
+    the backend's watchers are told its progress.  ``fork`` makes a new
+    workspace beside this one (``kernos.fork``); it reads this one only.
 
 ``watch(callback) -> unwatch``
     ``callback(notice)`` is called after every op that finishes (a cell, a

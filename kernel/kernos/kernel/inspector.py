@@ -76,8 +76,8 @@ class KernelBackend:
             return refused
         kernel = self.kernel
         action = content.get("action")
-        if action in CHANGES and kernel.current_op is not None and not (
-                action == "loop" and content.get("do") == "status"):
+        if action in CHANGES and kernel.current_op is not None:  # `loop` status too: the
+            # harness settles effects after every `loop` request, which a cell's op forbids
             return error_reply(action, ProtocolError(
                 "invalid", f"{action} cannot run from inside a cell (the cell is an op "
                 "already); use the inspector's button, or in a cell `%kernos checkout REF`, "
