@@ -174,15 +174,15 @@ export interface IStats {
   history_bytes: number | null;
 }
 
-/** Why an agent's circuit is open (kernos.agents.supervisor.Trip). */
+/** Why an agent's circuit is open (the `circuit` action; kernos.agents.supervisor.Trip). */
 export interface ITrip {
-  agent: string;
   policy: string;
   limit: number;
   figures: Record<string, unknown>;
   message: string;
   op: number | null;
   at: string | null;
+  announced?: boolean;
 }
 
 /** An agent's loop (LoopState.describe(), from the `loop` action's `status`). */
@@ -195,12 +195,11 @@ export interface ILoop {
   reason: string | null;
 }
 
-/** An agent's effective circuit-breaker policy and its circuit. */
+/** An agent's effective circuit-breaker policy (the `policy` action) and its circuit. */
 export interface ICircuit {
   agent: string;
   policy: Record<string, number | boolean>;
   circuit: ITrip | null;
-  safe_op: number | null;
 }
 
 /** One recalled memory. */

@@ -1,9 +1,10 @@
 """Loops, circuits and memory through a real kernel's ``kernos.inspector`` comm.
 
 What the sidebar's and the widget's Agents tab rely on: the ``loop``
-(``status``), ``circuits``, ``recall`` and ``memory`` (``stats``) reads, and
+(``status``), ``circuit``, ``policy``, ``recall`` and ``memory`` (``stats``) reads, and
 the human's controls ``loop`` (``pause``, ``resume``, ``stop``) and
-``reset_circuit``, each an op by ``human`` whose notice refreshes the views.
+``reset``, each an op by ``human`` whose notice refreshes the views (``policy``
+and ``circuit`` read the breakers).
 An inspector still runs no code, and recall through it as an agent returns
 only what that agent may read.
 """
@@ -23,9 +24,11 @@ pytestmark = pytest.mark.kernel
 
 
 def _circuit(panel: Inspector, agent: str) -> dict[str, Any]:
-    found = [entry for entry in panel.result("circuits")["circuits"] if entry["agent"] == agent]
-    assert len(found) == 1, found
-    return found[0]
+    """What the Agents tab shows of ``agent``'s breaker: its policy and its circuit."""
+    circuits = panel.result("circuit")["circuits"]
+    assert agent in circuits, circuits
+    return {"policy": panel.result("policy", agent=agent)["policy"],
+            "circuit": circuits[agent]}
 
 
 def test_a_tripped_circuit_is_shown_and_the_human_resets_it_from_the_panel(
@@ -47,8 +50,9 @@ def test_a_tripped_circuit_is_shown_and_the_human_resets_it_from_the_panel(
     assert trip["figures"]["in_a_row"] == 2
 
     before = len(panel.of_type("committed"))
-    reset = panel.result("reset_circuit", agent="bob")
-    assert reset["reset"] == {"agent": "bob", "was_open": "failures", "restored_from": None}
+    reset = panel.result("reset", agent="bob")
+    assert (reset["agent"], reset["was_open"], reset["restored_from"]) == ("bob", "failures",
+                                                                           None)
     notices = panel.of_type("committed")[before:]
     assert [(n["op"], n["principal"]) for n in notices] == [(reset["op"], "human")]
     assert _circuit(panel, "bob")["circuit"] is None
@@ -57,13 +61,16 @@ def test_a_tripped_circuit_is_shown_and_the_human_resets_it_from_the_panel(
     assert any(record.get("op") == reset["op"] for record in audit)
 
     # Errors name what was wrong; an inspector still runs no code.
-    unknown = panel.ask("reset_circuit", agent="nobody")
+    unknown = panel.ask("reset", agent="nobody")
     assert unknown["error"]["kind"] == "unknown_principal", unknown
     for action, fields in (("op", {"principal": "human", "code": "x = 1"}),
-                           ("grant", {"agent": "bob", "capability": "read:x"})):
+                           ("grant", {"agent": "bob", "capability": "read:x"}),
+                           ("policy", {"agent": "bob", "set": {"failures": 1000}})):
         denied = panel.ask(action, **fields)
         assert denied["error"]["kind"] == "denied", denied
-        assert "reset a circuit" in denied["error"]["message"]
+        assert "reset a circuit" in denied["error"]["message"] or \
+            "agents.policy(NAME" in denied["error"]["message"]
+    assert _circuit(panel, "bob")["policy"] == {"failures": 2}
 
 
 def test_recall_from_the_panel_as_an_agent_returns_only_what_it_may_read(
@@ -137,7 +144,7 @@ def test_the_panel_shows_a_loop_pauses_resumes_and_stops_it_and_sees_it_tripped(
     assert feed.run("%%agent carol\nx = 1").rolled_back
     assert _loop(panel, "carol")["status"] == "paused"
     assert _circuit(panel, "carol")["circuit"]["policy"] == "failures"
-    assert panel.result("reset_circuit", agent="carol")["reset"]["was_open"] == "failures"
+    assert panel.result("reset", agent="carol")["was_open"] == "failures"
     assert _circuit(panel, "carol")["circuit"] is None
 
     assert panel.result("loop", do="resume", agent="carol")["loop"]["status"] == "running"

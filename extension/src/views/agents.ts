@@ -2,13 +2,13 @@
  * Agents: every agent's loop (pause, resume, stop), its circuit breaker
  * (policy, why it is open, reset) and the memory index (counts per layer, and
  * a search: recall as the human or as a chosen agent).  The buttons send the
- * kernel's `loop` (pause, resume, stop) and `reset_circuit` actions, each an op by `human`;
+ * kernel's `loop` (pause, resume, stop) and `reset` actions, each an op by `human`;
  * their committed notice refreshes this view.  Every string shown came from
  * agent code: it only ever becomes text.
  */
 
 import { clear, describeError, h, text } from '../dom';
-import { ICircuit, ILoop, IMemory, IMemoryStats, IView, Requester } from '../tokens';
+import { ICircuit, ILoop, IMemory, IMemoryStats, ITrip, IView, Requester } from '../tokens';
 import { StatusReporter } from './history';
 
 // Three columns each: the sidebar is narrow, and the buttons must stay in view.
@@ -72,17 +72,26 @@ export class AgentsView implements IView {
   async refresh(): Promise<void> {
     const generation = ++this._generation;
     try {
-      const [loops, circuits, memory] = await Promise.all([
+      const [loops, trips, memory] = await Promise.all([
         this._request<{ loops: ILoop[] }>('loop', { do: 'status' }),
-        this._request<{ circuits: ICircuit[] }>('circuits'),
+        this._request<{ circuits: Record<string, ITrip | null> }>('circuit'),
         this._request<IMemoryStats>('memory', { command: 'stats' })
       ]);
+      const agents = Object.keys(trips.circuits ?? {}).sort();
+      const policies = await Promise.all(
+        agents.map(agent => this._request<{ policy: ICircuit['policy'] }>('policy', { agent }))
+      );
       if (generation !== this._generation) {
         return;
       }
+      const circuits: ICircuit[] = agents.map((agent, index) => ({
+        agent,
+        policy: policies[index].policy ?? {},
+        circuit: trips.circuits[agent] ?? null
+      }));
       this._message.textContent = '';
-      this._drawLoops(loops.loops, circuits.circuits);
-      this._drawCircuits(circuits.circuits);
+      this._drawLoops(loops.loops, circuits);
+      this._drawCircuits(circuits);
       this._drawCounts(memory.entries);
     } catch (error) {
       if (generation === this._generation) {
@@ -176,7 +185,6 @@ export class AgentsView implements IView {
           testid: 'kernos-circuit-restore',
           attrs: { type: 'checkbox', 'aria-label': `restore ${entry.agent}'s safe checkpoint` }
         });
-        restore.disabled = entry.safe_op === null || entry.safe_op === undefined;
         actions.append(
           this._button('Reset', 'kernos-circuit-reset', entry.agent, () =>
             this._reset(entry.agent, restore.checked)),
@@ -298,9 +306,11 @@ export class AgentsView implements IView {
 
   private async _reset(agent: string, restore: boolean): Promise<void> {
     try {
-      const done = await this._request<{ reset: { restored_from: number | null }; op: number }>(
-        'reset_circuit', { agent, restore });
-      const restored = done.reset?.restored_from;
+      const done = await this._request<{ restored_from: number | null; op: number }>('reset', {
+        agent,
+        restore
+      });
+      const restored = done.restored_from;
       this._report(
         `${agent}'s circuit is closed (op ${text(done.op)})` +
           (restored !== null && restored !== undefined ? `; its namespace is back to op ${restored}` : ''),

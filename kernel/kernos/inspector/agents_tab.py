@@ -6,10 +6,10 @@ Three sections, each read through the backend (harness actions, as ``human``):
   pending work, last op, why it stopped) and whether it is *tripped* (its
   agent's circuit is open).  *Pause*, *Resume* and *Stop* act on the chosen
   loop (``loop`` ``pause`` / ``resume`` / ``stop``, an op by ``human``).
-* **Circuits**: per agent, the effective policy and, when the circuit is
-  open, the policy that tripped, its figures and message (``circuits``,
-  :mod:`kernos.harness.agent_views`).  *Reset* closes the chosen circuit
-  (``reset_circuit``, an op by ``human``), optionally
+* **Circuits**: per agent, the effective policy (``policy``) and, when the
+  circuit is open, the policy that tripped, its figures and message
+  (``circuit``).  *Reset* closes the chosen circuit (``reset``, an op by
+  ``human``), optionally
   putting the agent's namespace back to its safe checkpoint.
 * **Memory**: the index's entries per layer (``memory`` ``stats``), and a
   search: ``recall`` as the human or as a chosen agent (only what that
@@ -107,10 +107,14 @@ class AgentsTab:
 
     def refresh(self) -> None:
         loops, circuits, memory = (self._request("loop", do="status"),
-                                   self._request("circuits"),
+                                   self._request("circuit"),
                                    self._request("memory", command="stats"))
         if circuits is not None:
-            self.circuits = list(circuits.get("circuits") or [])
+            self.circuits = []
+            for agent, trip in sorted((circuits.get("circuits") or {}).items()):
+                policy = self._request("policy", agent=agent)
+                self.circuits.append({"agent": agent, "circuit": trip,
+                                      "policy": (policy or {}).get("policy") or {}})
             self._draw_circuits()
         if loops is not None:
             self.loops = list(loops.get("loops") or [])
@@ -151,10 +155,9 @@ class AgentsTab:
             rows.append((entry.get("agent"), ", ".join(f"{key}={value}" for key, value in
                                                        sorted(policy.items())) or "none",
                          state, trip.get("figures") if trip else None,
-                         trip.get("message") if trip else None, entry.get("safe_op")))
+                         trip.get("message") if trip else None))
         self.circuits_table.value = _table(
-            ("agent", "policy", "circuit", "figures", "message", "safe checkpoint op"), rows,
-            "No agents yet.")
+            ("agent", "policy", "circuit", "figures", "message"), rows, "No agents yet.")
         _choose(self.circuit_chosen, [str(entry.get("agent")) for entry in self.circuits
                                       if entry.get("circuit")])
         self.reset.disabled = not self.circuit_chosen.options
@@ -176,9 +179,9 @@ class AgentsTab:
         agent = self.circuit_chosen.value
         if not agent:
             return
-        done = self._request("reset_circuit", agent=agent, restore=self.restore.value)
+        done = self._request("reset", agent=agent, restore=self.restore.value)
         if done is not None:
-            restored = (done.get("reset") or {}).get("restored_from")
+            restored = done.get("restored_from")
             self._say(f"{agent}'s circuit is closed (op {done.get('op')})"
                       + (f"; its namespace is back to op {restored}" if restored else ""))
 

@@ -12,9 +12,10 @@ A :class:`Backend` has two methods:
     the reply is the harness reply, exactly as ``kernos_reply`` carries it.
     Only the actions in :data:`ALLOWED` are served (narrowed by :data:`ONLY`);
     any other is refused with an error reply of kind ``denied``.
-    ``checkout``, ``loop`` (but ``status``) and ``reset_circuit`` run as ops
-    by ``human``, serialized with every other op (the kernel refuses them,
-    ``status`` too, from inside a cell); while a checkout loads the snapshot,
+    ``checkout``, ``loop`` (but ``status``) and ``reset`` run as ops by
+    ``human``, serialized with every other op (the kernel refuses them, and
+    the ``loop`` and ``policy`` reads, from inside a cell: the harness settles
+    effects after each); while a checkout loads the snapshot,
     the backend's watchers are told its progress.  ``fork`` makes a new
     workspace beside this one (``kernos.fork``); it reads this one only.
 
@@ -58,21 +59,26 @@ Notice = dict[str, Any]
 
 ALLOWED = frozenset({"hello", "versions", "objects", "object", "grants", "agents", "tools",
                      "log", "show", "diff", "events", "audit", "status", "stats", "checkout",
-                     "fork", "loop", "circuits", "reset_circuit", "recall", "memory"})
+                     "fork", "loop", "policy", "circuit", "reset", "recall", "memory"})
 """Reads; checkout (after the user confirms); fork (a new workspace beside this one, which
 this one's image never sees); the human's controls of agents, each an op by ``human``:
-``loop`` to pause, resume or stop a loop (or read them, ``status``) and ``reset_circuit``;
-``recall`` (a read, as the human or as an agent, which then needs ``memory:read``) and
-``memory`` (``stats``).  Never ``op``, ``remember`` or ``loop`` ``start``: an inspector
-runs no code and writes nothing as an agent.  :data:`ONLY` narrows two of them."""
-ONLY = {"loop": ("do", frozenset({"status", "pause", "resume", "stop"}),
-                 "start a loop in a cell: agents.loop(NAME, STEP)"),
-        "memory": ("command", frozenset({"stats"}),
-                   "rebuild the index with `kernos memory rebuild`")}
-"""Per action: the field, the values of it an inspector may send, and where to do the rest."""
-HUMAN_OPS = frozenset({"grant", "revoke", "add_agent", "loop", "reset_circuit"})
+``loop`` to pause, resume or stop a loop (or read them, ``status``) and ``reset`` to close
+a circuit (``policy`` and ``circuit`` read them); ``recall`` (a read, as the human or as an
+agent, which then needs ``memory:read``) and ``memory`` (``stats``).  Never ``op``,
+``remember``, ``loop`` ``start`` or a ``policy`` ``set``: an inspector runs no code, writes
+nothing as an agent and loosens no policy.  :data:`ONLY` narrows those actions."""
+ONLY: dict[str, tuple[str, frozenset[str | None], str]] = {
+    "loop": ("do", frozenset({"status", "pause", "resume", "stop"}),
+             "start a loop in a cell: agents.loop(NAME, STEP)"),
+    "policy": ("set", frozenset({None}),
+               "set a policy in a cell: agents.policy(NAME, failures=N, ...)"),
+    "memory": ("command", frozenset({"stats"}),
+               "rebuild the index with `kernos memory rebuild`")}
+"""Per action: the field, the values of it an inspector may send (None: the field is
+absent), and where to do the rest."""
+HUMAN_OPS = frozenset({"grant", "revoke", "add_agent", "loop", "policy", "reset"})
 """Harness actions that run as an op by ``human`` and answer with ``op`` and ``commit`` only."""
-CHANGES = frozenset({"checkout", "loop", "reset_circuit"})
+CHANGES = frozenset({"checkout", "loop", "policy", "reset"})
 """The allowed actions that may be ops (they cannot run from inside a cell, itself an op)."""
 
 
@@ -87,10 +93,12 @@ def refuse(content: object) -> dict[str, Any] | None:
     action = content.get("action") if isinstance(content, dict) else None
     if type(action) is str and action in ONLY and isinstance(content, dict):
         field, values, elsewhere = ONLY[action]
-        if content.get(field) not in values:
+        value = content.get(field)
+        if not (value is None or type(value) is str) or value not in values:  # hashable first
+            allowed = (f"without {field!r}" if values == {None} else
+                       f"only with {field} {' or '.join(sorted(map(str, values)))}")
             return error_reply(action, ProtocolError(
-                "denied", f"an inspector sends {action} only with {field} "
-                f"{' or '.join(sorted(values))}; {elsewhere}"))
+                "denied", f"an inspector sends {action} {allowed}; {elsewhere}"))
     if type(action) is str and action in ALLOWED:
         return None
     shown = action if type(action) is str else None
