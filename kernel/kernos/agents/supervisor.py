@@ -388,12 +388,12 @@ class Breakers:
                 return  # unsupervised: nothing counted, nothing written
             state = self._states.setdefault(agent, _State())
             trip = state.trip
+            if trip is None and (agent, op.id) in self._admitted:
+                return  # one op is one iteration, however many runs it holds
             if trip is None:
                 trip = self._check_before(agent, policy, state, print_, now, op.id)
             if trip is not None:
                 raise _refuse(op, trip, via="op")
-            if (agent, op.id) in self._admitted:
-                return  # one op is one iteration, however many runs it holds
             self._admitted.add((agent, op.id))
             self._write({"type": "admit", "agent": agent, "op": op.id, "sha": print_,
                          "at": now})

@@ -105,6 +105,17 @@ def test_one_op_with_several_runs_is_one_iteration(env) -> None:  # type: ignore
     assert attempt(env, "d = 1") == "refused"
 
 
+def test_the_last_allowed_op_may_hold_several_runs(env) -> None:  # type: ignore[no-untyped-def]
+    """An op already admitted is not checked again (a harness op's predicate and its code,
+    two runs in one cell): with iterations=1, the first op is the one allowed, whole."""
+    policy(env, iterations=1)
+    with env.op():
+        env.runtime.run("alice", "a = 1")
+        env.runtime.run("alice", "b = 1")
+    assert env.ns_of("alice") == {"a": 1, "b": 1}
+    assert attempt(env, "c = 1") == "refused"
+
+
 def test_wall_time_trips_at_exactly_n_seconds(env) -> None:  # type: ignore[no-untyped-def]
     now = [1000.0]
     env.runtime.breakers.clock = lambda: now[0]
