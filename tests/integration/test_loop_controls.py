@@ -3,6 +3,7 @@ on one real kernel; and a loop that a kernel restart finds running goes on by it
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -157,6 +158,11 @@ def test_an_open_circuit_parks_the_loop_until_the_human_resets_it(kernel: Kernel
         time.sleep(0.05)
     time.sleep(QUIET)  # parked: no op is tried while the circuit stays open
     assert len(refused()) == 1, refused()
+    # The trip was announced at once, in an op of the supervisor's, with no cell or request.
+    chain = (workspace / "audit" / "chain.jsonl").read_text(encoding="utf-8").splitlines()
+    announced = [record for record in map(json.loads, chain) if record.get("type") == "op"
+                 and record.get("kind") == "supervisor" and record.get("status") == "committed"]
+    assert len(announced) == 1, announced
     state = loop_of(kernel, "runaway")
     assert (state["status"], state["iteration"]) == ("running", 3)
     assert kernel.value("agents.circuit('runaway')['policy']") == "iterations"

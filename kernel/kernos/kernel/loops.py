@@ -12,7 +12,8 @@ events and inspector notices wait until a sync made its op durable.
 * An iteration refused by an open circuit (or a loop whose agent's circuit is
   open) is *parked* until the human resets the circuit: the driver looks at the
   in-memory circuit each time it wakes (``IDLE_POLL``, or sooner when a cell or
-  request ends), and runs no op for it meanwhile.
+  request ends), and runs no op for it meanwhile.  The trip's event is committed
+  at once, in the supervisor's own op (``KernosKernel.announce_trips``).
 * An iteration that does not commit is retried after a short back-off that
   doubles up to ``MAX_BACKOFF``.
 * At start the driver waits for the restore, then turns what is ``running`` in
@@ -181,6 +182,8 @@ class LoopDriver:
                     followups = runtime.effects.drain()
                 except Exception as error:  # recorded by the next drain
                     log.error("Kernos: executing effects failed: %s", error)
+            else:
+                kernel.announce_trips()  # a trip's event, in the supervisor's own op, now
             ticket = workspace.commit_ticket
         now = time.monotonic()
         self._last[agent] = now
