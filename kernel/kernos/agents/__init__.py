@@ -10,11 +10,13 @@ The core of it (no Jupyter here):
 * ``limits``: time, memory, recursion and output bounds, and the watchdog;
 * ``runtime``: :class:`AgentRuntime`, which runs all of it inside the
   image's ops;
+* ``loop``: an agent's loop in the image, one op per iteration;
 * ``human``: :class:`Agents`, the human's Python API (``agents`` in a
   notebook).
 """
 
 from kernos.agents import api as _api  # noqa: F401 - fills the agent builtins
+from kernos.agents import loop as _loop  # noqa: F401 - and the loop builtins
 from kernos.agents.capabilities import Grant
 from kernos.agents.human import Agents
 from kernos.agents.limits import Limits

@@ -18,14 +18,18 @@ the cell's op::
 
     agents.grant("alice", "llm:gpt-4o-mini", 20_000)      # tokens
     answer = agents.llm("gpt-4o-mini", [{"role": "user", "content": "Hi"}])
+
+    agents.loop("alice", "print(loop_state()['iteration'])", max_iterations=3)
+    agents.pause("alice"); agents.resume("alice"); agents.stop("alice")
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kernos.agents import loop as loops
 from kernos.agents.limits import Limits
 from kernos.agents.runtime import AgentRuntime, RunResult
 
@@ -99,6 +103,35 @@ class Agents:
     def reset(self, agent: str, *, restore: bool | None = None) -> dict[str, Any]:
         """Close ``agent``'s circuit (the human only); ``restore``: back to its safe point."""
         return self.runtime.breakers.reset(agent, restore=restore)
+
+    def loop(self, agent: str, step: str, *, every_ms: int = 0,
+             max_iterations: int | None = None, plan: object = None,
+             pending: Iterable[object] = ()) -> dict[str, Any]:
+        """Start ``agent``'s loop: ``step`` (agent code) runs once per op, as ``agent``.
+
+        The kernel turns it between cells, ``every_ms`` apart, until
+        ``max_iterations`` have committed or the step calls ``loop_finish()``;
+        inside the step, ``loop_state()`` and ``loop_update(...)`` read and set
+        the loop's iteration, plan, pending work and notes.  See kernos.agents.loop.
+        """
+        return loops.start(self.runtime, agent, step, every_ms=every_ms,
+                           max_iterations=max_iterations, plan=plan, pending=pending)
+
+    def pause(self, agent: str) -> dict[str, Any]:
+        """Pause ``agent``'s loop after the iteration that is running (if any)."""
+        return loops.set_status(self.runtime, agent, "paused")
+
+    def resume(self, agent: str) -> dict[str, Any]:
+        """Resume ``agent``'s paused loop at its next iteration."""
+        return loops.set_status(self.runtime, agent, "running")
+
+    def stop(self, agent: str, reason: str | None = None) -> dict[str, Any]:
+        """Stop ``agent``'s loop for good (``agents.loop`` starts a new one)."""
+        return loops.set_status(self.runtime, agent, "stopped", reason)
+
+    def loops(self) -> list[dict[str, Any]]:
+        """Every loop: agent, status, iteration, plan, pending (a count), every_ms ..."""
+        return loops.loops(self.runtime.image)
 
     def run(self, agent: str, source: str) -> RunResult:
         """Run agent code as ``agent`` in this cell's op; prints what it printed."""

@@ -267,18 +267,20 @@ class AgentRuntime:
 
     def run(self, principal: str, source: object,
             echo: Callable[[str], object] | None = None, *,
-            keep_value: bool = False) -> RunResult:
+            keep_value: bool = False, admit_as: str | None = None) -> RunResult:
         """Run ``source`` as ``principal`` inside the current op.
 
         ``echo`` receives what the code printed (bounded), also when it fails.
         With ``keep_value``, the value of a final expression statement is the
-        result's ``value`` (evaluated under the same supervision).
+        result's ``value`` (evaluated under the same supervision).  ``admit_as``
+        is the fingerprint the supervisor counts the run as (default: the code's;
+        a loop's iteration adds what the loop hands its step).
         """
         op = self._op()
         if principal == HUMAN:
             raise UsageError("the human runs ordinary cells; `%%agent NAME` runs agent code")
         self.registry.principal(principal)
-        self.breakers.admit(principal, op, fingerprint(
+        self.breakers.admit(principal, op, admit_as or fingerprint(
             "code", source if type(source) is str else repr(source)[:10_000]))
         limits = self.limits_for(principal)
         filename = f"{AGENT_FILENAME_PREFIX}{principal}>"

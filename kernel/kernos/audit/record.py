@@ -123,6 +123,8 @@ class AuditParticipant:
             body["key"] = op.key
         if op.llm_calls:  # absent otherwise, like ``key``
             body["llm"] = [dict(call) for call in op.llm_calls]
+        if "loop" in op.facts:  # an agent's loop iteration (kernos.agents.loop)
+            body["loop"] = dict(op.facts["loop"])
         return body
 
     # -- two-phase commit ----------------------------------------------------------

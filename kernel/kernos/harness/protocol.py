@@ -143,6 +143,16 @@ Actions and their fields (``?`` marks an optional field):
     reads; not an op.  ``dest`` is a *name*, not a path: 1-100 letters, digits,
     ``.``, ``_`` and ``-`` (not starting with ``.``), resolved beside this
     workspace's directory; anything else is refused (``invalid``).
+``loop``  do, agent?, step?, every_ms?, max_iterations?, plan?, pending?, reason?
+    An agent's loop (``kernos.agents.loop``), by ``human`` only (it names no
+    principal, and agent code cannot send requests).  ``do`` is ``start``
+    (``agent`` and ``step``, agent source, required; ``every_ms``,
+    ``max_iterations``, ``plan``, ``pending`` optional), ``pause``, ``resume``,
+    ``stop`` (``agent`` required, ``reason`` optional with ``stop``), each one
+    op -> ``{"loop": LOOP, "op", "commit"}``; or ``status`` (no op; ``agent``
+    optional) -> ``{"loops": [LOOP]}``.  LOOP is ``{"agent", "status",
+    "iteration", "plan", "pending" (a count), "every_ms", "max_iterations",
+    "last_op", "reason", "started_op"}``.
 ``events``  since?, op?, topic?, principal?, limit?
     -> ``{"events": [EVENT], "cursor": int}``: committed events from the
     durable log, oldest first.
@@ -179,6 +189,7 @@ __all__ = [
     "ERROR_KINDS",
     "INTERRUPT_REPLY",
     "INTERRUPT_REQUEST",
+    "LOOP_DOS",
     "MUTATING",
     "PROGRESS_TYPE",
     "REPLY_TYPE",
@@ -257,6 +268,9 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "diff": {"a": _f(_STR, True), "b": _f(_STR)},
     "checkout": {"ref": _f(_STR, True)},
     "fork": {"dest": _f(_STR, True), "ref": _f(_STR)},
+    "loop": {"do": _f(_STR, True), "agent": _f(_STR), "step": _f(_STR), "every_ms": _f(_INT),
+             "max_iterations": _f(_INT), "plan": _f((str, int, float, bool, list, dict)),
+             "pending": _f(_LIST), "reason": _f(_STR)},
     "events": {"since": _f(_INT), "op": _f(_INT), "topic": _f(_STR), "principal": _f(_STR),
                "limit": _f(_INT)},
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
@@ -269,7 +283,9 @@ ACTIONS: dict[str, dict[str, _Field]] = {
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
-MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout"})
+MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "loop"})
+LOOP_DOS = ("start", "pause", "resume", "stop", "status")
+"""What the ``loop`` action does (``status`` reads; the others are ops)."""
 """Actions that run as an op (and so wait for the op lock and write history)."""
 
 
@@ -399,8 +415,28 @@ def _check_action(action: str, fields: dict[str, Any]) -> None:
         limits = fields.get("limits") or {}
         if any(type(value) is not int for value in limits.values()):
             raise ProtocolError("malformed", "add_agent: 'limits' maps limit names to ints")
+    if action == "loop":
+        _check_loop(fields)
     if action == "events" and "since" in fields and "op" in fields:
         raise ProtocolError("malformed", "events: give either 'since' or 'op', not both")
+
+
+def _check_loop(fields: dict[str, Any]) -> None:
+    do = fields["do"]
+    if do not in LOOP_DOS:
+        raise ProtocolError("malformed", f"loop: 'do' is one of {', '.join(LOOP_DOS)}, not "
+                            f"{_shown(do)}")
+    if do != "status" and "agent" not in fields:
+        raise ProtocolError("malformed", f"loop: do={do} needs 'agent' (whose loop)")
+    allowed = {"start": {"step", "every_ms", "max_iterations", "plan", "pending"},
+               "stop": {"reason"}}.get(do, set())
+    extra = sorted(name for name in ("step", "every_ms", "max_iterations", "plan", "pending",
+                                     "reason") if name in fields and name not in allowed)
+    if extra:
+        raise ProtocolError("malformed", f"loop: {extra} do not go with do={do}")
+    if do == "start" and "step" not in fields:
+        raise ProtocolError("malformed", "loop: do=start needs 'step' (the agent source each "
+                            "iteration runs)")
 
 
 def _parse_expect(expect: dict[str, Any]) -> dict[str, Any]:

@@ -608,6 +608,31 @@ class HarnessService:
         return self._human_op(request, f"add agent {agent}", lambda op: {
             "agent": self.runtime.add_agent(agent, limits=request.get("limits"))})
 
+    def _loop(self, request: Request) -> Handled:
+        """An agent's loop: start, pause, resume, stop (each a human op), or status."""
+        from kernos.agents import loop
+
+        do: str = request.get("do")
+        agent: str | None = request.get("agent")
+        if agent is not None:
+            self._principal(agent)
+        if do == "status":
+            found = loop.loops(self.image)
+            return self._ok(request, {"loops": _plain(
+                [entry for entry in found if agent is None or entry["agent"] == agent])})
+        assert agent is not None
+        if do == "start":
+            return self._human_op(request, f"loop start {agent}", lambda op: {
+                "loop": _plain(loop.start(
+                    self.runtime, agent, request.get("step"),
+                    every_ms=request.get("every_ms", 0),
+                    max_iterations=request.get("max_iterations"), plan=request.get("plan"),
+                    pending=request.get("pending") or ()))})
+        status = {"pause": "paused", "resume": "running", "stop": "stopped"}[do]
+        return self._human_op(request, f"loop {do} {agent}", lambda op: {
+            "loop": _plain(loop.set_status(self.runtime, agent, status,
+                                           request.get("reason")))})
+
     def _checkout(self, request: Request) -> Handled:
         ref: str = request.get("ref")
         op = self._begin(principal=HUMAN, source=json.dumps({"action": "checkout", "ref": ref}),

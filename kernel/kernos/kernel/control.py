@@ -160,6 +160,7 @@ class Control:
                 stream, ident, parent, handled, ticket))
             self._waiting.add(task)
             task.add_done_callback(self._waiting.discard)
+        kernel.loop_driver.wake()  # the request may have started, paused or reset a loop
         await asyncio.sleep(0)
 
     async def _finish_when_durable(self, stream: Any, ident: Any, parent: dict[str, Any],

@@ -49,6 +49,7 @@ from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
 from kernos.kernel.interrupts import OpInterrupts
+from kernos.kernel.loops import LoopDriver
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CommitReport, Op
@@ -127,6 +128,8 @@ class KernosKernel(IPythonKernel):
         self.comm_manager.register_target(TARGET, self.streams.open)
         self.interrupts = OpInterrupts()
         self.control = Control(self)
+        self.loop_driver = LoopDriver(self)
+        """Turns agents' running loops between requests (kernos.kernel.loops)."""
         self.inspection = KernelBackend(self)
         self.comm_manager.register_target(INSPECTOR_TARGET, self.inspection.open)
         # Hidden (interactive=False): the kernel's own names, never persisted.
@@ -155,6 +158,7 @@ class KernosKernel(IPythonKernel):
         # its start-up would slow the start-up (and kernel_info) down, not the load.
         loop = asyncio.get_event_loop()
         loop.call_soon(loop.call_later, LOOP_SETTLES, self._serving.set)
+        loop.call_soon(self.loop_driver.start)
 
     # -- the workspace ---------------------------------------------------------
 
@@ -468,6 +472,7 @@ class KernosKernel(IPythonKernel):
             if isinstance(outcome, CommitReport):
                 self._settle_effects()
         self.fold_when_idle()
+        self.loop_driver.wake()  # the cell may have started, paused or reset a loop
         if isinstance(outcome, BaseException):
             return self._error_reply(outcome, reply)
         if failure is not None:
@@ -691,6 +696,7 @@ class KernosKernel(IPythonKernel):
         }
 
     def do_shutdown(self, restart: bool) -> dict[str, Any]:  # type: ignore[override]
+        self.loop_driver.stop()
         if self.image is not None:
             self.control.withdraw(Path(self.image.workspace.path))
             self.image.workspace.close()

@@ -500,6 +500,12 @@ class _Replayer:
         self.runtime.llm_client().replay_cached = [
             bool(call.get("cached")) for call in record.get("llm") or []]
         self.image.clock_replay = list(record.get("clock") or [])
+        if kind == "loop":  # an iteration of an agent's loop (kernos.agents.loop)
+            from kernos.agents.loop import run_once
+
+            turn = run_once(self.runtime, principal)
+            self.image.clock_replay = None
+            return turn.outcome, None if turn.report is None else turn.report.commit
         request = self._request(kind, principal, code, record)
         if record.get("key") is not None and request["action"] == "op":
             request["key"] = record["key"]
@@ -531,7 +537,7 @@ class _Replayer:
             if isinstance(data, dict) and set(data) == {"tool", "arguments"}:
                 return {"v": 1, "action": "op", "principal": principal, **data}
             if isinstance(data, dict) and data.get("action") in (
-                    "grant", "revoke", "add_agent", "checkout"):
+                    "grant", "revoke", "add_agent", "checkout", "loop"):
                 request = {"v": 1, **data}
                 if data["action"] == "checkout":
                     request["ref"] = self._mapped(self._checked_out(record, str(data.get("ref"))))
