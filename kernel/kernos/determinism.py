@@ -75,6 +75,7 @@ __all__ = [
     "generators_untouched",
     "install",
     "op_seed",
+    "op_time_ns",
     "same_state",
     "seed_op",
 ]
@@ -167,6 +168,16 @@ def _reading(caller: FrameType | None) -> int:
     """The clock for ``caller``: recorded (or replayed) if it is the op's own code."""
     if _readings is None or caller is None or caller.f_code.co_filename.startswith(
             _NOT_OPS_CODE) or caller.f_code.co_filename.startswith("<frozen"):
+        return _original_time_ns()
+    value = _replayed.pop(0) if _replayed else _original_time_ns()
+    _readings.append(value)
+    return value
+
+
+def op_time_ns() -> int:
+    """The clock as Kernos code that stores a time in the image reads it: recorded with the
+    op's own readings (and handed back in a replay), so the image replays the same."""
+    if _readings is None:
         return _original_time_ns()
     value = _replayed.pop(0) if _replayed else _original_time_ns()
     _readings.append(value)

@@ -196,6 +196,9 @@ class Op:
         """An idempotency key from the op's sender, kept in its audit record."""
         self.llm_calls: list[dict[str, Any]] = []
         """The op's LLM calls (kernos.llm), failed ones too, for its audit record."""
+        self.recalls: list[tuple[dict[str, Any], str, frozenset[str]]] = []
+        """The op's recalls (kernos.memory): (request, the answer as JSON, the data subjects
+        whose text it holds), for its audit record, so that a replay serves the same."""
         self.outcome: tuple[str, dict[str, str] | None] = ("rolled back", None)
         """(status, error) of an op that did not commit, for its audit record."""
         self.failure: dict[str, str] | None = None

@@ -26,6 +26,13 @@ code never holds the runtime, a grant or the image: only these functions.
                                               (``llm:MODEL``, within budgets);
                                               returns content, tool_calls,
                                               usage, cost, model, cached
+``recall(query, k=5, kinds=None)``           search your memory (``memory:read``):
+                                              your ops, facts and names, and the
+                                              names you may read (kernos.memory)
+``remember(fact, tags=())``                   store a fact (``memory:write``), in
+                                              the image with this op
+``context(max_tokens, query=None)``           the most relevant memories within
+                                              ``max_tokens`` (``memory:read``)
 ============================================  ===============================
 
 Every refusal vetoes the op: whatever Kernos error one of these calls raises
@@ -116,6 +123,27 @@ def llm(model: object, messages: object, /, **params: object) -> object:
     return ctx.runtime.llm(ctx, model, messages, params)
 
 
+def recall(query: object, k: object = 5, kinds: object = None) -> list[object]:
+    from kernos.memory import agent
+
+    return agent.recall(context.current(), query, k, kinds)
+
+
+def remember(fact: object, tags: object = ()) -> object:
+    from kernos.memory import agent
+
+    return agent.remember(context.current(), fact, tags)
+
+
+def memory_context(max_tokens: object, query: object = None) -> str:
+    from kernos.memory import agent
+
+    return agent.context(context.current(), max_tokens, query)
+
+
+memory_context.__name__ = "context"
+
+
 def _refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function``, whose Kernos errors veto the running op before they reach the agent."""
     def refusing(*args: Any, **kwargs: Any) -> Any:
@@ -132,7 +160,7 @@ def _refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
 
 CALLS = {function.__name__: _refusals_veto(function) for function in (
     read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami,
-    emit, subscribe, unsubscribe, llm)}
+    emit, subscribe, unsubscribe, llm, recall, remember, memory_context)}
 
 
 def install() -> None:

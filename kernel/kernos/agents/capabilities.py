@@ -14,6 +14,9 @@ A capability is written ``KIND:TARGET``:
 ``agents:spawn``   create sub-agents (which start with no grants)
 ``emit:PATTERN``   emit events whose topic PATTERN matches (``emit:orders.*``)
 ``subscribe:PAT``  subscribe with patterns that PAT covers (``subscribe:orders.**``)
+``memory:read``    recall from its own memory (``kernos.memory``): its ops, its
+                   facts, its names, and the names its ``read:`` grants cover
+``memory:write``   store facts in its memory (``remember``)
 =================  ==========================================================
 
 A :class:`Grant` lives in the runtime's registry, never in agent code: an
@@ -41,7 +44,8 @@ from kernos.errors import InvalidGrant
 
 __all__ = ["KINDS", "MAX_AMOUNT", "Grant", "amount", "parse_capability"]
 
-KINDS = frozenset({"call", "read", "write", "spend", "llm", "agents", "emit", "subscribe"})
+KINDS = frozenset({"call", "read", "write", "spend", "llm", "agents", "emit", "subscribe",
+                   "memory"})
 EVENT_KINDS = frozenset({"emit", "subscribe"})
 LIMITED_KINDS = frozenset({"spend", "llm"})
 MAX_AMOUNT = decimal.Decimal(10) ** 15
@@ -102,6 +106,8 @@ def parse_capability(capability: object) -> tuple[str, str]:
                            "'_', '.', '-' (at most 64), or '*'")
     if kind == "agents" and target != "spawn":
         raise InvalidGrant("the only 'agents' capability is 'agents:spawn'")
+    if kind == "memory" and target not in ("read", "write"):
+        raise InvalidGrant("the 'memory' capabilities are 'memory:read' and 'memory:write'")
     return kind, target
 
 

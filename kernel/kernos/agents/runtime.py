@@ -56,6 +56,7 @@ from kernos.op import Op
 
 if TYPE_CHECKING:
     from kernos.llm import Budget, Completion, LlmClient, Request, Spent
+    from kernos.memory.service import ImageMemory
     from kernos.personal import Keyring
 
 __all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key"]
@@ -131,6 +132,7 @@ class AgentRuntime:
                                authorize=self._authorize_event, principal=self._principal)
         self.effects = EffectRunner(self)
         self._breakers: Breakers | None = None
+        self._memory: ImageMemory | None = None
         """Executes external effects after their op commits (see kernos.effects)."""
 
     @property
@@ -139,6 +141,15 @@ class AgentRuntime:
         if self._breakers is None:
             self._breakers = Breakers(self)
         return self._breakers
+
+    @property
+    def memory(self) -> ImageMemory:
+        """The image's searchable memory (kernos.memory), opened on first use."""
+        if self._memory is None:
+            from kernos.memory.service import ImageMemory
+
+            self._memory = ImageMemory(self.image)
+        return self._memory
 
     # -- state in the image ------------------------------------------------------
 

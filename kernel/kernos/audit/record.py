@@ -125,6 +125,9 @@ class AuditParticipant:
             body["llm"] = [dict(call) for call in op.llm_calls]
         if "loop" in op.facts:  # an agent's loop iteration (kernos.agents.loop)
             body["loop"] = dict(op.facts["loop"])
+        if op.recalls:  # absent otherwise, like ``key``; sealed when it holds a subject's text
+            body["memory"] = [{"request": request, "answer": code_field(self.log, answer, subjects)}
+                              for request, answer, subjects in op.recalls]
         return body
 
     # -- two-phase commit ----------------------------------------------------------

@@ -56,8 +56,11 @@ class Facts:
 
 
 def remember(facts: Facts, fact: object, *, tags: object = (),
-             op: int | None = None) -> Fact:
-    """Append ``fact`` (a non-empty str) with ``tags`` (names) to ``facts``; returns it."""
+             op: int | None = None, at: str | None = None) -> Fact:
+    """Append ``fact`` (a non-empty str) with ``tags`` (names) to ``facts``; returns it.
+
+    ``at`` is when (default: now); the runtime passes the op's recorded clock, so
+    that a replay stores the same fact."""
     if type(fact) is not str:
         raise UsageError(
             f"remember() takes the fact as a str, not {type(fact).__name__}; personal data "
@@ -77,7 +80,7 @@ def remember(facts: Facts, fact: object, *, tags: object = (),
     if len(checked) > MAX_TAGS:
         raise UsageError(f"a fact takes at most {MAX_TAGS} tags, not {len(checked)}")
     made = Fact(id=facts.next_id, text=text, tags=tuple(checked), op=op,
-                at=utc_now())
+                at=utc_now() if at is None else at)
     facts.items.append(made)
     facts.next_id += 1
     return made

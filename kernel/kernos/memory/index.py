@@ -64,6 +64,7 @@ PREVIEW_CHARS = 200
 DIRTY = "index.dirty"
 """Beside the index while a write runs (the journal is in memory, for speed)."""
 _WORD = re.compile(r"\w+", re.UNICODE)
+HUMAN = "human"
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -221,6 +222,8 @@ class MemoryIndex:
         if self._replaced():  # an erasure deleted the file: start again, from the chain
             self._recreate()
         built, digest = self.built_to()
+        if built == len(log) - 1 and (built < 0 or log.entries[built].hash == digest):
+            return 0  # current: the common case before a recall, kept cheap
         if built >= len(log) or (built >= 0 and log.entries[built].hash != digest):
             self._recreate()
             built = -1
@@ -366,8 +369,10 @@ class MemoryIndex:
         mine = (f'owner : "{_owner(principal)}" AND kind : ({kind_filter}) '
                 f"AND ({expression})")
         found = self._ranked(mine, k, None)
-        if "working" in chosen and may_read is not None:
-            theirs = f'(kind : "working" AND ({expression})) NOT owner : "{_owner(principal)}"'
+        if "working" in chosen and may_read is not None and principal != HUMAN:
+            # Only the human's names: another agent's namespace is never another's to read,
+            # whatever its names are called.
+            theirs = f'owner : "{_owner(HUMAN)}" AND kind : "working" AND ({expression})'
             found += self._ranked(theirs, k, may_read)
             found.sort(key=lambda memory: memory.score)
         return found[:k]
@@ -390,6 +395,25 @@ class MemoryIndex:
                                 score=float(score), op=op, name=name, at=at, status=status))
             if len(found) >= k:
                 break
+        return found
+
+    def recent(self, *, principal: str, k: int) -> list[Memory]:
+        """``principal``'s ``k`` newest facts and ops (facts first): a context without a query."""
+        rows = self.db.execute(
+            "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.status, e.title, t.body "
+            "FROM entries e JOIN text t ON t.rowid = e.id WHERE e.principal = ? AND e.kind IN "
+            "('semantic', 'episodic') ORDER BY e.kind = 'episodic', e.id DESC LIMIT ?",
+            (principal, k))
+        return [Memory(entry=entry, kind=kind, principal=owner, text=body, title=title,
+                       score=0.0, op=op, name=name, at=at, status=status)
+                for entry, kind, owner, name, op, at, status, title, body in rows]
+
+    def subjects_of(self, entries: Iterable[int]) -> set[str]:
+        """The data subjects whose text ``entries`` hold."""
+        found: set[str] = set()
+        for entry in entries:
+            found |= {row[0] for row in self.db.execute(
+                "SELECT subject FROM subjects WHERE entry = ?", (entry,))}
         return found
 
     def context(self, query: str, *, principal: str, max_tokens: int,
