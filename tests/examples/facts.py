@@ -162,19 +162,21 @@ def long_lived_agent(run: Run) -> None:
     assert [(int(n), ticket, label) for n, ticket, label, _ in findings] == TICKETS, \
         run.cell("findings").text
     earlier = {ticket: ast.literal_eval(rest) for _, ticket, _, rest in findings}
-    # The recall hit: at T-4, what was remembered about customer c-17 at T-1.
-    assert earlier["T-1"] == [] and any(text.startswith("c-17 T-1 billing")
-                                        for text in earlier["T-4"]), earlier
-    assert all("T-1" not in str(texts) for ticket, texts in earlier.items()
-               if ticket not in ("T-4",)), f"only c-17's second ticket recalls T-1: {earlier}"
+    # The recall hit: at T-4, what was remembered about Acme at T-1; nothing for the others.
+    assert earlier == {"T-1": [], "T-2": [], "T-3": [], "T-5": [],
+                       "T-4": ["Acme T-1 billing: the March invoice was charged twice"]}, earlier
     # The audit: every iteration committed exactly once, across the kill.
     audit = run.cell("iterations").text
     committed = ast.literal_eval(_line(audit, "committed iterations:").split(":", 1)[1])
     assert committed == [0, 1, 2, 3, 4], f"each iteration must commit once:\n{audit}"
     others = ast.literal_eval(_line(audit, "tries that did not commit:").split(":", 1)[1])
     assert others.count((2, "failed")) == 3, audit
-    recalled = _value(run.cell("recall"))
-    assert any("c-17 T-1 billing" in text for _, text in recalled), recalled
+    recalled = run.cell("recall").text.splitlines()
+    facts = [line for line in recalled if line.startswith("semantic ")]
+    assert sorted(facts) == [
+        "semantic Acme T-1 billing: the March invoice was charged twice",
+        "semantic Acme T-4 billing: the March double charge, reported again"], \
+        run.cell("recall").text
 
 
 CHECKS: dict[str, Callable[[Run], None]] = {
