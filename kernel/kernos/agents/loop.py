@@ -213,7 +213,7 @@ def start(runtime: AgentRuntime, agent: str, step: str, *, every_ms: int = 0,
     op = runtime._op()
     agent = _agent(runtime, agent)
     if type(step) is not str or not step.strip():
-        raise UsageError(f"the step of {agent!r}'s loop must be agent source (a non-empty "
+        raise UsageError(f"the step of the loop of {agent!r} must be agent source (a non-empty "
                          f"str), not {_shown(step)}")
     limits = runtime.limits_for(agent)
     compile_agent(step, principal=agent, filename=f"{AGENT_FILENAME_PREFIX}{agent}>",
@@ -270,7 +270,7 @@ def set_status(runtime: AgentRuntime, agent: str, status: str,
     if state.status == status:
         return state.describe()
     if state.status not in _TARGETS[status]:
-        raise UsageError(f"{agent!r}'s loop is {state.status} (final) and cannot "
+        raise UsageError(f"the loop of {agent!r} is {state.status} (final) and cannot "
                          f"{_VERBS[status]}; start a new one with agents.loop({agent!r}, STEP)")
     op.touch(loop_name(agent))
     state.status = status
@@ -313,7 +313,7 @@ def iterate(runtime: AgentRuntime, agent: str) -> IterationResult:
     if state is None:
         raise UsageError(f"{agent!r} has no loop; start one with agents.loop({agent!r}, STEP)")
     if state.status != "running":
-        raise UsageError(f"{agent!r}'s loop is {state.status}, so no iteration runs; "
+        raise UsageError(f"the loop of {agent!r} is {state.status}, so no iteration runs; "
                          f"agents.resume({agent!r}) resumes a paused one")
     op.act_as(agent, "loop")
     op.touch(loop_name(agent))

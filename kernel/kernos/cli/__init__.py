@@ -15,6 +15,9 @@
                               ``--keep-daily``, ``--keep-tag``, ``--dry-run``; the kernel
                               must be stopped)
 ``kernos events``             committed events from the durable log; ``--follow`` streams
+``kernos agent loop NAME``    start an agent's loop (``-c CODE`` or ``--step FILE``,
+                              ``--every MS``, ``--max N``, ``--follow``); ``agent
+                              pause|resume|stop NAME`` and ``agent loops``
 ``kernos audit verify|log``   verify the audit chain and history; list the records
 ``kernos erase SUBJECT``      erase a data subject (the kernel must be stopped)
 ``kernos fork SRC[@REF] DST`` a new workspace from a snapshot of SRC, sharing its objects
@@ -178,6 +181,11 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _kernel.grants(args, path, progress)
     if command == "events":
         return _kernel.events(args, path)
+    if command == "agent":
+        from kernos.cli import _agent_loop
+
+        if args.agent_command in _agent_loop.COMMANDS:
+            return _agent_loop.dispatch(args, path, progress)
     if command == "audit":
         return _audit.audit(args, path, progress)
     if command == "erase":

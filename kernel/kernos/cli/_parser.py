@@ -156,6 +156,7 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
 
     add_fork(add)
     _add_events(add)
+    _add_agent(add, parents)
     _add_audit(add, parents)
     _add_replay(add)
     from kernos.cli._remote import add_arguments as add_remote_arguments
@@ -246,6 +247,17 @@ def _add_events(add: _Add) -> None:
                         help="at most N (with --follow: stop after N)")
     events.add_argument("--follow", "-f", action="store_true",
                         help="keep streaming new events from the running kernel")
+
+
+def _add_agent(add: _Add, parents: dict[str, _Parser]) -> None:
+    agent = add("agent", "agents' loops: loop, pause, resume, stop, loops",
+                description="Agents' loops (kernos.agents.loop), through the running kernel "
+                            "(one is started for the command if none runs).")
+    agent_commands = agent.add_subparsers(dest="agent_command", required=True,
+                                          metavar="SUBCOMMAND", parser_class=_Parser)
+    from kernos.cli._agent_loop import add_arguments as add_loop_arguments
+
+    add_loop_arguments(agent_commands, parents, EXIT_STATUSES)
 
 
 def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
