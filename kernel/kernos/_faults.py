@@ -36,6 +36,9 @@ moved: the commit point), ``prune.tags`` (the tags moved, nothing deleted
 yet) and ``prune.repacked`` (the packs rewritten, loose objects not yet
 pruned).
 
+The memory index (``kernos.memory``) adds ``memory.erased``: an erased
+subject's entries deleted and committed, the file not yet vacuumed.
+
 ``<point>@N`` crashes the Nth time the point is reached (``sealed@2``: in
 the second commit), so a test can crash a later op of the same process.
 

@@ -54,7 +54,8 @@ agents.register_tool("reset_ledger", reset_ledger, effect="image",
                      description="Empty the ledger")
 """
 BUILTINS = {"kernos-op", "kernos-objects", "kernos-object", "kernos-log", "kernos-show",
-            "kernos-diff", "kernos-checkout", "kernos-events"}
+            "kernos-diff", "kernos-checkout", "kernos-events", "kernos-recall",
+            "kernos-remember"}
 HUMAN_ONLY = {"kernos-show", "kernos-diff", "kernos-checkout"}
 
 

@@ -21,6 +21,9 @@ the cell's op::
 
     agents.loop("alice", "print(loop_state()['iteration'])", max_iterations=3)
     agents.pause("alice"); agents.resume("alice"); agents.stop("alice")
+    agents.remember("invoices are due on the 5th", tags=["billing"])
+    agents.recall("invoices due")                     # the human's memories
+    agents.recall("invoices", as_="alice")            # what alice may recall
 """
 
 from __future__ import annotations
@@ -213,6 +216,38 @@ class Agents:
         ``off``, ``record`` or ``replay`` for this call only.
         """
         return self.runtime.llm_as_human(model, messages, params, mode=mode)
+
+    def recall(self, query: str, as_: str | None = None, k: int = 5,
+               kinds: list[str] | None = None) -> list[dict[str, Any]]:
+        """The ``k`` memories best matching ``query`` (kernos.memory): the human's own, or
+        with ``as_``, what that agent may recall (its grants decide)."""
+        from kernos.memory.sources import may_read_for
+
+        principal = self._memory_principal(as_)
+        return self.runtime.memory.recall(
+            principal, query, k=k, kinds=kinds,
+            may_read=may_read_for(self.runtime.registry, principal))
+
+    def remember(self, fact: str, tags: list[str] | tuple[str, ...] = (),
+                 as_: str | None = None) -> dict[str, Any]:
+        """Store ``fact`` in the human's memory (or, with ``as_``, that agent's), in this op."""
+        return self.runtime.memory.remember(self._memory_principal(as_), fact, tags)
+
+    def context(self, max_tokens: int, query: str | None = None,
+                as_: str | None = None) -> str:
+        """The most relevant memories within ``max_tokens`` (the newest without ``query``)."""
+        from kernos.memory.sources import may_read_for
+
+        principal = self._memory_principal(as_)
+        return self.runtime.memory.context(
+            principal, max_tokens, query, may_read=may_read_for(self.runtime.registry,
+                                                                 principal))
+
+    def _memory_principal(self, as_: str | None) -> str:
+        if as_ is None or as_ == "human":
+            return "human"
+        self.runtime.registry.principal(as_)
+        return as_
 
     def denials(self) -> list[dict[str, Any]]:
         """Denials seen by this kernel (the durable log is the workspace's denials.jsonl)."""

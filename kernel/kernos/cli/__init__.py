@@ -192,6 +192,10 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _audit.erase(args, path)
     if command == "replay":
         return _replay(args, path)
+    if command == "memory":
+        from kernos.cli._memory import memory
+
+        return memory(args, path, progress)
     if command == "checkout":
         return _history.checkout(args, path, progress)
     if command == "log":

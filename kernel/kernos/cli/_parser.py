@@ -159,6 +159,9 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     _add_agent(add, parents)
     _add_audit(add, parents)
     _add_replay(add)
+    from kernos.cli._memory import add_memory
+
+    add_memory(add, parents)
     from kernos.cli._remote import add_arguments as add_remote_arguments
 
     add_remote_arguments(add)

@@ -595,6 +595,18 @@ class AsyncKernosClient:
     async def status(self) -> dict[str, Any]:
         return await self.request("status")
 
+    async def recall(self, query: str, *, principal: str | None = None, k: int | None = None,
+                     kinds: list[str] | None = None) -> list[dict[str, Any]]:
+        """What ``principal`` (default the human) may recall for ``query``, best first."""
+        result = await self.request("recall", query=query, principal=principal, k=k,
+                                    kinds=kinds)
+        return list(result["memories"])
+
+    async def remember(self, fact: str, *, principal: str | None = None,
+                       tags: list[str] | None = None) -> dict[str, Any]:
+        """Store a fact in ``principal``'s memory (an op); ``{"fact", "op", "commit"}``."""
+        return await self.request("remember", fact=fact, principal=principal, tags=tags)
+
     async def interrupt(self, *, op: int | None = None, key: str | None = None,
                         timeout: float = 30) -> dict[str, Any]:
         """Interrupt one running op, named by its id or its idempotency key, like a cell.

@@ -237,6 +237,15 @@ class KernosClient:
     def status(self) -> dict[str, Any]:
         return self._loop.run(self._client.status())
 
+    def recall(self, query: str, *, principal: str | None = None, k: int | None = None,
+               kinds: list[str] | None = None) -> list[dict[str, Any]]:
+        return self._loop.run(self._client.recall(query, principal=principal, k=k,
+                                                  kinds=kinds))
+
+    def remember(self, fact: str, *, principal: str | None = None,
+                 tags: list[str] | None = None) -> dict[str, Any]:
+        return self._loop.run(self._client.remember(fact, principal=principal, tags=tags))
+
     def subscribe(self, *, since: int | None = None, op: int | None = None,
                   topic: str | None = None) -> EventStream:
         """Committed events, as a blocking iterator (see :meth:`AsyncKernosClient.subscribe`)."""

@@ -168,6 +168,14 @@ Actions and their fields (``?`` marks an optional field):
     begin to its record, and the two sizes (null for ops that did not
     commit, and for ops recorded before Kernos kept them) are the image's
     size and the history's size on disk after the op.
+``recall``  query, principal?, k?, kinds?  -> ``{"memories": [MEMORY]}``: what
+    ``principal`` (default the human) may recall (``kernos.memory``; an agent needs
+    ``memory:read``).  MEMORY is ``{"kind", "principal", "title", "text", "score", "op",
+    "name", "at", "status"}``, best first.
+``remember``  fact, principal?, tags?   (an op by ``principal``; an agent needs
+    ``memory:write``) -> ``{"fact": {"id", "text", "tags", "op", "at"}, "op", "commit"}``.
+``memory``  command   (``stats`` or ``rebuild``) -> the index's entries per kind, the chain
+    head it was built to, its path and size.
 
 Limits: a request over ``max_request_bytes`` (the kernel's
 ``KERNOS_MAX_SOURCE_BYTES``, 4 MiB by default) is refused with kind
@@ -276,6 +284,10 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
     "status": {},
     "stats": {"limit": _f(_INT)},
+    "recall": {"query": _f(_STR, True), "principal": _f(_STR), "k": _f(_INT),
+               "kinds": _f(_LIST)},
+    "remember": {"fact": _f(_STR, True), "principal": _f(_STR), "tags": _f(_LIST)},
+    "memory": {"command": _f(_STR, True)},
     "refused": {"principal": _f(_STR, True), "via": _f(_STR, True), "what": _f(_STR, True),
                 "problem": _f(_STR, True)},
 }
@@ -283,7 +295,8 @@ ACTIONS: dict[str, dict[str, _Field]] = {
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
-MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "loop"})
+MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "loop",
+                      "remember"})
 LOOP_DOS = ("start", "pause", "resume", "stop", "status")
 """What the ``loop`` action does (``status`` reads; the others are ops)."""
 """Actions that run as an op (and so wait for the op lock and write history)."""

@@ -411,6 +411,49 @@ class HarnessService:
             "image_bytes": sum(state.stored.size for state in self.image.groups.values()),
             "history_bytes": self.image.history_bytes()})
 
+    # -- memory (kernos.memory) ------------------------------------------------------------
+
+    def _memory_principal(self, request: Request, capability: str) -> str:
+        principal = self._principal(request.get("principal"))
+        if principal != HUMAN and self.runtime.registry.find(
+                principal, "memory", capability) is None:
+            raise CapabilityDenied(principal, f"memory:{capability}")
+        return principal
+
+    def _recall(self, request: Request) -> Handled:
+        from kernos.memory.sources import may_read_for
+
+        principal = self._memory_principal(request, "read")
+        found = self.runtime.memory.recall(
+            principal, request.get("query"), k=request.get("k", 5), kinds=request.get("kinds"),
+            may_read=may_read_for(self.runtime.registry, principal))
+        return self._ok(request, {"memories": found})
+
+    def _remember(self, request: Request) -> Handled:
+        principal = self._memory_principal(request, "write")
+        source = json.dumps({"action": "remember", **request.fields}, sort_keys=True)
+        op = self._begin(principal=principal, source=source, kind="harness",
+                         note=f"remember ({principal})", reach=Reach(frozenset()))
+        try:
+            fact = self.runtime.memory.remember(principal, request.get("fact"),
+                                                request.get("tags") or [])
+        except BaseException:
+            op.abort()
+            raise
+        report = op.commit()
+        return self._ok(request, {"fact": fact, "op": report.op, "commit": report.commit},
+                        report.events)
+
+    def _memory(self, request: Request) -> Handled:
+        command = request.get("command")
+        if command not in ("stats", "rebuild"):
+            raise ProtocolError("malformed", f"the memory command is 'stats' or 'rebuild', "
+                                f"not {str(command)[:40]!r}")
+        memory = self.runtime.memory
+        if command == "rebuild":
+            memory.rebuild()
+        return self._ok(request, memory.stats())
+
     # -- ops ------------------------------------------------------------------------------
 
     def _begin(self, *, principal: str, source: str, kind: str, note: str = "",

@@ -90,6 +90,12 @@ class Harness(Protocol):
     async def refused(self, *, principal: str, via: str, what: str,
                       problem: str) -> dict[str, Any]: ...
 
+    async def recall(self, query: str, *, principal: str | None = None, k: int | None = None,
+                     kinds: list[str] | None = None) -> list[dict[str, Any]]: ...
+
+    async def remember(self, fact: str, *, principal: str | None = None,
+                       tags: list[str] | None = None) -> dict[str, Any]: ...
+
 
 def object_uri(name: str) -> str:
     return OBJECT_URI + urllib.parse.quote(name, safe=":")
@@ -190,6 +196,8 @@ class KernosMCP:
             "kernos-diff": self._diff,
             "kernos-checkout": self._checkout,
             "kernos-events": self._events,
+            "kernos-recall": self._recall,
+            "kernos-remember": self._remember,
         }
         assert set(self._handlers) == {builtin.name for builtin in BUILTINS}
 
@@ -423,6 +431,20 @@ class KernosMCP:
                  for event in found]
         lines.append(f"{len(found)} events; next cursor: since={cursor}")
         return _result("\n".join(lines), {"events": found, "cursor": cursor})
+
+    async def _recall(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        found = await self.harness.recall(arguments["query"], principal=self.principal,
+                                          k=arguments.get("k"), kinds=arguments.get("kinds"))
+        lines = [f"{memory.get('kind')}  {_cell(memory.get('title'), 40)}  "
+                 f"{_cell(memory.get('text'), 120)}" for memory in found]
+        text = "\n".join(lines) if lines else f"nothing that {self.principal!r} may recall"
+        return _result(text, {"memories": found})
+
+    async def _remember(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        stored = await self.harness.remember(arguments["fact"], principal=self.principal,
+                                             tags=arguments.get("tags"))
+        fact = stored.get("fact") or {}
+        return _result(f"remembered fact {fact.get('id')} (op {stored.get('op')})", stored)
 
     # -- resources -----------------------------------------------------------------------
 

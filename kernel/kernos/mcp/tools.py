@@ -140,4 +140,32 @@ BUILTINS: tuple[Builtin, ...] = (
                       "description": "At most this many events (default 100)."},
         }),
         read_only=True),
+    Builtin(
+        name="kernos-recall",
+        description=(
+            "Search this principal's memory (full text, best first): its past ops (code, "
+            "results, events, LLM exchanges), the facts it stored with kernos-remember, its "
+            "own names and the names it may read. An agent needs the memory:read grant."),
+        schema=_object_schema({
+            "query": {"type": "string", "minLength": 1, "maxLength": 4096,
+                      "description": "Words to look for (plain words; no query syntax)."},
+            "k": {"type": "integer", "minimum": 1, "maximum": 100,
+                  "description": "At most this many memories (default 5)."},
+            "kinds": {"type": "array", "description": "Only these layers: working, "
+                                                      "episodic, semantic."},
+        }, ("query",)),
+        read_only=True),
+    Builtin(
+        name="kernos-remember",
+        description=(
+            "Store a fact in this principal's memory, as an op (it commits as a new snapshot "
+            "and can be recalled later with kernos-recall). An agent needs the memory:write "
+            "grant. Never store personal data in a fact: it could not be erased."),
+        schema=_object_schema({
+            "fact": {"type": "string", "minLength": 1, "maxLength": 8192,
+                     "description": "The fact, as plain text."},
+            "tags": {"type": "array", "description": "Names to file it under (letters, "
+                                                     "digits, _ . -)."},
+        }, ("fact",)),
+        read_only=False),
 )

@@ -44,6 +44,7 @@ from kernos.memory.facts import Facts, facts_name, remember
 from kernos.memory.index import KINDS, Memory, MemoryIndex, WorkingItem
 
 if TYPE_CHECKING:
+    from kernos.audit.log import AuditLog
     from kernos.image import Image
     from kernos.op import Op
 
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_TOKENS",
     "ImageMemory",
     "check_request",
+    "recorded_recalls",
 ]
 
 HUMAN = "human"
@@ -133,6 +135,8 @@ class ImageMemory:
         path.unlink(missing_ok=True)
         index = self.index()
         self._feed_human(index)
+        for agent in self._agents():
+            self._feed_agent(index, agent)
         for principal in self._fact_holders():
             self._feed_facts(index, principal)
         return index.count()
@@ -198,6 +202,13 @@ class ImageMemory:
         if self._changed("semantic", principal, digest):
             index.sync_semantic(principal, facts)
 
+    def _agents(self) -> list[str]:
+        from kernos.agents.runtime import namespace_key
+
+        prefix = namespace_key("")
+        return sorted(name[len(prefix):] for name in self.image.system
+                      if name.startswith(prefix))
+
     def _fact_holders(self) -> list[str]:
         prefix = facts_name("")
         return sorted(name[len(prefix):] for name in self.image.system
@@ -252,7 +263,7 @@ class ImageMemory:
             answer = [plain(memory) for memory in found]
             subjects = frozenset(index.subjects_of(memory.entry for memory in found))
         if op is not None:
-            op.recalls.append((request, json.dumps(answer, sort_keys=True, ensure_ascii=False),
+            op.recalls.append((request, json.dumps(answer, ensure_ascii=False),
                                subjects))
         return answer
 
@@ -310,3 +321,24 @@ def _preview(value: object) -> str:
         size = len(value)  # type: ignore[arg-type]
         return f"{kind.__name__} of {size}"
     return ""
+
+
+def recorded_recalls(log: AuditLog, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recalls an op's audit ``record`` holds, as :attr:`ImageMemory.replaying` takes
+    them (an answer sealed for an erased subject, or whose payload is gone, is None)."""
+    found: list[dict[str, Any]] = []
+    for item in record.get("memory") or []:
+        field = item.get("answer") if isinstance(item, dict) else None
+        answer: Any = None
+        if isinstance(field, dict):
+            if "text" in field:
+                data: bytes | None = str(field["text"]).encode("utf-8", "surrogatepass")
+            else:
+                data = log.payload(str(field.get("ref")))
+                if data is not None and field.get("sealed"):
+                    data = log.keyring.open([str(s) for s in field["sealed"]], data)
+            if data is not None:
+                answer = json.loads(data)
+        found.append({"request": item.get("request") if isinstance(item, dict) else None,
+                      "answer": answer})
+    return found

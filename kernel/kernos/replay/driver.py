@@ -18,7 +18,9 @@ recorded between two snapshots:
    each outcome from the source's journal, and only for the same request
    hash (:mod:`kernos.effects`).  LLM calls are answered from the source's
    recordings, in ``replay`` mode (:mod:`kernos.llm`): a request the
-   original did not make fails loudly, and no model is asked.  Budgets are
+   original did not make fails loudly, and no model is asked.  Recalls of the
+   agents' memory are answered from the op's record in the same way
+   (:mod:`kernos.memory.service`).  Budgets are
    spent again in the new workspace's own ledger, by the same ops, failed
    ones included.
 3. *Check.*  Every op must end as it did (committed or not), and after each
@@ -76,6 +78,7 @@ from kernos.harness.service import HarnessService
 from kernos.image import Image
 from kernos.llm._store import DIRECTORY as LLM_DIRECTORY
 from kernos.llm._store import LEDGER_FILE, read_calls
+from kernos.memory.service import recorded_recalls
 from kernos.replay.cells import CellCompiler
 from kernos.replay.digest import describe_difference, state_digest
 from kernos.store.snapshots import read_group, read_snapshot
@@ -499,6 +502,7 @@ class _Replayer:
             return status, None
         self.runtime.llm_client().replay_cached = [
             bool(call.get("cached")) for call in record.get("llm") or []]
+        self.runtime.memory.replaying = recorded_recalls(self.source_audit, record)
         self.image.clock_replay = list(record.get("clock") or [])
         if kind == "loop":  # an iteration of an agent's loop (kernos.agents.loop)
             from kernos.agents.loop import run_once
@@ -537,7 +541,7 @@ class _Replayer:
             if isinstance(data, dict) and set(data) == {"tool", "arguments"}:
                 return {"v": 1, "action": "op", "principal": principal, **data}
             if isinstance(data, dict) and data.get("action") in (
-                    "grant", "revoke", "add_agent", "checkout", "loop"):
+                    "grant", "revoke", "add_agent", "checkout", "loop", "remember"):
                 request = {"v": 1, **data}
                 if data["action"] == "checkout":
                     request["ref"] = self._mapped(self._checked_out(record, str(data.get("ref"))))

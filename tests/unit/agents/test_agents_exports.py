@@ -20,6 +20,7 @@ def test_agents_exports_are_the_intended_ones() -> None:
 def test_importing_the_package_installs_the_agent_calls() -> None:
     for name, function in api.CALLS.items():
         assert guards.AGENT_BUILTINS[name] is function
-    assert sorted(api.CALLS) == ["call", "define_tool", "delegate", "emit", "grants", "llm",
-                                 "read", "revoke", "spawn", "spend", "subscribe",
-                                 "unsubscribe", "whoami", "write"]
+    assert sorted(api.CALLS) == ["call", "context", "define_tool", "delegate", "emit",
+                                 "grants", "llm", "read", "recall", "remember", "revoke",
+                                 "spawn", "spend", "subscribe", "unsubscribe", "whoami",
+                                 "write"]

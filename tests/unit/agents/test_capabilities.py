@@ -123,7 +123,18 @@ def test_parse_capability_accepts_well_formed_capabilities(capability: str,
 
 def test_the_kinds() -> None:
     assert frozenset({"call", "read", "write", "spend", "llm", "agents", "emit",
-                      "subscribe"}) == KINDS
+                      "subscribe", "memory"}) == KINDS
+
+
+@pytest.mark.parametrize("capability", ["memory:read", "memory:write"])
+def test_memory_grants(capability: str) -> None:
+    assert parse_capability(capability) == tuple(capability.split(":"))
+
+
+@pytest.mark.parametrize("capability", ["memory:*", "memory:erase", "memory:READ"])
+def test_memory_grants_are_read_or_write_only(capability: str) -> None:
+    with pytest.raises(InvalidGrant, match="'memory:read' and 'memory:write'"):
+        parse_capability(capability)
 
 
 @pytest.mark.parametrize("capability", [
