@@ -84,6 +84,7 @@ def _positive(text: str) -> int:
 def dispatch(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     command = args.agent_command
     step = _step(args) if command == "loop" else None
+    follow = bool(getattr(args, "follow", False))
     with session(path, start=not args.no_start, progress=progress,
                  gateway=args.gateway) as (client, started):
         if command == "loops":
@@ -97,7 +98,7 @@ def dispatch(args: argparse.Namespace, path: Path, progress: Progress) -> int:
             if not found:
                 raise Fail(f"{args.agent!r} has no loop; start one with kernos agent loop "
                            f"{args.agent} -c CODE (or --step FILE)")
-            if not args.follow:
+            if not follow:
                 _print_loops(args, found)
                 return Exit.OK
             return _follow(args, client, found[0], since_op=None)
@@ -110,15 +111,15 @@ def dispatch(args: argparse.Namespace, path: Path, progress: Progress) -> int:
                           reason=getattr(args, "reason", None))
         progress.close()
         described = result["loop"]
-        if args.json and not args.follow:
+        if args.json:  # with --follow, the first line of the stream
             emit_json(result)
         elif not args.json:
             print(f"{described['agent']}'s loop is {described['status']} at iteration "
                   f"{described['iteration']} (op {result['op']}).")
-            if command == "loop" and started and not args.follow:
+            if command == "loop" and started and not follow:
                 print("kernos: no kernel was running, so the loop waits for the next one "
                       "(a notebook, or kernos agent loop NAME --follow)", file=sys.stderr)
-        if command == "loop" and args.follow:
+        if command == "loop" and follow:
             return _follow(args, client, described, since_op=int(result["op"]))
     return Exit.OK
 

@@ -1,0 +1,127 @@
+"""Pause, resume and stop an agent's loop from a cell, from the harness and from the CLI,
+on one real kernel; and a loop that a kernel restart finds running goes on by itself."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from tests.agents_support import committed, names_of
+from tests.integration.test_cli_harness import as_json, cli
+from tests.integration.test_loop import STEP, loop_of, wait_for
+
+from kernos.client import KernosClient
+
+if TYPE_CHECKING:
+    from conftest import Kernel
+
+pytestmark = pytest.mark.kernel
+
+QUIET = 0.5
+"""Seconds a paused loop is watched for not moving (it could only fail by moving)."""
+
+
+def holds_still(kernel: Kernel, who: str) -> int:
+    """The iteration of a paused loop, which it keeps while the kernel serves cells."""
+    before = loop_of(kernel, who)
+    assert before["status"] == "paused", before
+    time.sleep(QUIET)
+    after = loop_of(kernel, who)
+    assert after["iteration"] == before["iteration"], (before, after)
+    counter: int = after["iteration"]
+    assert len(names_of(kernel, who).get("seen", [])) == counter
+    return counter
+
+
+def advances(kernel: Kernel, who: str, past: int) -> None:
+    wait_for(kernel, who, lambda state: state["iteration"] > past)
+
+
+def test_pause_resume_stop_from_a_cell_the_harness_and_the_cli(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    kernel = kernel_factory(workspace)
+    committed(kernel, f"agents.add('walker')\nagents.loop('walker', {STEP!r}, every_ms=10)")
+    advances(kernel, "walker", 0)
+
+    # From a cell.
+    committed(kernel, "agents.pause('walker')")
+    at = holds_still(kernel, "walker")
+    committed(kernel, "agents.resume('walker')")
+    advances(kernel, "walker", at)
+
+    # From the harness.
+    with KernosClient.connect(workspace) as client:
+        paused = client.request("loop", do="pause", agent="walker")
+        assert paused["loop"]["status"] == "paused" and paused["op"] is not None
+        at = holds_still(kernel, "walker")
+        [listed] = client.request("loop", do="status")["loops"]
+        assert (listed["agent"], listed["status"], listed["iteration"]) == (
+            "walker", "paused", at)
+        assert client.request("loop", do="resume", agent="walker")["loop"]["status"] == \
+            "running"
+        advances(kernel, "walker", at)
+
+    # From the CLI, through the running kernel (its kernel.json).
+    paused_doc = as_json(cli("agent", "pause", "walker", "-w", str(workspace), "--json"), 0)
+    assert paused_doc["loop"]["status"] == "paused"
+    at = holds_still(kernel, "walker")
+    listed_doc = as_json(cli("agent", "loops", "-w", str(workspace), "--json"), 0)
+    assert [(entry["agent"], entry["status"]) for entry in listed_doc["loops"]] == [
+        ("walker", "paused")]
+    as_json(cli("agent", "resume", "walker", "-w", str(workspace), "--json"), 0)
+    advances(kernel, "walker", at)
+    stopped_doc = as_json(cli("agent", "stop", "walker", "--reason", "enough",
+                              "-w", str(workspace), "--json"), 0)
+    assert (stopped_doc["loop"]["status"], stopped_doc["loop"]["reason"]) == (
+        "stopped", "enough")
+    final = loop_of(kernel, "walker")
+    assert final["status"] == "stopped"
+    assert names_of(kernel, "walker")["seen"] == list(range(final["iteration"]))
+
+    # Refusals through the harness and the CLI: clear, and nothing changes.
+    with KernosClient.connect(workspace) as client:
+        from kernos.client.errors import RequestError
+
+        with pytest.raises(RequestError) as refused:
+            client.request("loop", do="resume", agent="walker")
+        assert refused.value.kind == "invalid" and "final" in refused.value.message
+    unknown = as_json(cli("agent", "pause", "nobody", "-w", str(workspace), "--json"), 2)
+    assert unknown["error"]["kind"] == "unknown_principal"
+    assert loop_of(kernel, "walker") == final
+
+
+def test_a_started_loop_follows_to_its_end_from_the_cli(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    as_json(cli("run", "-w", str(workspace), "--json", "agents.add('cli')"), 0)
+    run = cli("agent", "loop", "cli", "-w", str(workspace), "-c", STEP, "--max", "4",
+              "--follow", "--json")
+    assert run.returncode == 0, run.stderr
+    lines: list[dict[str, Any]] = [__import__("json").loads(line)
+                                   for line in run.stdout.splitlines()]
+    assert lines[0]["loop"]["status"] == "running"
+    assert [line["iteration"] for line in lines[1:]] == [0, 1, 2, 3]
+    assert lines[-1]["status"] == "finished"
+    shown = as_json(cli("agent", "loops", "-w", str(workspace), "--json"), 0)
+    assert shown["loops"][0]["iteration"] == 4
+    bad = cli("agent", "loop", "cli", "-w", str(workspace), "-c", "import os")
+    assert bad.returncode == 2 and "refused before it ran" in bad.stderr
+
+
+def test_a_restarted_kernel_resumes_a_running_loop_and_not_a_paused_one(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    kernel = kernel_factory(workspace)
+    committed(kernel, f"agents.add('on')\nagents.add('off')\n"
+                      f"agents.loop('on', {STEP!r}, every_ms=20, max_iterations=1000)\n"
+                      f"agents.loop('off', {STEP!r}, every_ms=20)")
+    advances(kernel, "off", 0)
+    committed(kernel, "agents.pause('off')")
+    kernel.stop()
+    kernel = kernel_factory(workspace)
+    at = loop_of(kernel, "on")["iteration"]
+    advances(kernel, "on", at)
+    holds_still(kernel, "off")
