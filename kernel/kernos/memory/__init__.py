@@ -4,8 +4,9 @@ Three layers, one full-text index:
 
 ``working``
     The readable names of a namespace: name, type and a short preview.  Fed
-    by the caller (:meth:`MemoryIndex.sync_working`) from the image's
-    per-name facts; the index keeps only the newest view.
+    by the caller (:meth:`MemoryIndex.sync_working`): the human's from the
+    image's per-name facts, an agent's from its namespace (plain values only
+    previewed); the index keeps only the newest view.
 ``episodic``
     Each past op of a principal, from the audit chain: one entry for the op
     (op number, status, error, code), one per event (topic and payload), one
@@ -27,10 +28,15 @@ otherwise caught up incrementally from the next record.
 
 Who sees what (:meth:`MemoryIndex.recall`): a principal sees its own episodic
 and semantic entries, the working entries of its own namespace, and the
-working entries of other namespaces only when the ``may_read(name)``
+working entries of the *human's* namespace only when the ``may_read(name)``
 predicate given at the boundary says so (the runtime builds it from the
-principal's ``read:``/``write:`` grants).  Query text is never passed to
-FTS5 as syntax: it is split into words and each is quoted.
+principal's ``read:``/``write:`` grants); another agent's namespace never.
+Query text is never passed to FTS5 as syntax: it is split into words and
+each is quoted.
+
+The runtime's side (:mod:`kernos.memory.service`, :mod:`kernos.memory.agent`):
+the grants ``memory:read`` / ``memory:write``, freshness before each answer,
+and recording each recall with its op so that a replay answers the same.
 
 Erasure (I8): entries built from a data subject's sealed payloads (sealed
 code, events with personal values, sealed LLM recordings) carry the subject.

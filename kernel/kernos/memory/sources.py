@@ -7,7 +7,8 @@ only as its hidden summary), and each principal's semantic layer with the
 :class:`~kernos.memory.facts.Facts` value the image holds for it.  Call it after
 a commit or a rollback (cheap: it reads ``image.meta``, no unpickling).
 
-Agents' own namespaces (``kernos:agent:...``) are not fed yet (issue 20).
+Agents' own namespaces are fed by :class:`kernos.memory.service.ImageMemory`
+before each of their recalls (and by a rebuild).
 """
 
 from __future__ import annotations
