@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from core_support import CoreEnv
-
 from kernos.kernel.streams import EventStreams
 
 
