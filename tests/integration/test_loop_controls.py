@@ -125,3 +125,29 @@ def test_a_restarted_kernel_resumes_a_running_loop_and_not_a_paused_one(
     at = loop_of(kernel, "on")["iteration"]
     advances(kernel, "on", at)
     holds_still(kernel, "off")
+
+
+def test_an_open_circuit_parks_the_loop_until_the_human_resets_it(kernel: Kernel,
+                                                                  tmp_path: Path) -> None:
+    from tests.integration.test_loop import loop_records
+
+    committed(kernel, f"agents.add('runaway')\nagents.policy('runaway', iterations=3)\n"
+                      f"agents.loop('runaway', {STEP!r}, max_iterations=6)")
+    workspace = tmp_path / "workspace"
+
+    def refused() -> list[dict[str, Any]]:
+        return [record for record in loop_records(workspace) if record["status"] == "refused"]
+
+    deadline = time.monotonic() + 120
+    while not refused():
+        assert time.monotonic() < deadline, "the policy never refused an iteration"
+        time.sleep(0.05)
+    time.sleep(QUIET)  # parked: no op is tried while the circuit stays open
+    assert len(refused()) == 1, refused()
+    state = loop_of(kernel, "runaway")
+    assert (state["status"], state["iteration"]) == ("running", 3)
+    assert kernel.value("agents.circuit('runaway')['policy']") == "iterations"
+    committed(kernel, "agents.reset('runaway')")
+    finished = wait_for(kernel, "runaway", lambda s: s["status"] == "finished")
+    assert finished["iteration"] == 6
+    assert names_of(kernel, "runaway")["seen"] == list(range(6))
