@@ -146,6 +146,17 @@ def test_context_and_facts_roll_back_with_their_op(tmp_path: Path) -> None:
         assert stored["fact"]["text"] == "wombats are marsupials" and stored["op"]
         assert {m["text"] for m in client.recall("wombat marsupials", principal="alice")} >= {
             "wombats are marsupials zoo"}
+        # An agent whose circuit is open stores nothing through the harness either.
+        client.add_agent("dave")
+        client.grant("dave", "memory:write")
+        assert client.op("agents.policy('dave', failures=1)").committed
+        assert client.op("1 / 0", principal="dave").status == "failed"
+        with pytest.raises(RequestError) as refused:
+            client.remember("dave was here", principal="dave")
+        assert refused.value.kind == "denied" and "circuit is open" in refused.value.message
+        # (dave holds no memory:read: the human looks, as dave.)
+        assert client.op("print(agents.recall('dave', as_='dave', kinds=['semantic']))"
+                         ).output.strip() == "[]"
 
 
 def test_erasure_removes_a_subject_from_recall_also_after_a_rebuild(tmp_path: Path) -> None:
