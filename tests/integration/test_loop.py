@@ -74,7 +74,8 @@ def test_kill9_mid_loop_resumes_at_the_first_uncommitted_iteration(
     workspace = tmp_path / "ws"
     total = 400
     chance = random.Random(20)
-    kernel = kernel_factory(workspace)
+    kernel: Kernel | None = kernel_factory(workspace)
+    assert kernel is not None
     assert kernel.value("__import__('kernos').__file__").startswith(str(WORKTREE))
     committed(kernel, f"agents.add('counter')\n"
                       f"agents.loop('counter', {STEP!r}, every_ms=2, max_iterations={total})")
@@ -84,28 +85,24 @@ def test_kill9_mid_loop_resumes_at_the_first_uncommitted_iteration(
     # record written and nothing synced (sealed), its record synced and its frame not (frame).
     # Each op of those kernels is an iteration: any count of commits lands in one, odd or even
     # (were the counter advanced in an op of its own, an even count would land there).
-    plan: list[str | None] = [None, None, "sealed@8", None, "frame@6", "sealed@5", None]
-    for round_, crash in enumerate(plan):
-        if crash is None:
-            seen_before = loop_of(kernel, "counter")["iteration"]
-            wait_for(kernel, "counter", lambda s, at=seen_before: s["iteration"] > at)
-            time.sleep(chance.uniform(0.0, 0.4))
-            kernel.kill9()
-            killed_at.append(seen_before)
-        else:
-            deadline = time.monotonic() + WAIT
-            while kernel.manager.is_alive():
-                assert time.monotonic() < deadline, f"{crash} was never reached"
-                time.sleep(0.05)
-            kernel.client.stop_channels()
-        upcoming = plan[round_ + 1] if round_ + 1 < len(plan) else None
-        kernel = kernel_factory(workspace, env={"KERNOS_CRASH_AT": upcoming} if upcoming
-                                else None)
-        if upcoming is None:
+    for crash in (None, None, "sealed@8", None, "frame@6", "sealed@5", None):
+        if crash is not None:
+            die_at(kernel_factory, workspace, crash)
+            continue
+        if kernel is None:
+            kernel = kernel_factory(workspace)
             counter, length = consistent(kernel, "counter")
-            assert counter == length, (round_, counter, length)
-            assert loop_of(kernel, "counter")["status"] == "running"
-    assert max(killed_at) < total, "every kill came after the loop had finished"
+            assert counter == length, (killed_at, counter, length)
+        seen_before = loop_of(kernel, "counter")["iteration"]
+        assert seen_before < total, "the loop finished before the kills were done"
+        wait_for(kernel, "counter", lambda s, at=seen_before: s["iteration"] > at)
+        time.sleep(chance.uniform(0.0, 0.4))
+        kernel.kill9()
+        killed_at.append(seen_before)
+        kernel = None
+    kernel = kernel_factory(workspace)
+    counter, length = consistent(kernel, "counter")
+    assert counter == length, (killed_at, counter, length)
     finished = wait_for(kernel, "counter", lambda s: s["status"] == "finished")
     assert finished["iteration"] == total
     assert names_of(kernel, "counter")["seen"] == list(range(total))
@@ -114,6 +111,24 @@ def test_kill9_mid_loop_resumes_at_the_first_uncommitted_iteration(
     assert sorted(iterations) == list(range(total)), "an iteration committed twice or never"
     assert all(record["loop"]["agent"] == "counter" and record["kind"] == "loop"
                and record["principal"] == "counter" for record in loop_records(workspace))
+
+
+def die_at(kernel_factory: Callable[..., Kernel], workspace: Path, point: str) -> None:
+    """Start a kernel that kills itself at ``point`` (KERNOS_CRASH_AT), and see it die.
+
+    It may die before it answers ``kernel_info``: its loop starts as soon as its
+    image is restored, and no cell of the test runs in it.
+    """
+    try:
+        doomed = kernel_factory(workspace, env={"KERNOS_CRASH_AT": point})
+    except RuntimeError as error:
+        assert "died" in str(error), error
+        return
+    deadline = time.monotonic() + WAIT
+    while doomed.manager.is_alive():
+        assert time.monotonic() < deadline, f"{point} was never reached"
+        time.sleep(0.05)
+    doomed.client.stop_channels()
 
 
 def test_cells_run_between_iterations_of_a_loop_that_never_waits(kernel: Kernel) -> None:
@@ -173,3 +188,29 @@ def test_bad_input_is_refused_clearly_and_the_image_is_unchanged(kernel: Kernel)
                    "only in the step of your own loop")
     assert "Traceback" not in error_text(result)
     assert (kernel.value("agents.loops()"), names_of(kernel, "solo")) == before
+
+
+def test_an_iterations_external_effect_runs_once_after_it_commits(kernel: Kernel,
+                                                                   tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    committed(kernel, f"""
+def pay(amount, idempotency_key):
+    with open({str(ledger)!r}, "a") as out:
+        out.write(idempotency_key + "\\n")
+    return {{"paid": amount}}
+agents.register_tool("pay", pay, description="pays", effect="external", schema={{
+    "type": "object", "properties": {{"amount": {{"type": "integer"}}}},
+    "required": ["amount"]}})
+agents.add("payer")
+agents.grant("payer", "call:pay")
+agents.loop("payer", "call('pay', amount=loop_state()['iteration'])", max_iterations=3)
+""")
+    # No cell runs meanwhile (a cell would run queued effects too): the driver runs them.
+    deadline = time.monotonic() + WAIT
+    while len(ledger.read_text().split() if ledger.exists() else []) < 3:
+        assert time.monotonic() < deadline, "the iterations' effects did not run"
+        time.sleep(0.05)
+    assert wait_for(kernel, "payer", lambda s: s["status"] == "finished")["iteration"] == 3
+    assert len(kernel.value("agents.effects('done')")) == 3
+    keys = ledger.read_text().split()
+    assert len(keys) == 3 and len(set(keys)) == 3, keys

@@ -151,3 +151,46 @@ def test_an_open_circuit_parks_the_loop_until_the_human_resets_it(kernel: Kernel
     finished = wait_for(kernel, "runaway", lambda s: s["status"] == "finished")
     assert finished["iteration"] == 6
     assert names_of(kernel, "runaway")["seen"] == list(range(6))
+
+
+def test_a_kernel_shut_down_while_a_loop_turns_exits_cleanly_and_the_next_resumes_it(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    from support import raw_kernel
+
+    workspace = tmp_path / "ws"
+    with raw_kernel(tmp_path, {"KERNOS_WORKSPACE": str(workspace)}) as (process, client):
+        start = (f"agents.add('busy')\n"
+                 f"agents.loop('busy', {STEP!r}, every_ms=0, max_iterations=100000)")
+        reply = client.execute(start, reply=True, timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        deadline = time.monotonic() + 120
+        while iteration_of(client) < 20:  # running, one iteration after another
+            assert time.monotonic() < deadline, "the loop never turned"
+            time.sleep(0.05)
+        client.shutdown()
+        stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 0, (process.returncode, stderr)
+    assert "Traceback" not in stderr, stderr
+    kernel = kernel_factory(workspace)
+    state = loop_of(kernel, "busy")
+    assert state["status"] == "running" and state["iteration"] > 0
+    assert names_of(kernel, "busy")["seen"][:state["iteration"]] == list(
+        range(state["iteration"]))
+    advances(kernel, "busy", state["iteration"])
+    committed(kernel, "agents.stop('busy')")
+    final = loop_of(kernel, "busy")
+    assert names_of(kernel, "busy")["seen"] == list(range(final["iteration"]))
+
+
+def iteration_of(client: Any) -> int:
+    """The first loop's iteration, through a raw kernel client."""
+    printed: list[str] = []
+
+    def collect(message: dict[str, Any]) -> None:
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+
+    reply = client.execute_interactive("print(agents.loops()[0]['iteration'])",
+                                       output_hook=collect, timeout=60)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return int("".join(printed).strip())

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,8 @@ IDLE_POLL = 0.25
 """Seconds the driver sleeps when nothing is due (a cell or request ending wakes it)."""
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
+STOP_WAIT = 10.0
+"""Seconds a shutdown waits for the iteration that is running to end."""
 
 
 class LoopDriver:
@@ -58,6 +61,9 @@ class LoopDriver:
         self._failures: dict[str, int] = {}
         self._parked: set[str] = set()
         self._waiting: set[asyncio.Future[None]] = set()
+        self._thread: threading.Thread | None = None
+        self._ended = threading.Event()
+        """Set once the task has ended (no iteration of the driver's runs any more)."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -65,6 +71,7 @@ class LoopDriver:
         """Start the task (on the running loop, once)."""
         if self._task is None:
             self._loop = asyncio.get_running_loop()
+            self._thread = threading.current_thread()
             self._wake = asyncio.Event()
             self._task = asyncio.ensure_future(self._run())
 
@@ -73,18 +80,33 @@ class LoopDriver:
         if self._wake is not None:
             self._wake.set()
 
-    def stop(self) -> None:
-        """Cancel the task, from any thread; an iteration running finishes first."""
+    def stop(self, wait: float = STOP_WAIT) -> None:
+        """Cancel the task, from any thread; an iteration running finishes first.
+
+        From another thread (ipykernel's control thread, which handles a shutdown
+        request) this waits up to ``wait`` seconds for the task to end, so that
+        the workspace is not closed under an iteration's commit.
+        """
         task, running = self._task, self._loop
         self._task = None
         if task is None or running is None or running.is_closed():
             return
-        with contextlib.suppress(RuntimeError):  # the loop is closing anyway
+        try:
             running.call_soon_threadsafe(task.cancel)
+        except RuntimeError:  # the loop is closing anyway
+            return
+        if threading.current_thread() is not self._thread:
+            self._ended.wait(wait)
 
     # -- the task -----------------------------------------------------------------------
 
     async def _run(self) -> None:
+        try:
+            await self._turning()
+        finally:
+            self._ended.set()
+
+    async def _turning(self) -> None:
         kernel = self.kernel
         while not kernel._restore_done.is_set():
             await asyncio.sleep(0.05)
