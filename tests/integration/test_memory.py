@@ -85,6 +85,13 @@ def test_recall_returns_only_what_the_caller_may_read(tmp_path: Path) -> None:
         assert "alice" not in json.dumps(bob), bob
         assert "public timetable" not in json.dumps(bob), bob
 
+        # context() goes through the same filter, with or without a query.
+        for call in ("context(4000, 'quokka')", "context(4000)"):
+            shown = client.op(f"print({call})", principal="bob")
+            assert shown.status == "committed" and "quokka bob" in shown.output, shown
+            assert "alice" not in shown.output and "salaries" not in shown.output
+            assert "timetable" not in shown.output
+
         # A hostile query: FTS5 syntax is only words, and still only bob's entries.
         for query in ['quokka" OR owner : * OR "', "NEAR(quokka alice) *", 'kind:working OR',
                       "{owner kind}: quokka", "quokka\x00alice", "^quokka -bob"]:

@@ -78,6 +78,14 @@ def test_memory_commands(kernel_factory: Callable[..., Kernel]) -> None:
     assert again["entries"] == stats["entries"]
     assert again["built_to"] == stats["built_to"]
 
+    # A missing index (deleted under the running kernel) is rebuilt at the next recall.
+    (kernel.workspace / "memory" / "index.sqlite").unlink()
+    result = cli("memory", "recall", "kiwi fly", "--as", "alice", "--kinds", "semantic",
+                 "-k", "1", "-w", workspace)
+    assert result.stdout.strip() == "[semantic] fact 1 (alice): kiwi birds cannot fly", result
+    assert json.loads(cli("memory", "stats", "--json", "-w", workspace).stdout)[
+        "entries"]["episodic"] == stats["entries"]["episodic"]
+
     for args, words in ((("--as", "nobody"), "nobody"), (("--kinds", "secrets"), "secrets"),
                         (("-k", "0"), "k from 1")):
         failed = cli("memory", "recall", "kiwi", *args, "-w", workspace)
@@ -108,3 +116,15 @@ def _recalls(workspace: Path) -> list[object]:
     return [(record["op"], item["request"], item["answer"].get("sha256"))
             for record in records if record.get("type") == "op"
             for item in record.get("memory") or []]
+
+
+def test_help() -> None:
+    listed = cli("--help").stdout
+    assert "memory" in listed
+    for command in ("memory", "memory recall", "memory rebuild", "memory stats"):
+        shown = cli(*command.split(), "--help")
+        assert shown.returncode == 0 and "usage: kernos " + command in shown.stdout, shown
+    for sub in ("recall", "rebuild", "stats"):
+        shown = cli("memory", sub, "--help").stdout
+        assert "exit status:" in shown and "--workspace" in shown and "--json" in shown
+    assert "--as NAME" in cli("memory", "recall", "--help").stdout

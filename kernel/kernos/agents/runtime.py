@@ -884,12 +884,20 @@ class AgentRuntime:
         return described
 
     def _llm_warm(self, principal: str) -> None:
-        """Import litellm before an agent that may call it starts its deadline (it is slow)."""
-        if any(grant.kind == "llm" and grant.active for grant in self.registry.of(principal)):
+        """Import litellm before an agent that may call it starts its deadline (it is slow);
+        for an agent that may recall, open the memory index too."""
+        held = [grant for grant in self.registry.of(principal) if grant.active]
+        if any(grant.kind == "llm" for grant in held):
             from kernos.llm import _provider
 
             with contextlib.suppress(KernosError):  # no litellm: its first call says so
                 _provider.warm()
+        if any(grant.capability == "memory:read" for grant in held):  # context() counts
+            from kernos.memory import context as memory_context  # with litellm's counter
+
+            memory_context.warm()
+            if self.memory.replaying is None:  # a replay answers from the records
+                self.memory.index()  # opened (or rebuilt) and caught up before the deadline
 
 
 def _tool_label(author: str, name: object, version: int) -> str:

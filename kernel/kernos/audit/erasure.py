@@ -9,9 +9,11 @@ everywhere on disk, without rewriting history:
 3. the subject's key is overwritten, synced and deleted: every sealed copy in
    snapshots, packfiles, old commits and the audit payloads is now noise;
 4. the code of the ops that tagged the subject's values, stored sealed as
-   audit payloads, is deleted as well.  Event payloads stay: their personal
-   values are sealed inside them, noise once the key is gone, and the rest of
-   each payload is ordinary audit data (reading it back shows
+   audit payloads, is deleted as well, and so are the recorded answers of
+   recalls that held the subject's text (``memory``, kernos.memory).  Event
+   payloads stay: their personal values are sealed inside them, noise once
+   the key is gone, and the rest of each payload is ordinary audit data
+   (reading it back shows
    ``{"$personal": {"subject": ..., "erased": true}}`` where a value was);
 5. the memory index (``memory/index.sqlite``, a cache: see ``kernos.memory``)
    is deleted, since it may hold the subject's opened text; it is rebuilt
@@ -30,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernos.audit.log import AuditLog
 from kernos.errors import UnknownSubject, UsageError
@@ -77,11 +79,20 @@ def known_subjects(log: AuditLog) -> tuple[set[str], dict[str, int]]:
     return known, erased
 
 
+def sealed_fields(record: dict[str, object]) -> list[dict[str, Any]]:
+    """The fields of an op record stored like code (inline, by ref, or sealed): its code and
+    the answers of its recalls (``memory``, see kernos.memory.service)."""
+    fields = [record.get("code")]
+    memory = record.get("memory")
+    if isinstance(memory, list):
+        fields += [item.get("answer") for item in memory if isinstance(item, dict)]
+    return [field for field in fields if isinstance(field, dict)]
+
+
 def _subjects_of_record(record: dict[str, object]) -> list[str]:
     found: list[str] = []
-    code = record.get("code")
-    if isinstance(code, dict):
-        found += list(code.get("sealed", []))
+    for field in sealed_fields(record):
+        found += list(field.get("sealed", []))
     events = record.get("events")
     if isinstance(events, list):
         for event in events:
@@ -94,10 +105,9 @@ def _refs_for(log: AuditLog, subject: str) -> list[str]:
     for entry in log.entries:
         if entry.type != "op":
             continue
-        record = log.read(entry.index)
-        code = record.get("code")
-        if isinstance(code, dict) and subject in code.get("sealed", []):
-            refs.append(str(code["ref"]))
+        for field in sealed_fields(log.read(entry.index)):
+            if subject in field.get("sealed", []):
+                refs.append(str(field["ref"]))
     return sorted(set(refs))
 
 

@@ -219,10 +219,12 @@ def parse_anchor(anchor: str) -> tuple[int, str]:
 
 
 def _refs(record: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    from kernos.audit.erasure import sealed_fields
+
     found = []
-    code = record.get("code")
-    if isinstance(code, dict) and isinstance(code.get("ref"), str):
-        found.append((code["ref"], list(code.get("sealed", []))))
+    for field in sealed_fields(record):
+        if isinstance(field.get("ref"), str):
+            found.append((field["ref"], list(field.get("sealed", []))))
     for event in record.get("events") or []:
         if isinstance(event, dict) and isinstance(event.get("ref"), str):
             found.append((event["ref"], list(event.get("subjects", []))))

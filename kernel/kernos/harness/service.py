@@ -49,6 +49,7 @@ from kernos.analysis import Reach
 from kernos.errors import (
     AgentCodeRejected,
     CapabilityDenied,
+    CircuitOpen,
     CommitFailed,
     InvalidGrant,
     KernosError,
@@ -435,8 +436,20 @@ class HarnessService:
         op = self._begin(principal=principal, source=source, kind="harness",
                          note=f"remember ({principal})", reach=Reach(frozenset()))
         try:
+            if principal != HUMAN:  # an agent's op like any other: its circuit, its grant
+                from kernos.agents.supervisor import fingerprint
+
+                self.runtime.breakers.admit(principal, op, fingerprint(
+                    "remember", repr(request.get("fact"))[:10_000]))
+                grant = self.runtime.registry.find(principal, "memory", "write")
+                if grant is not None:
+                    op.grants_used[grant.id] = grant.capability
             fact = self.runtime.memory.remember(principal, request.get("fact"),
                                                 request.get("tags") or [])
+        except CircuitOpen as error:
+            op.abort()
+            raise ProtocolError("denied", str(error), {"type": "CircuitOpen",
+                                                       "policy": error.policy}) from None
         except BaseException:
             op.abort()
             raise

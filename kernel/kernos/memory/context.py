@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kernos.memory.index import Memory
 
-__all__ = ["DEFAULT_MODEL", "count_tokens", "fallback_count", "render"]
+__all__ = ["DEFAULT_MODEL", "count_tokens", "fallback_count", "render", "warm"]
 
 DEFAULT_MODEL = "gpt-4o-mini"
 _counter: Callable[..., int] | None = None
@@ -27,8 +27,9 @@ def fallback_count(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def count_tokens(text: str, *, model: str = DEFAULT_MODEL) -> int:
-    """Tokens in ``text`` (litellm's counter, else :func:`fallback_count`)."""
+def warm() -> None:
+    """Import litellm's counter now (it is slow to import): the runtime calls this before
+    an agent that may ask for a context starts its deadline."""
     global _counter, _tried
     if not _tried:
         _tried = True
@@ -39,6 +40,11 @@ def count_tokens(text: str, *, model: str = DEFAULT_MODEL) -> int:
             _counter = litellm().token_counter
         except (UsageError, AttributeError):  # not installed: the documented fallback
             _counter = None
+
+
+def count_tokens(text: str, *, model: str = DEFAULT_MODEL) -> int:
+    """Tokens in ``text`` (litellm's counter, else :func:`fallback_count`)."""
+    warm()
     if _counter is None:
         return fallback_count(text)
     from kernos.determinism import generators_untouched

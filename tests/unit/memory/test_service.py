@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness_support import Env
-from kernos.audit import erase
+from kernos.audit import erase, verify
 from kernos.errors import UsageError
 from kernos.memory.service import MAX_K, MAX_QUERY_CHARS, check_request, recorded_recalls
 
@@ -33,8 +33,12 @@ def test_a_recall_holding_a_subjects_text_is_recorded_sealed(tmp_path: Path) -> 
     assert isinstance(memory, list) and memory[0]["answer"]["sealed"] == ["c-9"]
     assert b"Brumbleweed" not in (env.path / "audit" / "chain.jsonl").read_bytes()
     assert recorded_recalls(env.image.audit, record)[0]["answer"] == found
-    erase(env.image.audit, "c-9")
+    report = erase(env.image.audit, "c-9")
+    ref = memory[0]["answer"]["ref"]
+    assert ref in report.payloads and env.image.audit.payload(ref) is None  # deleted
     assert recorded_recalls(env.image.audit, record)[0]["answer"] is None
+    verified = verify(env.path)
+    assert verified.ok, verified.summary()
     env.close()
 
 
@@ -87,3 +91,18 @@ def test_requests_are_checked_by_exact_type_and_bounded(query: object, k: object
                                                          kinds: object, words: str) -> None:
     with pytest.raises(UsageError, match=words):
         check_request(query, k, kinds)
+
+
+def test_verify_sees_a_recorded_answer_changed(tmp_path: Path) -> None:
+    env = Env(tmp_path / "ws")
+    with env.op("x = '" + "bilby " * 2000 + "'"):  # a long code: a big answer
+        env.ns["x"] = "bilby " * 2000
+    with env.op("found = agents.recall('bilby')"):
+        assert env.agents.recall("bilby")
+    answer = _last_op_record(env)["memory"][0]["answer"]  # type: ignore[index]
+    path = env.path / "audit" / "payloads" / answer["ref"]
+    assert path.exists()  # a big answer goes to a payload
+    path.write_bytes(path.read_bytes().replace(b"bilby", b"bongo"))
+    verified = verify(env.path)
+    assert not verified.ok and "was modified" in verified.summary()
+    env.close()
