@@ -36,7 +36,9 @@ The contract:
   DST finds every recording SRC had.  **The spending ledger** is copied up to
   REF: the calls of ops up to REF's op (and calls outside any op), so the
   budgets in DST's image go on from where REF left them; SRC's spending
-  after REF is not DST's history.
+  after REF is not DST's history.  **The supervisor's journal** likewise keeps
+  its lines about ops up to REF (``kernos.agents.supervisor.copy_journal``):
+  a circuit open at REF is open in DST, until DST's human resets it.
 * **Keys** (``keys/``, :mod:`kernos.personal`) are *copied*, never linked:
   a fork on one machine has the same owner and must restore the same
   personal values, and erasure overwrites a key file in place, which
@@ -311,6 +313,9 @@ def _copy_outside_history(source: Path, dest: Path, op: int | None) -> None:
                 if item.is_file():
                     _link_or_copy(item, dest / "llm" / part / item.name)
     _copy_ledger(source / "llm" / "calls.jsonl", dest / "llm" / "calls.jsonl", op)
+    from kernos.agents.supervisor import JOURNAL_FILE, copy_journal
+
+    copy_journal(source / JOURNAL_FILE, dest / JOURNAL_FILE, op)
 
 
 def _copy_ledger(source: Path, dest: Path, op: int | None) -> None:

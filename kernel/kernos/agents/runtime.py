@@ -611,6 +611,8 @@ class AgentRuntime:
         if version.effect == "external":  # runs after the op commits, exactly once
             ticket = queue(self, ctx.op, ctx.principal, version, arguments)
             return to_agent(ticket) if ctx.principal != HUMAN else ticket
+        if version.author != HUMAN:  # its author's code runs: refused if its circuit is open
+            self.breakers.refuse_if_open(version.author, ctx.op, via=f"tool {version.name}")
         outer = ctx.bounds
         if version.author != HUMAN:  # agent code: bounded by its author's grants too
             ctx.bounds = (*outer, version.author)
@@ -696,6 +698,17 @@ class AgentRuntime:
                 context.leave(token)
             return
         self.registry.principal(principal)
+        trip = self.breakers.circuit(principal)
+        if trip is not None and not self.breakers.replaying:
+            # Not run, and the emitter's op goes on: refusing it would let a tripped
+            # agent veto every op that emits what it subscribed to.  Recorded instead.
+            skipped = op.facts.setdefault("circuit_skipped", [])
+            if len(skipped) < 20:
+                skipped.append({"agent": principal, "policy": trip.policy,
+                                "topic": str(event.get("topic") if isinstance(event, dict)
+                                             else getattr(event, "topic", ""))[:200],
+                                "tripped_op": trip.op})
+            return
         op.touch(namespace_key(principal), REGISTRY)
         if outer is None:
             with self._running(principal, op):

@@ -41,11 +41,48 @@ ancestor's) is not counted at all: supervision starts with its first policy.
 
 **An open circuit** refuses every op of its agent *before its body runs*
 (:meth:`Breakers.admit` raises :class:`~kernos.errors.CircuitOpen`, and vetoes
-the op, whose audit record then names the policy and the figures).  A trip
-also emits the event ``kernos.circuit.open`` (payload: agent, policy,
-message) in the next committed op that calls :meth:`Breakers.announce` (the
-human's reset does: events roll back with their op, and the refused op always
-rolls back), and is a ``trip`` line of the journal.
+the op, status ``refused``, whose audit record then names the policy and the
+figures in its ``circuit`` field).  Every path by which an agent's code runs
+goes through one of two checks:
+
+* :meth:`Breakers.admit` (counts, and refuses): ``AgentRuntime.run`` (a
+  ``%%agent NAME`` cell, ``agents.run``, the harness ``op`` with code, its
+  ``expect`` predicate, and so the MCP server running as an agent) and
+  ``AgentRuntime.call_as`` (the harness ``op`` with a tool, MCP registry
+  tools);
+* :meth:`Breakers.refuse_if_open` (refuses, counts nothing): a tool an agent
+  wrote, whoever calls it (the human, another agent), since its author's code
+  runs; the refusal's ``circuit.via`` names the tool.
+
+An in-image subscriber of an agent whose circuit is open is *not run*, and
+the emitting op goes on (refusing it would let a tripped agent veto every op
+that emits what it subscribed to); the op's audit record lists it under
+``circuit_skipped`` (agent, policy, topic).
+
+**The trip is announced at once.**  A trip emits the event
+``kernos.circuit.open`` (payload: agent, policy, limit, figures, message,
+op): events roll back with their op, and the op that trips always rolls
+back, so :meth:`Breakers.announce` emits it in another op.  The kernel runs
+that op, kind ``supervisor`` (``HarnessService.announce_trips``), right
+after every cell and harness request that left a trip unannounced, so
+external subscribers see the event before the next op; an ``announced``
+journal line is written when it commits.  A trip still unannounced when the
+kernel died is announced after the first op of the next kernel.
+
+**Scale.**  The burn-rate check reads the LLM ledger incrementally (only
+the lines appended since the previous check; it keeps the calls of the last
+60 s).  A journal longer than :data:`COMPACT_LINES` lines is compacted when a
+workspace opens: rewritten atomically as the state it gives (one ``state``
+line per agent, its open trip, and whether that was announced).
+
+**Fork, clone, erase, replay.**  A fork of snapshot N copies the journal's
+lines about ops up to N (:func:`copy_journal`): a circuit open then is open
+in the fork.  A clone (``kernos clone``, git only) starts with every circuit
+closed and no counts; the policies come with the image.  Erasure leaves the
+journal: it holds agent names, op numbers, hashes of code and figures, never
+a value.  Replay does not supervise (:attr:`Breakers.replaying`): an op
+refused originally is replayed as refused from its audit record, without
+running, and the supervisor's announcing ops emit their recorded events.
 
 **Only the human closes a circuit** (:meth:`Breakers.reset`): it is refused
 while any agent code runs (an agent-written tool included), whoever the
@@ -61,6 +98,7 @@ human's op (so the restore itself commits or rolls back like any change).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -83,14 +121,16 @@ if TYPE_CHECKING:
     from kernos.agents.runtime import AgentRuntime
     from kernos.op import Op
 
-__all__ = ["JOURNAL_FILE", "SUPERVISION", "Breakers", "Policy", "Supervision", "Trip",
-           "fingerprint"]
+__all__ = ["EVENT_TOPIC", "JOURNAL_FILE", "SUPERVISION", "Breakers", "Policy", "Supervision",
+           "Trip", "copy_journal", "fingerprint"]
 
 SUPERVISION = "kernos:supervisor"
 """The image name of the policies and safe checkpoints."""
 JOURNAL_FILE = "supervisor/journal.jsonl"
 """The journal's path in a workspace."""
 WINDOW_SECONDS = 60
+COMPACT_LINES = 10_000
+"""A journal longer than this is compacted when a workspace opens."""
 EVENT_TOPIC = "kernos.circuit.open"
 
 
@@ -217,6 +257,12 @@ class Breakers:
         self.durable = bool(workspace.durable)
         self._lock = threading.Lock()
         self._states: dict[str, _State] = {}
+        self.replaying = False
+        """Set by replay: the original's journal decided which ops ran (a refused op
+        is replayed as refused, from its audit record); nothing is counted again."""
+        self._burn_lock = threading.Lock()
+        self._burn_offset = 0
+        self._burn_calls: dict[int, dict[str, Any]] = {}
         self._ended: set[int] = set()
         self._admitted: set[tuple[str, int]] = set()
         self._announced: set[tuple[str, int]] = set()
@@ -307,9 +353,35 @@ class Breakers:
             state = self._states.get(agent)
             return None if state is None else state.trip
 
+    def circuits(self) -> dict[str, Trip]:
+        """Every open circuit, by agent."""
+        with self._lock:
+            return {agent: state.trip for agent, state in sorted(self._states.items())
+                    if state.trip is not None}
+
+    def refuse_if_open(self, agent: str, op: Op, *, via: str) -> None:
+        """Raise CircuitOpen (and veto ``op``) if ``agent``'s circuit is open; count nothing.
+
+        For the paths where ``agent``'s code runs inside someone else's op: a
+        tool ``agent`` wrote, called by the human or another agent (``via``
+        says which path, for the audit record).
+        """
+        if agent == HUMAN or self.replaying:
+            return
+        trip = self.circuit(agent)
+        if trip is not None:
+            raise _refuse(op, trip, via=via)
+
+    def pending(self) -> list[Trip]:
+        """The trips whose ``kernos.circuit.open`` event no committed op has emitted yet."""
+        with self._lock:
+            return [state.trip for state in self._states.values()
+                    if state.trip is not None and (state.trip.agent, state.trip.op)
+                    not in self._announced]
+
     def admit(self, agent: str, op: Op, print_: str) -> None:
         """Before an op of ``agent`` runs: raise CircuitOpen (and veto) or count it in."""
-        if agent == HUMAN:
+        if agent == HUMAN or self.replaying:
             return
         policy = self.effective(agent)
         now = self.clock()
@@ -322,12 +394,7 @@ class Breakers:
             if trip is None:
                 trip = self._check_before(agent, policy, state, print_, now, op.id)
             if trip is not None:
-                reason = f"{agent!r}'s circuit is open: {trip.message}"
-                op.veto(reason, status="refused")
-                op.facts["circuit"] = {"agent": agent, "policy": trip.policy,
-                                       "limit": trip.limit, "figures": trip.figures,
-                                       "tripped_op": trip.op}
-                raise CircuitOpen(agent, trip.policy, trip.message)
+                raise _refuse(op, trip, via="op")
             if (agent, op.id) in self._admitted:
                 return  # one op is one iteration, however many runs it holds
             self._admitted.add((agent, op.id))
@@ -391,10 +458,7 @@ class Breakers:
         commits, so a rolled-back announcement is made again next time.
         """
         op = self.runtime._op()
-        with self._lock:
-            pending = [state.trip for state in self._states.values()
-                       if state.trip is not None and (state.trip.agent, state.trip.op)
-                       not in self._announced]
+        pending = self.pending()
         if not pending:
             return []
         token = context.suspend()  # the supervisor emits, not any agent
@@ -456,29 +520,48 @@ class Breakers:
     # -- burn rate, from the LLM ledger ----------------------------------------------------
 
     def burn(self, agent: str, now: float) -> tuple[int, int]:
-        """(tokens, micro-USD) the ledger charged ``agent`` in the window before ``now``."""
+        """(tokens, micro-USD) the ledger charged ``agent`` in the window before ``now``.
+
+        Incremental: each check reads only the ledger's lines appended since the
+        last one, and keeps only the calls reserved within the window (a call's
+        time is its reservation's, so an older call can never count again).
+        """
         from kernos.llm import LEDGER_FILE
 
         path = self.runtime.image.workspace.path / LEDGER_FILE
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return 0, 0
-        key = f"principal:{agent}"
-        calls: dict[int, dict[str, Any]] = {}
-        for line in data[:data.rfind(b"\n") + 1].splitlines():
-            entry = json.loads(line)
-            call = calls.setdefault(entry["call"], {"keys": [], "at": entry.get("at")})
-            if entry.get("keys"):
-                call["keys"] = entry["keys"]
-            call["tokens"], call["cost"] = entry["tokens"], entry["cost"]
         since = now - WINDOW_SECONDS
-        tokens = micro = 0
-        for call in calls.values():
-            if key in call["keys"] and call["at"] and _epoch(call["at"]) >= since:
-                tokens += int(call["tokens"])
-                micro += int(float(call["cost"]) * 1_000_000)
-        return tokens, micro
+        with self._burn_lock:  # not self._lock: admit holds it while it checks
+            try:
+                with open(path, "rb") as file:
+                    size = os.fstat(file.fileno()).st_size
+                    if size < self._burn_offset:  # truncated (a torn line dropped): reread
+                        self._burn_offset, self._burn_calls = 0, {}
+                    file.seek(self._burn_offset)
+                    data = file.read()
+            except FileNotFoundError:
+                return 0, 0
+            data = data[:data.rfind(b"\n") + 1]
+            self._burn_offset += len(data)
+            calls = self._burn_calls
+            for line in data.splitlines():
+                entry = json.loads(line)
+                number = entry["call"]
+                if entry.get("type") == "reserve":
+                    calls[number] = {"keys": entry.get("keys") or [],
+                                     "at": _epoch(entry["at"]) if entry.get("at") else None}
+                elif number not in calls:
+                    continue  # the settlement of a call that left the window
+                calls[number]["tokens"], calls[number]["cost"] = entry["tokens"], entry["cost"]
+            for number in [number for number, call in calls.items()
+                           if call["at"] is None or call["at"] < since]:
+                del calls[number]
+            key = f"principal:{agent}"
+            tokens = micro = 0
+            for call in calls.values():
+                if key in call["keys"]:
+                    tokens += int(call["tokens"])
+                    micro += int(float(call["cost"]) * 1_000_000)
+            return tokens, micro
 
     # -- the journal (outside the image) --------------------------------------------------
 
@@ -487,7 +570,8 @@ class Breakers:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return
-        for line in data[:data.rfind(b"\n") + 1].splitlines():
+        lines = data[:data.rfind(b"\n") + 1].splitlines()
+        for line in lines:
             entry = json.loads(line)
             state = self._states.setdefault(entry["agent"], _State())
             kind = entry["type"]
@@ -496,6 +580,11 @@ class Breakers:
             elif kind == "end":
                 self._ended.add(entry["op"])
                 self._apply_end(state, entry["op"], entry["ok"])
+            elif kind == "state":
+                self._states[entry["agent"]] = _State(
+                    first=entry["first"], iterations=entry["iterations"],
+                    failures=entry["failures"], failed_ops=entry["failed_ops"],
+                    last=entry["last"], run=entry["run"])
             elif kind == "trip":
                 state.trip = Trip(agent=entry["agent"], policy=entry["policy"],
                                   limit=entry["limit"], figures=entry["figures"],
@@ -504,6 +593,44 @@ class Breakers:
                 self._states[entry["agent"]] = _State()
             elif kind == "announced":
                 self._announced.add((entry["agent"], entry["op"]))
+        if len(lines) > COMPACT_LINES:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the journal as the state it gives: one ``state`` line per agent, plus
+        its open trip and whether that was announced.  Atomic (a new file, synced, renamed
+        over the old one), so a crash leaves either journal, both giving the same state."""
+        entries: list[dict[str, Any]] = []
+        for agent, state in sorted(self._states.items()):
+            entries.append({"type": "state", "agent": agent, "first": state.first,
+                            "iterations": state.iterations, "failures": state.failures,
+                            "failed_ops": state.failed_ops, "last": state.last,
+                            "run": state.run})
+            trip = state.trip
+            if trip is not None:
+                entries.append({"type": "trip", "agent": agent, "policy": trip.policy,
+                                "limit": trip.limit, "figures": trip.figures,
+                                "message": trip.message, "op": trip.op, "at": trip.at})
+                if (agent, trip.op) in self._announced:
+                    entries.append({"type": "announced", "agent": agent, "op": trip.op})
+        data = b"".join(_line(entry) for entry in entries)
+        temporary = self.path.with_name(self.path.name + ".compacting")
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                if self.durable:
+                    file.flush()
+                    os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+            if self.durable:
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+        except OSError:  # a read-only or full disk: the long journal still gives the state
+            with contextlib.suppress(OSError):
+                temporary.unlink()
 
     @staticmethod
     def _apply_admit(state: _State, print_: str, now: float) -> None:
@@ -523,7 +650,7 @@ class Breakers:
 
     def _write(self, entry: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        line = _line(entry)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
@@ -591,6 +718,35 @@ class _Outcome:
 
     def abort(self, txn: Any) -> None:
         self.breakers.ended(self.agent, self.op.id, ok=False)
+
+
+def _line(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def _refuse(op: Op, trip: Trip, *, via: str) -> CircuitOpen:
+    """Veto ``op`` for ``trip`` (its audit record names the policy and the figures)."""
+    op.veto(f"{trip.agent!r}'s circuit is open: {trip.message}", status="refused")
+    op.facts["circuit"] = {"agent": trip.agent, "policy": trip.policy, "limit": trip.limit,
+                           "figures": trip.figures, "tripped_op": trip.op, "via": via}
+    return CircuitOpen(trip.agent, trip.policy, trip.message)
+
+
+def copy_journal(source: Path, dest: Path, op: int | None) -> None:
+    """A fork's journal: ``source``'s lines about ops up to ``op`` (a fork of snapshot N
+    keeps the circuits as they were after op N; later trips and resets are not its)."""
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        return
+    kept = []
+    for line in data[:data.rfind(b"\n") + 1].splitlines(keepends=True):
+        at = json.loads(line).get("op")
+        if op is None or at is None or at <= op:
+            kept.append(line)
+    if kept:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(b"".join(kept))
 
 
 def _human_only(action: str) -> None:

@@ -128,6 +128,9 @@ class AuditParticipant:
         if op.recalls:  # absent otherwise, like ``key``; sealed when it holds a subject's text
             body["memory"] = [{"request": request, "answer": code_field(self.log, answer, subjects)}
                               for request, answer, subjects in op.recalls]
+        for name in ("circuit", "circuit_skipped"):  # the supervisor's (absent otherwise)
+            if name in op.facts:
+                body[name] = op.facts[name]
         return body
 
     # -- two-phase commit ----------------------------------------------------------

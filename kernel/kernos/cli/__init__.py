@@ -6,6 +6,7 @@
                               kernel, or a kernel started for it and shut down after
 ``kernos objects``            the image's names, versions and who changed them
 ``kernos grants [AGENT]``     capability grants (needs a kernel; one is started if none runs)
+``kernos agent policy|circuit|reset NAME``  circuit breakers (see ``cli/_agent_supervise``)
 ``kernos log|show|diff``      browse a workspace's history, from disk
 ``kernos checkout REF``       a new snapshot equal to REF (an op in the running kernel, or
                               one started through ``--gateway``,
@@ -179,6 +180,10 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _kernel.objects(args, path, progress)
     if command == "grants":
         return _kernel.grants(args, path, progress)
+    if command == "agent":
+        from kernos.cli import _agent_supervise
+
+        return _agent_supervise.dispatch(args, path, progress)
     if command == "events":
         return _kernel.events(args, path)
     if command == "agent":

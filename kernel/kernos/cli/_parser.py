@@ -166,6 +166,14 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
 
     add_remote_arguments(add)
 
+    agent = add("agent", "agents: circuit breakers (policy, circuit, reset)")
+    agent_commands = agent.add_subparsers(dest="agent_command", required=True,
+                                          metavar="ACTION", parser_class=_Parser)
+    from kernos.cli._agent_supervise import add_arguments as add_supervise_arguments
+
+    add_supervise_arguments(agent_commands, [parents[use] for use in (
+        "workspace", "json", "progress", "start")])
+
     erase = add("erase", "erase a data subject's personal values (irreversible; the "
                 "kernel must be stopped)", "workspace", "json")
     erase.add_argument("subject")

@@ -53,11 +53,11 @@ server checking a tool's arguments) give it the audit record a kernel-side
 refusal gets.  ``log`` with ``principal`` is that principal's view of the
 history (see ``HarnessService._log``).
 
-Ops.  ``op``, ``grant``, ``revoke``, ``add_agent`` and ``checkout`` change the
-image: each runs as one op, serialized with every other op and cell (one
-runs at a time, whichever client sent it).  Every op, committed or not, and
-every refused request has an audit record.  The result of ``op`` is an
-OP-RESULT (``kernos.harness.results.OpResult`` is its typed form)::
+Ops.  ``op``, ``grant``, ``revoke``, ``add_agent``, ``checkout``, ``reset`` and
+``policy`` with ``set`` change the image: each runs as one op, serialized with
+every other op and cell (one runs at a time, whichever client sent it).
+Every op, committed or not, and every refused request has an audit record.
+The result of ``op`` is an OP-RESULT (``kernos.harness.results.OpResult`` is its typed form)::
 
     {"status": "committed" | "rolled back" | "conflict" | "rejected"
                | "denied" | "failed" | "interrupted" | "vetoed",
@@ -177,6 +177,25 @@ Actions and their fields (``?`` marks an optional field):
 ``memory``  command   (``stats`` or ``rebuild``) -> the index's entries per kind, the chain
     head it was built to, its path and size.
 
+``policy``  agent, set?, principal?
+    -> ``{"agent", "policy": {figure: int}, "own": {figure: int}}``: the agent's
+    effective circuit-breaker policy (its own tightened by its ancestors') and
+    its own.  With ``set`` (``{"failures": 3, "repeats": null, ...}``: the
+    figures of ``kernos.agents.supervisor.Policy``; null lifts one) it is an op by
+    ``human`` that merges them in, and the result adds ``op`` and ``commit``.  A
+    ``principal`` other than ``human`` is refused (``denied``): only the human
+    sets policies; a sub-agent's may only be tighter than its parent's
+    (``invalid``).
+``circuit``  agent?
+    -> ``{"circuits": {agent: CIRCUIT | null}}`` (every agent, or the one named):
+    CIRCUIT is ``{"policy", "limit", "figures", "message", "op", "at",
+    "announced"}``, why its circuit is open; null when it is closed.
+``reset``  agent, restore?, principal?   (an op by ``human``)
+    -> ``{"agent", "was_open": policy | null, "restored_from": op | null, "op",
+    "commit"}``: closes the agent's circuit and zeroes its counts; with
+    ``restore`` its namespace goes back to its checkpoint tagged safe.  Refused
+    (``denied``) for any ``principal`` but ``human``.
+
 Limits: a request over ``max_request_bytes`` (the kernel's
 ``KERNOS_MAX_SOURCE_BYTES``, 4 MiB by default) is refused with kind
 ``oversized`` before it is parsed further.
@@ -290,13 +309,16 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "memory": {"command": _f(_STR, True)},
     "refused": {"principal": _f(_STR, True), "via": _f(_STR, True), "what": _f(_STR, True),
                 "problem": _f(_STR, True)},
+    "policy": {"agent": _f(_STR, True), "set": _f(_OBJ), "principal": _f(_STR)},
+    "circuit": {"agent": _f(_STR)},
+    "reset": {"agent": _f(_STR, True), "restore": _f((bool,)), "principal": _f(_STR)},
 }
 
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
 MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "loop",
-                      "remember"})
+                      "remember", "policy", "reset"})
 LOOP_DOS = ("start", "pause", "resume", "stop", "status")
 """What the ``loop`` action does (``status`` reads; the others are ops)."""
 """Actions that run as an op (and so wait for the op lock and write history)."""

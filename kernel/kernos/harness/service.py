@@ -181,7 +181,36 @@ class HarnessService:
             return Handled(reply=error_reply(request.action, problem))
         if request.action in MUTATING:
             self._settle_effects(handled)
+            self._announce_trips(handled)
         return handled
+
+    def _announce_trips(self, handled: Handled) -> None:
+        report = self.announce_trips()
+        if report is not None:
+            handled.events += report.events
+            handled.followups.append(report)
+
+    def announce_trips(self) -> CommitReport | None:
+        """Commit, in a small op of the supervisor's own, the ``kernos.circuit.open``
+        events of the trips no committed op has emitted yet; None if there are none.
+
+        Called right after each op (a request's here, a cell's by the kernel): the
+        op that trips a circuit always rolls back, and its events with it, so the
+        trip is announced by the next op that commits, and this one follows at once
+        (see ``kernos.agents.supervisor``).
+        """
+        breakers = self.runtime.breakers
+        if self.image.current is not None or not breakers.pending():
+            return None
+        op = self.image.begin(source=json.dumps({"action": "announce_trips"}),
+                              principal=HUMAN, kind="supervisor", reach=Reach(frozenset()))
+        op.note = "supervisor: circuit open"
+        try:
+            breakers.announce()
+        except BaseException:
+            op.abort()
+            raise
+        return op.commit()
 
     def _settle_effects(self, handled: Handled) -> None:
         """Execute the effects the request's op queued (after it committed); say how they ended."""
@@ -658,6 +687,57 @@ class HarnessService:
         self._principal(agent)
         return self._human_op(request, f"revoke {agent} {capability}", lambda op: {
             "revoked": self.runtime.revoke(agent, capability)})
+
+    # -- the supervisor (kernos.agents.supervisor) ----------------------------------------
+
+    def _human_only(self, request: Request, what: str) -> None:
+        principal = self._principal(request.get("principal"))
+        if principal != HUMAN:
+            raise ProtocolError("denied", f"only the human may {what}; {principal!r} may not "
+                                "(an agent can neither close its circuit nor loosen its "
+                                "policy)", {"principal": principal})
+
+    def _policy(self, request: Request) -> Handled:
+        agent: str = request.get("agent")
+        breakers = self.runtime.breakers
+        figures = request.get("set")
+        if figures is None:
+            self._principal(agent)
+            return self._ok(request, self._policy_of(agent))
+        self._human_only(request, "set a circuit-breaker policy")
+        self._principal(agent)
+        return self._human_op(request, f"policy {agent}", lambda op: {
+            **self._policy_of(agent, breakers.set_policy(agent, **figures))})
+
+    def _policy_of(self, agent: str, effective: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+        breakers = self.runtime.breakers
+        own = breakers.supervision.policies.get(agent)
+        return {"agent": agent,
+                "policy": effective or breakers.effective(agent).describe(),
+                "own": {} if own is None else own.describe()}
+
+    def _circuit(self, request: Request) -> Handled:
+        agent: str | None = request.get("agent")
+        names = [self._principal(agent)] if agent is not None else \
+            sorted(self.runtime.registry.principals)
+        breakers = self.runtime.breakers
+        pending = {(trip.agent, trip.op) for trip in breakers.pending()}
+        circuits: dict[str, Any] = {}
+        for name in names:
+            trip = breakers.circuit(name)
+            circuits[name] = None if trip is None else {
+                "policy": trip.policy, "limit": trip.limit, "figures": trip.figures,
+                "message": trip.message, "op": trip.op, "at": trip.at,
+                "announced": (trip.agent, trip.op) not in pending}
+        return self._ok(request, {"circuits": circuits})
+
+    def _reset(self, request: Request) -> Handled:
+        agent: str = request.get("agent")
+        self._human_only(request, "close a circuit")
+        self._principal(agent)
+        return self._human_op(request, f"reset {agent}", lambda op: _plain(
+            self.runtime.breakers.reset(agent, restore=request.get("restore"))))
 
     def _add_agent(self, request: Request) -> Handled:
         agent = request.get("agent")

@@ -278,6 +278,19 @@ class KernosKernel(IPythonKernel):
         for report in handled.followups:
             self._notify_committed(report)
 
+    def announce_trips(self) -> None:
+        """Commit and publish the events of circuits an op just tripped (the caller holds
+        the op lock); see ``HarnessService.announce_trips``."""
+        try:
+            report = self.control.service().announce_trips()
+        except Exception as error:  # the kernel must keep serving; the next op retries
+            self.log.error("Kernos: announcing a tripped circuit failed: %s", error)
+            return
+        if report is not None:
+            if report.events:
+                self.streams.publish(report.events)
+            self._notify_committed(report)
+
     def _settle_effects(self) -> None:
         """Execute the external effects committed ops queued; record how they ended.
 
@@ -471,6 +484,7 @@ class KernosKernel(IPythonKernel):
             self._notify_finished(op, outcome, why)
             if isinstance(outcome, CommitReport):
                 self._settle_effects()
+            self.announce_trips()
         self.fold_when_idle()
         self.loop_driver.wake()  # the cell may have started, paused or reset a loop
         if isinstance(outcome, BaseException):

@@ -88,8 +88,8 @@ __all__ = ["Divergence", "ReplayReport", "Step", "replay"]
 
 _HELPERS = ("agents", "events", "audit")
 """The kernel's own names in a notebook's namespace: present, never persisted."""
-_NOT_RUN = frozenset({"conflict", "rejected"})
-"""Statuses of ops that ran no code."""
+_NOT_RUN = frozenset({"conflict", "rejected", "refused"})
+"""Statuses of ops that ran no code (``refused``: an open circuit refused it before)."""
 
 
 @dataclass(kw_only=True)
@@ -246,6 +246,7 @@ class _Replayer:
         self._digests: dict[bytes, str] = {}
         self.image.identity_override = _tag(self.source_audit)
         self.runtime.effects.replaying = True
+        self.runtime.breakers.replaying = True  # the records say which ops circuits refused
         self.runtime.llm_keyring = self.source_audit.keyring  # recordings sealed by the source
         self._journal: dict[str, list[dict[str, Any]]] | None = None
         self.cells = CellCompiler()
@@ -491,6 +492,8 @@ class _Replayer:
                 raise UsageError(f"op {op} recorded effects, but nothing was queued in the "
                                  "replay")
             return "committed", reports[-1].commit
+        if kind == "supervisor":
+            return self._announced(record)
         code = self._code(record)
         if code is None:
             raise UsageError(f"op {op} has no code to replay (sealed for a data subject, or "
@@ -529,6 +532,21 @@ class _Replayer:
         result = reply["result"]
         return str(result.get("status", "committed")), result.get("commit")
 
+    def _announced(self, record: dict[str, Any]) -> tuple[str, str | None]:
+        """The supervisor's op that announced tripped circuits: its events again (a trip
+        is decided outside the image, by the original's journal)."""
+        replayed = self.image.begin(source=self._code(record), principal=HUMAN,
+                                    kind="supervisor", reach=Reach(frozenset()))
+        try:
+            for event in record.get("events") or []:
+                self.runtime.events.emit(event["topic"], event.get("payload"),
+                                         principal=HUMAN)
+        except BaseException:
+            replayed.abort()
+            raise
+        report = replayed.commit()
+        return "committed", report.commit
+
     def _request(self, kind: str, principal: str, code: str,
                  record: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -541,7 +559,8 @@ class _Replayer:
             if isinstance(data, dict) and set(data) == {"tool", "arguments"}:
                 return {"v": 1, "action": "op", "principal": principal, **data}
             if isinstance(data, dict) and data.get("action") in (
-                    "grant", "revoke", "add_agent", "checkout", "loop", "remember"):
+                    "grant", "revoke", "add_agent", "checkout", "loop", "remember",
+                    "policy", "reset"):
                 request = {"v": 1, **data}
                 if data["action"] == "checkout":
                     request["ref"] = self._mapped(self._checked_out(record, str(data.get("ref"))))

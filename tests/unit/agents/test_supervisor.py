@@ -5,7 +5,6 @@ rollback of the ops they count (they live outside the image)."""
 
 from __future__ import annotations
 
-import decimal
 import time
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from kernos.agents import context
 from kernos.agents.context import BoundedOutput, RunContext
 from kernos.agents.supervisor import JOURNAL_FILE, fingerprint
-from kernos.errors import CapabilityDenied, CircuitOpen, InvalidGrant, OpVetoed
-from kernos.llm import LEDGER_FILE, Ledger
+from kernos.errors import CapabilityDenied, CircuitOpen, InvalidGrant
+from supervisor_support import attempt, charge, policy, refusal
 
 
 @pytest.fixture
@@ -23,38 +22,6 @@ def env(env):  # type: ignore[no-untyped-def]
         env.agents.add("alice")
         env.agents.add("bob")
     return env
-
-
-def attempt(env, code: str, agent: str = "alice") -> str:  # type: ignore[no-untyped-def]
-    """Run ``code`` as ``agent`` in its own op, as a cell would: what became of it."""
-    op = env.image.begin(source=code)
-    try:
-        env.runtime.run(agent, code)
-    except CircuitOpen as error:
-        op.abort(error=error)
-        return "refused"
-    except Exception as error:  # the op failed, as a cell's would
-        op.abort(error=error)
-        return "failed"
-    try:
-        op.commit()
-    except OpVetoed:
-        return "vetoed"
-    return "committed"
-
-
-def refusal(env, code: str = "pass", agent: str = "alice") -> CircuitOpen:  # type: ignore[no-untyped-def]
-    op = env.image.begin(source=code)
-    with pytest.raises(CircuitOpen) as caught:
-        env.runtime.run(agent, code)
-    with pytest.raises(OpVetoed):
-        op.commit()
-    return caught.value
-
-
-def policy(env, agent: str = "alice", **figures: object) -> None:  # type: ignore[no-untyped-def]
-    with env.op():
-        env.agents.policy(agent, **figures)
 
 
 def test_consecutive_failures_trip_at_exactly_n_and_rolled_back_ops_still_count(env) -> None:  # type: ignore[no-untyped-def]
@@ -149,16 +116,6 @@ def test_wall_time_trips_at_exactly_n_seconds(env) -> None:  # type: ignore[no-u
     error = refusal(env, "a = 3")
     assert error.policy == "wall_seconds"
     assert "for 10.0 s since its first supervised op; policy wall_seconds<10" in str(error)
-
-
-def charge(env, agent: str, tokens: int, cost: str = "0") -> None:  # type: ignore[no-untyped-def]
-    """One settled call in the workspace's real LLM ledger, charged to ``agent``."""
-    ledger = Ledger(env.path / LEDGER_FILE, durable=False)
-    (env.path / LEDGER_FILE).parent.mkdir(exist_ok=True)
-    number = ledger.reserve(budgets=[], keys=[f"principal:{agent}"], tokens=tokens,
-                            cost=decimal.Decimal(cost), facts={"op": 0}, request="r",
-                            model="m")
-    ledger.settle(number, tokens=tokens, cost=decimal.Decimal(cost), facts={})
 
 
 def test_token_burn_rate_comes_from_the_ledger_and_trips_at_n(env) -> None:  # type: ignore[no-untyped-def]
