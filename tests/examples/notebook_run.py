@@ -149,7 +149,6 @@ def _plain(text: str) -> str:
 
 class _Kernel:
     def __init__(self, workspace: Path, cwd: Path, kernel_name: str) -> None:
-        self.workspace = workspace
         environment = dict(os.environ, KERNOS_WORKSPACE=str(workspace))
         # Jupyter's notebook name chooses the workspace only when none is given; drop it anyway.
         environment.pop("JPY_SESSION_NAME", None)
@@ -199,31 +198,12 @@ class _Kernel:
 
     def loops(self) -> list[dict[str, Any]]:
         """Every loop, as the harness ``loop`` action's ``status`` describes it."""
-        loops = _result(self.request({"action": "loop", "do": "status"}), "loop")
-        return list(loops if isinstance(loops, list) else loops.get("loops", []))
+        return list(_result(self.request({"action": "loop", "do": "status"}), "loop")["loops"])
 
     def open_circuits(self) -> set[str]:
-        """The agents whose circuit is open: the harness ``circuit`` action, or else the
-        supervisor's journal (``<workspace>/supervisor/journal.jsonl``: its last ``trip``
-        or ``reset`` line for an agent says whether its circuit is open)."""
-        content = self.request({"action": "circuit"})
-        if content.get("status") == "ok":
-            found = content["result"]
-            found = found.get("circuits", found) if isinstance(found, dict) else found
-            if isinstance(found, dict):  # by agent: the trip, or None when closed
-                return {agent for agent, trip in found.items() if trip}
-            return {circuit["agent"] for circuit in found
-                    if circuit.get("open", circuit.get("policy") is not None)}
-        journal = self.workspace / "supervisor" / "journal.jsonl"
-        tripped: set[str] = set()
-        if journal.exists():
-            for line in journal.read_text().splitlines():
-                entry = json.loads(line) if line.strip() else {}
-                if entry.get("type") == "trip":
-                    tripped.add(entry["agent"])
-                elif entry.get("type") == "reset":
-                    tripped.discard(entry["agent"])
-        return tripped
+        """The agents whose circuit is open (the harness ``circuit`` action)."""
+        circuits = _result(self.request({"action": "circuit"}), "circuit")["circuits"]
+        return {agent for agent, trip in circuits.items() if trip is not None}
 
     def wait_for_loops(self) -> list[dict[str, Any]]:
         """Return the loops once none is turning: paused, stopped, finished or tripped."""

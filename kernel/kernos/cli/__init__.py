@@ -180,17 +180,14 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         return _kernel.objects(args, path, progress)
     if command == "grants":
         return _kernel.grants(args, path, progress)
-    if command == "agent":
-        from kernos.cli import _agent_supervise
-
-        return _agent_supervise.dispatch(args, path, progress)
     if command == "events":
         return _kernel.events(args, path)
     if command == "agent":
-        from kernos.cli import _agent_loop
+        from kernos.cli import _agent_loop, _agent_supervise
 
         if args.agent_command in _agent_loop.COMMANDS:
             return _agent_loop.dispatch(args, path, progress)
+        return _agent_supervise.dispatch(args, path, progress)
     if command == "audit":
         return _audit.audit(args, path, progress)
     if command == "erase":

@@ -166,14 +166,6 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
 
     add_remote_arguments(add)
 
-    agent = add("agent", "agents: circuit breakers (policy, circuit, reset)")
-    agent_commands = agent.add_subparsers(dest="agent_command", required=True,
-                                          metavar="ACTION", parser_class=_Parser)
-    from kernos.cli._agent_supervise import add_arguments as add_supervise_arguments
-
-    add_supervise_arguments(agent_commands, [parents[use] for use in (
-        "workspace", "json", "progress", "start")])
-
     erase = add("erase", "erase a data subject's personal values (irreversible; the "
                 "kernel must be stopped)", "workspace", "json")
     erase.add_argument("subject")
@@ -261,14 +253,19 @@ def _add_events(add: _Add) -> None:
 
 
 def _add_agent(add: _Add, parents: dict[str, _Parser]) -> None:
-    agent = add("agent", "agents' loops: loop, pause, resume, stop, loops",
-                description="Agents' loops (kernos.agents.loop), through the running kernel "
-                            "(one is started for the command if none runs).")
+    agent = add("agent", "agents: loops (loop, pause, resume, stop, loops) and circuit "
+                "breakers (policy, circuit, reset)",
+                description="Agents' loops (kernos.agents.loop) and circuit breakers "
+                            "(kernos.agents.supervisor), through the running kernel (one is "
+                            "started for the command if none runs).")
     agent_commands = agent.add_subparsers(dest="agent_command", required=True,
                                           metavar="SUBCOMMAND", parser_class=_Parser)
     from kernos.cli._agent_loop import add_arguments as add_loop_arguments
+    from kernos.cli._agent_supervise import add_arguments as add_supervise_arguments
 
     add_loop_arguments(agent_commands, parents, EXIT_STATUSES)
+    add_supervise_arguments(agent_commands, [parents[use] for use in (
+        "workspace", "json", "progress", "start")])
 
 
 def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
