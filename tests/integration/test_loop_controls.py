@@ -3,6 +3,7 @@ on one real kernel; and a loop that a kernel restart finds running goes on by it
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +110,18 @@ def test_a_started_loop_follows_to_its_end_from_the_cli(tmp_path: Path) -> None:
     assert shown["loops"][0]["iteration"] == 4
     bad = cli("agent", "loop", "cli", "-w", str(workspace), "-c", "import os")
     assert bad.returncode == 2 and "refused before it ran" in bad.stderr
+    # No kernel runs: the loop started by a kernel that the command shuts down waits for
+    # the next one, which --follow starts (and keeps until the loop ends).
+    waiting = cli("agent", "loop", "cli", "-w", str(workspace), "-c", "x = 1", "--max", "2")
+    assert waiting.returncode == 0 and "waits for the next one" in waiting.stderr
+    followed = cli("agent", "loop", "cli", "-w", str(workspace), "--follow")
+    assert followed.returncode == 0, followed.stderr
+    # (the kernel may finish the loop before the command asks about it: either way, the end)
+    assert re.fullmatch(r"cli: iteration 1 committed \(op \d+\); the loop is finished|"
+                        r"cli: the loop is finished at iteration 2 \(max_iterations=2 "
+                        r"reached\)", followed.stdout.splitlines()[-1]), followed.stdout
+    assert as_json(cli("agent", "loops", "-w", str(workspace), "--json"), 0)["loops"][0][
+        "iteration"] == 2
 
 
 def test_a_restarted_kernel_resumes_a_running_loop_and_not_a_paused_one(

@@ -252,8 +252,7 @@ class AuditLog:
             path=str(self.path), index=index)
 
     def _cut_torn(self, torn: bytes) -> None:
-        keep = self.directory / f"torn-{int(time.time())}.bin"
-        keep.write_bytes(torn)
+        keep = keep_torn(self.directory, torn)
         with open(self.path, "r+b") as log:
             log.truncate(self._size)
         self.notes.append(f"an audit record cut short by a crash ({len(torn)} bytes, never "
@@ -619,13 +618,21 @@ def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> E
     )
 
 
+def keep_torn(directory: Path, torn: bytes) -> Path:
+    """Save a record a crash cut short beside the chain (it is evidence) before it is cut off."""
+    keep = directory / f"torn-{int(time.time())}.bin"
+    keep.write_bytes(torn)
+    return keep
+
+
 def restore_records(path: Path, lines: Sequence[bytes], *, durable: bool = True) -> int:
     """Put back records the chain at ``path`` lost in a crash, from the copies the
     commit tail's frames carry (``kernos.store.tail``); return how many.
 
     A line is appended only if it is the chain's next record (its index and
     ``prev`` continue the last whole line); a torn last line is cut off first,
-    as :class:`AuditLog` would.  Anything else is left for ``verify`` to judge.
+    and kept beside the chain, as :class:`AuditLog` would.  Anything else is
+    left for ``verify`` to judge.
     """
     try:
         size = path.stat().st_size
@@ -642,6 +649,7 @@ def restore_records(path: Path, lines: Sequence[bytes], *, durable: bool = True)
                 break
             window *= 2
         if len(whole) != len(end):
+            keep_torn(path.parent, end[len(whole):])
             handle.truncate(start + len(whole))
         lines_before = whole.splitlines()
         if lines_before:

@@ -101,7 +101,10 @@ def dispatch(args: argparse.Namespace, path: Path, progress: Progress) -> int:
             if not follow:
                 _print_loops(args, found)
                 return Exit.OK
-            return _follow(args, client, found[0], since_op=None)
+            # From its last iteration on: one that commits meanwhile is not missed.
+            since = found[0]["last_op"] if found[0]["last_op"] is not None else \
+                found[0]["started_op"]
+            return _follow(args, client, found[0], since_op=since)
         if command == "loop":
             result = call(client.request, "loop", do="start", agent=args.agent, step=step,
                           every_ms=args.every, max_iterations=args.max)

@@ -319,9 +319,9 @@ SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 
 MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "loop",
                       "remember", "policy", "reset"})
+"""Actions that run as an op (and so wait for the op lock and write history)."""
 LOOP_DOS = ("start", "pause", "resume", "stop", "status")
 """What the ``loop`` action does (``status`` reads; the others are ops)."""
-"""Actions that run as an op (and so wait for the op lock and write history)."""
 
 
 class ProtocolError(KernosError):

@@ -453,6 +453,10 @@ class Workspace:
     def _recover_tail(self) -> str | None:
         """At a writable open: fold what the tail holds; cut off what it must not."""
         stale = self.tail.load()
+        # A crash between writing the ref's lock file and renaming it (``ref.locked``)
+        # leaves the file, and git refuses to move the branch while it exists.  The
+        # workspace lock is ours: no one else is moving it.
+        (self.git_dir / (BRANCH + ".lock")).unlink(missing_ok=True)
         records = [frame.record for frame in self.tail.frames if frame.record]
         restored = 0
         if records:

@@ -259,6 +259,8 @@ def test_restore_into_an_empty_or_torn_first_record(
     chain.write_bytes(held)
     assert restore_records(chain, lines[:2], durable=False) == 2
     assert chain.read_bytes() == b"".join(lines[:2])
+    assert [path.read_bytes() for path in chain.parent.glob("torn-*.bin")] == \
+        ([held] if held else [])
 
 
 def test_restore_appends_only_the_next_records_after_the_last_whole_line(
@@ -274,6 +276,8 @@ def test_restore_cuts_a_torn_last_line_first(chain: Path, lines: list[bytes]) ->
     chain.write_bytes(b"".join(lines[:2]) + lines[2][:30])
     assert restore_records(chain, lines[2:], durable=False) == 3
     assert chain.read_bytes() == b"".join(lines)
+    kept = list(chain.parent.glob("torn-*.bin"))  # evidence, as AuditLog keeps it
+    assert [path.read_bytes() for path in kept] == [lines[2][:30]]
 
 
 def test_restore_stops_at_a_record_that_does_not_chain(
