@@ -98,7 +98,6 @@ human's op (so the restore itself commits or rolls back like any change).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
@@ -107,12 +106,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos._time import utc_now
 from kernos.agents import context
+from kernos.agents._journal import BurnWindow, copy_journal, line, replace_atomically
 from kernos.agents.registry import HUMAN
 from kernos.audit.canonical import canonical
 from kernos.errors import CapabilityDenied, CircuitOpen, InvalidGrant, UsageError
@@ -260,9 +259,7 @@ class Breakers:
         self.replaying = False
         """Set by replay: the original's journal decided which ops ran (a refused op
         is replayed as refused, from its audit record); nothing is counted again."""
-        self._burn_lock = threading.Lock()
-        self._burn_offset = 0
-        self._burn_calls: dict[int, dict[str, Any]] = {}
+        self._burn = BurnWindow(WINDOW_SECONDS)
         self._ended: set[int] = set()
         self._admitted: set[tuple[str, int]] = set()
         self._announced: set[tuple[str, int]] = set()
@@ -453,9 +450,10 @@ class Breakers:
 
         Events are transactional: one emitted in the refused op would roll back
         with it.  So a trip is announced by the next op that *commits* and calls
-        this (the human's reset does; issue 20 wires it after each cell and
-        loop iteration); an ``announced`` journal line is written when that op
-        commits, so a rolled-back announcement is made again next time.
+        this (the human's reset does, and ``HarnessService.announce_trips``
+        runs an op for it after every cell and harness op); an ``announced``
+        journal line is written when that op commits, so a rolled-back
+        announcement is made again next time.
         """
         op = self.runtime._op()
         pending = self.pending()
@@ -520,48 +518,11 @@ class Breakers:
     # -- burn rate, from the LLM ledger ----------------------------------------------------
 
     def burn(self, agent: str, now: float) -> tuple[int, int]:
-        """(tokens, micro-USD) the ledger charged ``agent`` in the window before ``now``.
-
-        Incremental: each check reads only the ledger's lines appended since the
-        last one, and keeps only the calls reserved within the window (a call's
-        time is its reservation's, so an older call can never count again).
-        """
+        """(tokens, micro-USD) the ledger charged ``agent`` in the window before ``now``."""
         from kernos.llm import LEDGER_FILE
 
-        path = self.runtime.image.workspace.path / LEDGER_FILE
-        since = now - WINDOW_SECONDS
-        with self._burn_lock:  # not self._lock: admit holds it while it checks
-            try:
-                with open(path, "rb") as file:
-                    size = os.fstat(file.fileno()).st_size
-                    if size < self._burn_offset:  # truncated (a torn line dropped): reread
-                        self._burn_offset, self._burn_calls = 0, {}
-                    file.seek(self._burn_offset)
-                    data = file.read()
-            except FileNotFoundError:
-                return 0, 0
-            data = data[:data.rfind(b"\n") + 1]
-            self._burn_offset += len(data)
-            calls = self._burn_calls
-            for line in data.splitlines():
-                entry = json.loads(line)
-                number = entry["call"]
-                if entry.get("type") == "reserve":
-                    calls[number] = {"keys": entry.get("keys") or [],
-                                     "at": _epoch(entry["at"]) if entry.get("at") else None}
-                elif number not in calls:
-                    continue  # the settlement of a call that left the window
-                calls[number]["tokens"], calls[number]["cost"] = entry["tokens"], entry["cost"]
-            for number in [number for number, call in calls.items()
-                           if call["at"] is None or call["at"] < since]:
-                del calls[number]
-            key = f"principal:{agent}"
-            tokens = micro = 0
-            for call in calls.values():
-                if key in call["keys"]:
-                    tokens += int(call["tokens"])
-                    micro += int(float(call["cost"]) * 1_000_000)
-            return tokens, micro
+        return self._burn.charged(self.runtime.image.workspace.path / LEDGER_FILE,
+                                  f"principal:{agent}", now)
 
     # -- the journal (outside the image) --------------------------------------------------
 
@@ -571,8 +532,8 @@ class Breakers:
         except FileNotFoundError:
             return
         lines = data[:data.rfind(b"\n") + 1].splitlines()
-        for line in lines:
-            entry = json.loads(line)
+        for text in lines:
+            entry = json.loads(text)
             state = self._states.setdefault(entry["agent"], _State())
             kind = entry["type"]
             if kind == "admit":
@@ -613,24 +574,8 @@ class Breakers:
                                 "message": trip.message, "op": trip.op, "at": trip.at})
                 if (agent, trip.op) in self._announced:
                     entries.append({"type": "announced", "agent": agent, "op": trip.op})
-        data = b"".join(_line(entry) for entry in entries)
-        temporary = self.path.with_name(self.path.name + ".compacting")
-        try:
-            with open(temporary, "wb") as file:
-                file.write(data)
-                if self.durable:
-                    file.flush()
-                    os.fsync(file.fileno())
-            os.replace(temporary, self.path)
-            if self.durable:
-                directory = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(directory)
-                finally:
-                    os.close(directory)
-        except OSError:  # a read-only or full disk: the long journal still gives the state
-            with contextlib.suppress(OSError):
-                temporary.unlink()
+        replace_atomically(self.path, b"".join(line(entry) for entry in entries),
+                           durable=self.durable)
 
     @staticmethod
     def _apply_admit(state: _State, print_: str, now: float) -> None:
@@ -650,10 +595,10 @@ class Breakers:
 
     def _write(self, entry: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = _line(entry)
+        data = line(entry)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
+            os.write(fd, data)
             if self.durable and entry["type"] in ("trip", "reset"):
                 os.fsync(fd)
         finally:
@@ -720,10 +665,6 @@ class _Outcome:
         self.breakers.ended(self.agent, self.op.id, ok=False)
 
 
-def _line(entry: dict[str, Any]) -> bytes:
-    return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-
-
 def _refuse(op: Op, trip: Trip, *, via: str) -> CircuitOpen:
     """Veto ``op`` for ``trip`` (its audit record names the policy and the figures)."""
     op.veto(f"{trip.agent!r}'s circuit is open: {trip.message}", status="refused")
@@ -732,32 +673,9 @@ def _refuse(op: Op, trip: Trip, *, via: str) -> CircuitOpen:
     return CircuitOpen(trip.agent, trip.policy, trip.message)
 
 
-def copy_journal(source: Path, dest: Path, op: int | None) -> None:
-    """A fork's journal: ``source``'s lines about ops up to ``op`` (a fork of snapshot N
-    keeps the circuits as they were after op N; later trips and resets are not its)."""
-    try:
-        data = source.read_bytes()
-    except FileNotFoundError:
-        return
-    kept = []
-    for line in data[:data.rfind(b"\n") + 1].splitlines(keepends=True):
-        at = json.loads(line).get("op")
-        if op is None or at is None or at <= op:
-            kept.append(line)
-    if kept:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(b"".join(kept))
-
-
 def _human_only(action: str) -> None:
     """Refuse ``action`` while any agent code runs (the allowlist: the human's code only)."""
     running = context.running()
     if running is not None and running.authority():
         raise CapabilityDenied(running.principal, f"supervisor: {action}",
                                detail="only the human's own code may")
-
-
-def _epoch(stamp: object) -> float:
-    if isinstance(stamp, (int, float)):
-        return float(stamp)
-    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()

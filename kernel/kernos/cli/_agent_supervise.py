@@ -54,7 +54,7 @@ def add_arguments(commands: Any, parents: list[argparse.ArgumentParser]) -> None
         return parser
 
     policy = add("policy", "show or set an agent's circuit-breaker policy")
-    policy.add_argument("agent", metavar="NAME")
+    policy.add_argument("agent", metavar="NAME", help="the agent")
     for figure in FIGURES:
         policy.add_argument(f"--{figure.replace('_', '-')}", dest=figure, type=_figure,
                             default=argparse.SUPPRESS, metavar="N",
@@ -67,10 +67,10 @@ def add_arguments(commands: Any, parents: list[argparse.ArgumentParser]) -> None
                       default=argparse.SUPPRESS, help="a reset keeps the namespace")
 
     circuit = add("circuit", "show why an agent's circuit is open (every agent's, without NAME)")
-    circuit.add_argument("agent", metavar="NAME", nargs="?")
+    circuit.add_argument("agent", metavar="NAME", nargs="?", help="the agent (default: all)")
 
     reset = add("reset", "close an agent's circuit (the human only)")
-    reset.add_argument("agent", metavar="NAME")
+    reset.add_argument("agent", metavar="NAME", help="the agent")
     reset.add_argument("--restore", action="store_true", default=None,
                        help="also put its namespace back to its checkpoint tagged safe")
 

@@ -100,12 +100,12 @@ def test_the_burn_check_reads_only_what_the_ledger_gained(env) -> None:  # type:
     now = time.time()
     assert breakers.burn("alice", now) == (60, 0)
     size = (env.path / LEDGER_FILE).stat().st_size
-    assert breakers._burn_offset == size
+    assert breakers._burn.offset == size
     charge(env, "alice", 40)
     assert breakers.burn("alice", now) == (100, 0)
-    assert breakers._burn_offset == (env.path / LEDGER_FILE).stat().st_size > size
+    assert breakers._burn.offset == (env.path / LEDGER_FILE).stat().st_size > size
     assert breakers.burn("alice", now + 61) == (0, 0)
-    assert breakers._burn_calls == {}                      # nothing older than the window
+    assert breakers._burn.calls == {}                      # nothing older than the window
 
 
 def test_a_long_journal_is_compacted_on_open_into_the_same_state(env, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -141,3 +141,26 @@ def test_a_fork_keeps_the_journal_up_to_its_snapshot(env, tmp_path) -> None:  # 
     assert kept == ["admit", "end"]                        # the trip came after the snapshot
     copy_journal(source, dest, None)
     assert dest.read_bytes() == source.read_bytes()
+
+
+def test_a_replay_reproduces_a_trip_its_refusals_its_announcement_and_the_reset(
+        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from harness_support import Harness
+    from kernos.replay.driver import replay
+
+    harness = Harness(tmp_path / "ws")
+    harness.ok(action="add_agent", agent="carol")
+    harness.ok(action="policy", agent="carol", set={"failures": 2})
+    harness.op("n = 1", principal="carol")
+    for _ in range(2):
+        assert harness.op("1/0", principal="carol")["status"] == "failed"
+    assert harness.op("n = 2", principal="carol")["status"] == "refused"
+    kinds = [(record["kind"], record["status"]) for record in harness.records()]
+    assert kinds[-2:] == [("supervisor", "committed"), ("harness", "refused")]
+    assert harness.ok(action="reset", agent="carol")["was_open"] == "failures"
+    harness.op("n = 3", principal="carol")
+    harness.env.close()
+    report = replay(tmp_path / "ws", into=tmp_path / "replayed")
+    assert report.ok, report.divergence
+    assert [step.replayed for step in report.steps][-3:] == ["refused", "committed",
+                                                            "committed"]
