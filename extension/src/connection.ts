@@ -67,7 +67,10 @@ export class InspectorConnection {
         new KernosRequestError('disconnected', 'not connected to the kernel', action)
       );
     }
-    const request: Record<string, string | number> = { v: PROTOCOL_VERSION, action };
+    const request: Record<string, string | number | boolean | string[]> = {
+      v: PROTOCOL_VERSION,
+      action
+    };
     for (const [name, value] of Object.entries(fields)) {
       if (value !== undefined) {
         request[name] = value;

@@ -18,20 +18,22 @@ import {
   Notice,
   RequestFields
 } from './tokens';
+import { AgentsView } from './views/agents';
 import { CapabilitiesView } from './views/capabilities';
 import { EventsView } from './views/events';
 import { HistoryView } from './views/history';
 import { ObjectsView } from './views/objects';
 import { PlotView } from './views/plot';
 
-type TabName = 'objects' | 'events' | 'capabilities' | 'history' | 'plot';
+type TabName = 'objects' | 'events' | 'capabilities' | 'history' | 'plot' | 'agents';
 
 const TABS: { name: TabName; label: string }[] = [
   { name: 'objects', label: 'Objects' },
   { name: 'events', label: 'Events' },
   { name: 'capabilities', label: 'Capabilities' },
   { name: 'history', label: 'History' },
-  { name: 'plot', label: 'Plot' }
+  { name: 'plot', label: 'Plot' },
+  { name: 'agents', label: 'Agents' }
 ];
 
 /** How long a rolled-back note stays up. */
@@ -54,7 +56,8 @@ export class KernosPanel extends Widget {
       events: new EventsView(request),
       capabilities: new CapabilitiesView(request),
       history: new HistoryView(request, report),
-      plot: new PlotView(request)
+      plot: new PlotView(request),
+      agents: new AgentsView(request, report)
     };
 
     this._status = h('div', { className: 'kernos-status', testid: 'kernos-status', attrs: { role: 'status' } });
@@ -256,6 +259,12 @@ export class KernosPanel extends Widget {
           `op ${text(notice.op, '?')} by ${text(notice.principal)} rolled back` +
             (notice.error ? `: ${notice.error}` : '')
         );
+        // Circuits live outside the image: an op that did not commit counts
+        // towards its agent's breaker, and may open it.
+        this._stale.add('agents');
+        if (this._active === 'agents') {
+          this._refreshIfStale('agents');
+        }
         break;
       case 'progress':
         this._showProgress(notice);

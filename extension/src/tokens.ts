@@ -29,7 +29,7 @@ export const MAX_SNAPSHOTS = 200;
 export type JSONPrimitive = string | number | boolean | null;
 
 /** A harness request's fields besides `v` and `action`. */
-export type RequestFields = Record<string, string | number | undefined>;
+export type RequestFields = Record<string, string | number | boolean | string[] | undefined>;
 
 /** The one function all kernel traffic goes through (mocked in tests). */
 export type Requester = <T = any>(
@@ -172,6 +172,51 @@ export interface IStats {
   ops: IOpStat[];
   image_bytes: number | null;
   history_bytes: number | null;
+}
+
+/** Why an agent's circuit is open (the `circuit` action; kernos.agents.supervisor.Trip). */
+export interface ITrip {
+  policy: string;
+  limit: number;
+  figures: Record<string, unknown>;
+  message: string;
+  op: number | null;
+  at: string | null;
+  announced?: boolean;
+}
+
+/** An agent's loop (LoopState.describe(), from the `loop` action's `status`). */
+export interface ILoop {
+  agent: string;
+  status: string;
+  iteration: number;
+  pending: number;
+  last_op: number | null;
+  reason: string | null;
+}
+
+/** An agent's effective circuit-breaker policy (the `policy` action) and its circuit. */
+export interface ICircuit {
+  agent: string;
+  policy: Record<string, number | boolean>;
+  circuit: ITrip | null;
+}
+
+/** One recalled memory. */
+export interface IMemory {
+  kind: string;
+  title: string;
+  op: number | null;
+  principal: string;
+  name: string | null;
+  at: string | null;
+  status: string | null;
+  text: string;
+}
+
+/** The `memory` action's `stats`: the index's entries per layer. */
+export interface IMemoryStats {
+  entries: Record<string, number>;
 }
 
 /** A view of the panel: one tab's content. */

@@ -17,7 +17,10 @@ Each run gets a folder of its own (``artifacts/latest`` links to the newest), si
 several people may run these tests in one tree at once; the oldest are pruned.
 
 The extension (labextension ``kernos-jupyterlab``) must be installed; these
-tests fail, never skip, when it is not.
+tests fail, never skip, when it is not.  ``KERNOS_LABEXTENSION=DIR`` serves the
+built extension in DIR instead (a worktree's ``kernel/kernos/labextension``,
+through the server's own ``JUPYTER_PATH``), so a build can be tested without
+installing it where other people's tests run.
 
 Run them with ``.venv/bin/python -m pytest tests/browser`` (about a minute).
 ``KERNOS_CHROMIUM`` names another chromium binary.
@@ -54,6 +57,7 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 EXTENSION = "kernos-jupyterlab"
+OVERRIDE = os.environ.get("KERNOS_LABEXTENSION")
 SERVER_START_TIMEOUT = 90
 
 BUILD_HINT = (
@@ -72,7 +76,8 @@ BUILD_HINT = (
 @pytest.fixture(scope="session")
 def labextension() -> Path:
     """The installed ``kernos-jupyterlab`` labextension directory (fails if it is missing)."""
-    installed = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / EXTENSION
+    installed = (Path(OVERRIDE).resolve() if OVERRIDE else
+                 Path(sys.prefix) / "share" / "jupyter" / "labextensions" / EXTENSION)
     package = installed / "package.json"
     if not package.is_file():
         pytest.fail(f"The JupyterLab extension {EXTENSION!r} is not installed: {package} "
@@ -166,6 +171,11 @@ def lab_server(labextension: Path, artifacts: Path, lab_options: dict[str, Any],
         IPYTHONDIR=str(jupyter / "ipython"),
         PYTHONUNBUFFERED="1",
     )
+    if OVERRIDE:  # JUPYTER_PATH comes before sys.prefix: this build wins
+        served = jupyter / "path" / "labextensions"
+        served.mkdir(parents=True)
+        (served / EXTENSION).symlink_to(labextension)
+        env["JUPYTER_PATH"] = str(jupyter / "path")
     env.update(lab_options["env"])
     command = [
         sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",

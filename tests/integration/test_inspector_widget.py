@@ -111,7 +111,7 @@ def test_the_widget_follows_commits_not_rollbacks_and_checks_out_on_confirmation
     root = frontend.views[0]
     status, tabs = frontend.children(root)
     assert frontend.models[tabs]["titles"] == ["Objects", "Events", "Capabilities", "History",
-                                               "Plot"]
+                                               "Plot", "Agents"]
     [table] = frontend.find("HTMLModel", "changed at")
     assert ">before<" in frontend.models[table]["value"]
 

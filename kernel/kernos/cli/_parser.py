@@ -253,7 +253,7 @@ def _add_events(add: _Add) -> None:
 
 
 def _add_agent(add: _Add, parents: dict[str, _Parser]) -> None:
-    agent = add("agent", "agents: loops (loop, pause, resume, stop, loops) and circuit "
+    agent = add("agent", "agents' loops (loop, pause, resume, stop, loops) and circuit "
                 "breakers (policy, circuit, reset)",
                 description="Agents' loops (kernos.agents.loop) and circuit breakers "
                             "(kernos.agents.supervisor), through the running kernel (one is "

@@ -317,8 +317,8 @@ ACTIONS: dict[str, dict[str, _Field]] = {
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
-MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "loop",
-                      "remember", "policy", "reset"})
+MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "remember", "loop",
+                      "policy", "reset"})
 """Actions that run as an op (and so wait for the op lock and write history)."""
 LOOP_DOS = ("start", "pause", "resume", "stop", "status")
 """What the ``loop`` action does (``status`` reads; the others are ops)."""

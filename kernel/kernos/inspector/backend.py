@@ -10,9 +10,12 @@ A :class:`Backend` has two methods:
 ``request(content) -> REPLY``
     ``content`` is a harness request (``{"v": 1, "action": ..., ...}``) and
     the reply is the harness reply, exactly as ``kernos_reply`` carries it.
-    Only the actions in :data:`ALLOWED` are served; any other is refused
-    with an error reply of kind ``denied``.  ``checkout`` runs as an op by
-    ``human``, serialized with every other op; while it loads the snapshot,
+    Only the actions in :data:`ALLOWED` are served (narrowed by :data:`ONLY`);
+    any other is refused with an error reply of kind ``denied``.
+    ``checkout``, ``loop`` (but ``status``) and ``reset`` run as ops by
+    ``human``, serialized with every other op (the kernel refuses them, and
+    the ``loop`` and ``policy`` reads, from inside a cell: the harness settles
+    effects after each); while a checkout loads the snapshot,
     the backend's watchers are told its progress.  ``fork`` makes a new
     workspace beside this one (``kernos.fork``); it reads this one only.
 
@@ -48,7 +51,7 @@ from typing import Any, Protocol
 
 from kernos.harness.protocol import VERSION, ProtocolError, error_reply
 
-__all__ = ["ALLOWED", "Backend", "Notice", "ServiceBackend", "Watchers"]
+__all__ = ["ALLOWED", "CHANGES", "ONLY", "Backend", "Notice", "ServiceBackend", "Watchers"]
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,27 @@ Notice = dict[str, Any]
 
 ALLOWED = frozenset({"hello", "versions", "objects", "object", "grants", "agents", "tools",
                      "log", "show", "diff", "events", "audit", "status", "stats", "checkout",
-                     "fork"})
-"""Reads, checkout (the one change to the image an inspector makes, after the user
-confirms) and fork (a new workspace beside this one, which this one's image never sees)."""
+                     "fork", "loop", "policy", "circuit", "reset", "recall", "memory"})
+"""Reads; checkout (after the user confirms); fork (a new workspace beside this one, which
+this one's image never sees); the human's controls of agents, each an op by ``human``:
+``loop`` to pause, resume or stop a loop (or read them, ``status``) and ``reset`` to close
+a circuit (``policy`` and ``circuit`` read them); ``recall`` (a read, as the human or as an
+agent, which then needs ``memory:read``) and ``memory`` (``stats``).  Never ``op``,
+``remember``, ``loop`` ``start`` or a ``policy`` ``set``: an inspector runs no code, writes
+nothing as an agent and loosens no policy.  :data:`ONLY` narrows those actions."""
+ONLY: dict[str, tuple[str, frozenset[str | None], str]] = {
+    "loop": ("do", frozenset({"status", "pause", "resume", "stop"}),
+             "start a loop in a cell: agents.loop(NAME, STEP)"),
+    "policy": ("set", frozenset({None}),
+               "set a policy in a cell: agents.policy(NAME, failures=N, ...)"),
+    "memory": ("command", frozenset({"stats"}),
+               "rebuild the index with `kernos memory rebuild`")}
+"""Per action: the field, the values of it an inspector may send (None: the field is
+absent), and where to do the rest."""
+HUMAN_OPS = frozenset({"grant", "revoke", "add_agent", "loop", "policy", "reset"})
+"""Harness actions that run as an op by ``human`` and answer with ``op`` and ``commit`` only."""
+CHANGES = frozenset({"checkout", "loop", "policy", "reset"})
+"""The allowed actions that may be ops (they cannot run from inside a cell, itself an op)."""
 
 
 class Backend(Protocol):
@@ -70,11 +91,20 @@ class Backend(Protocol):
 def refuse(content: object) -> dict[str, Any] | None:
     """The error reply for a request an inspector may not make, or None if it may."""
     action = content.get("action") if isinstance(content, dict) else None
+    if type(action) is str and action in ONLY and isinstance(content, dict):
+        field, values, elsewhere = ONLY[action]
+        value = content.get(field)
+        if not (value is None or type(value) is str) or value not in values:  # hashable first
+            allowed = (f"without {field!r}" if values == {None} else
+                       f"only with {field} {' or '.join(sorted(map(str, values)))}")
+            return error_reply(action, ProtocolError(
+                "denied", f"an inspector sends {action} {allowed}; {elsewhere}"))
     if type(action) is str and action in ALLOWED:
         return None
     shown = action if type(action) is str else None
     return error_reply(shown[:40] if shown else None, ProtocolError(
-        "denied", f"an inspector may only read, check out and fork; the actions it may send are "
+        "denied", f"an inspector may only read, check out, fork, pause, resume or stop a "
+        f"loop and reset a circuit; the actions it may send are "
         f"{', '.join(sorted(ALLOWED))}. Run changes as cells or through kernos.client."))
 
 
@@ -169,4 +199,10 @@ def notice_of(reply: dict[str, Any]) -> Notice | None:
         error = result.get("error") or {}
         return {"type": "rolled_back", "op": result.get("op"),
                 "principal": result.get("principal"), "error": error.get("message")}
+    if status is None and reply.get("action") in HUMAN_OPS and type(result.get("op")) is int \
+            and result.get("commit"):
+        # A human op whose result is not an OP-RESULT (a grant, a loop paused, ...): the
+        # views refresh all the same.
+        return {"type": "committed", "op": result["op"], "commit": result["commit"],
+                "principal": "human", "added": [], "changed": [], "deleted": [], "events": 0}
     return None

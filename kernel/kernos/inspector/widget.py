@@ -1,4 +1,4 @@
-"""The ipywidgets inspector: objects, events, capabilities, history and a plot of the image.
+"""The ipywidgets inspector: objects, events, capabilities, history, a plot and agents.
 
 :class:`Inspector` is a widget over a :class:`~kernos.inspector.backend.Backend`.
 It reads only through ``backend.request`` (harness reads, as ``human``) and
@@ -7,12 +7,15 @@ watches the backend with a bound method, so the backend holds it weakly:
 
 * after a ``committed`` notice it refreshes the visible tab (the others are
   refreshed when they are shown);
-* after ``rolled_back`` it changes nothing but the one-line status: a
-  rolled-back op left the image as it was;
+* after ``rolled_back`` it changes nothing but the one-line status (a
+  rolled-back op left the image as it was) and the Agents tab, since an op
+  that did not commit counts towards its agent's circuit breaker, which
+  lives outside the image;
 * ``progress`` moves the checkout progress bar, nothing else.
 
 The History tab can also fork the chosen snapshot into a new workspace
-(``kernos.inspector.forking``).
+(``kernos.inspector.forking``).  The Agents tab shows loops, circuits and
+memory, with the human's controls (``kernos.inspector.agents_tab``).
 
 Only a page of objects is ever fetched (the harness filters, sorts and
 pages), so the inspector stays quick on an image of many names.  Every
@@ -36,6 +39,7 @@ import ipywidgets as widgets
 
 from kernos.errors import UsageError
 from kernos.history import human_size
+from kernos.inspector.agents_tab import AgentsTab
 from kernos.inspector.backend import Backend, Notice
 from kernos.inspector.forking import ForkControls
 from kernos.inspector.plot import line_chart
@@ -51,7 +55,7 @@ LOG_LIMIT = 200
 STATS_LIMIT = 500
 SORT_KEYS = (("name", "name"), ("type", "type"), ("size", "size"), ("version", "version"),
              ("last op", "op"), ("principal", "principal"), ("changed at", "changed_at"))
-TAB_TITLES = ("Objects", "Events", "Capabilities", "History", "Plot")
+TAB_TITLES = ("Objects", "Events", "Capabilities", "History", "Plot", "Agents")
 EVERYONE = ""
 
 
@@ -491,8 +495,20 @@ class _Plot(_Panel):
             line_chart(series("ms"), title="Op latency (every op)", y_format=ms), "</div>"])
 
 
+class _Agents(_Panel):
+    """Loops, circuits and memory (``kernos.inspector.agents_tab``)."""
+
+    def __init__(self, owner: Inspector) -> None:
+        super().__init__(owner)
+        self.tab = AgentsTab(self.request, owner.say)
+        self.box = self.tab.box
+
+    def refresh(self) -> None:
+        self.tab.refresh()
+
+
 class Inspector(widgets.VBox):  # type: ignore[misc]
-    """The image, seen through ``backend``: a status line over five tabs."""
+    """The image, seen through ``backend``: a status line over six tabs."""
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -502,8 +518,9 @@ class Inspector(widgets.VBox):  # type: ignore[misc]
         self.capabilities = _Capabilities(self)
         self.history = _History(self)
         self.plot = _Plot(self)
+        self.agents = _Agents(self)
         self.panels: tuple[_Panel, ...] = (self.objects, self.events, self.capabilities,
-                                           self.history, self.plot)
+                                           self.history, self.plot, self.agents)
         self.tabs = widgets.Tab(children=[panel.box for panel in self.panels],
                                 titles=TAB_TITLES)
         self._stale = set(self.panels)
@@ -574,6 +591,12 @@ class Inspector(widgets.VBox):  # type: ignore[misc]
             error = notice.get("error")
             self.say(f"op {notice.get('op')} by {notice.get('principal')} rolled back"
                      + (f": {error}" if error else "") + "; nothing changed.")
+            # Circuits live outside the image: an op that did not commit counts, and may
+            # open its agent's circuit.
+            self._stale.add(self.agents)
+            if self.visible is self.agents:
+                self._stale.discard(self.agents)
+                self.agents.refresh()
 
     # -- closing ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ frontend sends requests, each with an id of its choosing::
 
 REQUEST is a harness protocol request (``kernos.harness.protocol``), run as
 ``human``; only the actions in ``kernos.inspector.backend.ALLOWED`` (reads,
-and ``checkout``) are served.  The answer is::
+``checkout``, ``fork`` and the loop and circuit controls) are served.  The answer is::
 
     {"v": 1, "type": "reply", "id": INT, "reply": REPLY}
 
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernos.errors import KernosError
 from kernos.harness.protocol import VERSION, ProtocolError, error_reply
-from kernos.inspector.backend import Notice, Watchers, refuse
+from kernos.inspector.backend import CHANGES, Notice, Watchers, refuse
 
 if TYPE_CHECKING:
     from kernos.kernel.kernel import KernosKernel
@@ -75,10 +75,13 @@ class KernelBackend:
         if refused is not None:
             return refused
         kernel = self.kernel
-        if content.get("action") == "checkout" and kernel.current_op is not None:
-            return error_reply("checkout", ProtocolError(
-                "invalid", "a checkout cannot run from inside a cell (the cell is an op "
-                "already); use `%kernos checkout REF` in a cell, or the inspector's button"))
+        action = content.get("action")
+        if action in CHANGES and kernel.current_op is not None:  # `loop` status too: the
+            # harness settles effects after every `loop` request, which a cell's op forbids
+            return error_reply(action, ProtocolError(
+                "invalid", f"{action} cannot run from inside a cell (the cell is an op "
+                "already); use the inspector's button, or in a cell `%kernos checkout REF`, "
+                "`agents.pause(NAME)` / `resume` / `stop`, `agents.reset(NAME)`"))
         try:
             handled = kernel.serve(content, progress=kernel.progress_reporter(None))
         except KernosError as error:  # no usable workspace
