@@ -6,6 +6,7 @@ have some) and asserts them on the cells' outputs, found by cell id.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Callable
@@ -115,12 +116,76 @@ def harness(run: Run) -> None:
     assert run.cell("clean-up").text.strip() == "False", "the temporary workspace is still there"
 
 
+def _value(cell: Any) -> Any:
+    """The value a cell ended with (its ``execute_result``), a Python literal."""
+    results = [output for output in cell.outputs if output["output_type"] == "execute_result"]
+    assert len(results) == 1, f"cell {cell.id} shows no value:\n{cell.text}"
+    return ast.literal_eval(results[0]["data"]["text/plain"])
+
+
+def _loop(loops: list[dict[str, Any]], agent: str) -> dict[str, Any]:
+    found = [loop for loop in loops if loop["agent"] == agent]
+    assert len(found) == 1, f"expected one loop of {agent!r}: {loops}"
+    return found[0]
+
+
+TICKETS = [(0, "T-1", "billing"), (1, "T-2", "account"), (2, "T-3", "refund"),
+           (3, "T-4", "billing"), (4, "T-5", "documents")]
+
+
+def long_lived_agent(run: Run) -> None:
+    # The trip: T-3 failed three times in a row; the loop did not advance past it.
+    tripped = _loop(_value(run.cell("tripped")), "triage")
+    assert (tripped["status"], tripped["iteration"], tripped["pending"]) == ("running", 2, 3), \
+        f"the loop should be parked at T-3 (iteration 2, 3 pending): {tripped}"
+    circuit = _value(run.cell("circuit"))
+    assert circuit is not None, "the circuit of triage is not open"
+    assert circuit["policy"] == "failures" and circuit["figures"]["in_a_row"] == 3, circuit
+    tries = [line for line in run.cell("tries").text.splitlines()
+             if " failed " in line and "'iteration': 2" in line and "'refund'" in line]
+    assert len(tries) == 3, f"three failed tries of T-3 in the audit:\n{run.cell('tries').text}"
+    assert run.cell("reset").kernos == "committed"
+    # The kill: a new process, while the queue was still half done.
+    after = run.cell("after-kill")
+    assert after.restarted and after.killed is not None, "the runner did not kill -9 where tagged"
+    before_pid = _line(run.cell("before-kill").text, "kernel pid")
+    assert before_pid == f"kernel pid {after.killed}", (before_pid, after.killed)
+    assert _line(after.text, "kernel pid") != before_pid, "the kernel was not replaced"
+    at_kill = _loop(after.loops_at_kill, "triage")
+    assert at_kill["status"] == "running" and at_kill["pending"] > 0, \
+        f"the kill came after the queue was done, so it shows no resume: {at_kill}"
+    # The queue done, each ticket once, in order, by the iteration that handled it.
+    done = _loop(_value(run.cell("done")), "triage")
+    assert (done["status"], done["iteration"], done["pending"], done["reason"]) == \
+        ("finished", 5, 0, "the queue is done"), done
+    findings = [line.split(" ", 3) for line in run.cell("findings").text.splitlines()]
+    assert [(int(n), ticket, label) for n, ticket, label, _ in findings] == TICKETS, \
+        run.cell("findings").text
+    earlier = {ticket: ast.literal_eval(rest) for _, ticket, _, rest in findings}
+    # The recall hit: at T-4, what was remembered about Acme at T-1; nothing for the others.
+    assert earlier == {"T-1": [], "T-2": [], "T-3": [], "T-5": [],
+                       "T-4": ["Acme T-1 billing: the March invoice was charged twice"]}, earlier
+    # The audit: every iteration committed exactly once, across the kill.
+    audit = run.cell("iterations").text
+    committed = ast.literal_eval(_line(audit, "committed iterations:").split(":", 1)[1])
+    assert committed == [0, 1, 2, 3, 4], f"each iteration must commit once:\n{audit}"
+    others = ast.literal_eval(_line(audit, "tries that did not commit:").split(":", 1)[1])
+    assert others.count((2, "failed")) == 3, audit
+    recalled = run.cell("recall").text.splitlines()
+    facts = [line for line in recalled if line.startswith("semantic ")]
+    assert sorted(facts) == [
+        "semantic Acme T-1 billing: the March invoice was charged twice",
+        "semantic Acme T-4 billing: the March double charge, reported again"], \
+        run.cell("recall").text
+
+
 CHECKS: dict[str, Callable[[Run], None]] = {
     "01-researchers-day.ipynb": researchers_day,
     "02-two-agents.ipynb": two_agents,
     "03-events.ipynb": events,
     "04-audit.ipynb": audit,
     "05-harness.ipynb": harness,
+    "06-long-lived-agent.ipynb": long_lived_agent,
 }
 
 

@@ -1,13 +1,21 @@
 """Run an example notebook top to bottom on a real Kernos kernel, as a reader would.
 
 Each code cell is sent to the kernel in order with jupyter_client; its outputs
-are collected as nbformat outputs.  Two cell tags change what happens:
+are collected as nbformat outputs.  Four cell tags change what happens:
 
 * ``raises-exception`` (nbval's and nbclient's tag): the cell must end in an
   error, and that error is not a failure;
 * ``kernos-restart-before``: the kernel is restarted (a real restart of the
   process, on the same workspace) before the cell runs, where the notebook
-  asks its reader to restart.
+  asks its reader to restart;
+* ``kernos-kill-before``: the kernel process is killed with ``SIGKILL``
+  (``kill -9``: no shutdown, no flush, whatever it was doing) before the cell
+  runs, where the notebook asks its reader to kill it, and a new kernel is
+  started on the same workspace, as JupyterLab does when a kernel dies;
+* ``kernos-wait-loops``: before the cell runs, wait until no agent's loop is
+  turning (each is paused, stopped, finished, or parked by its open circuit),
+  asking the kernel between its ops (the harness ``loop`` and ``circuit``
+  actions), where the notebook asks its reader to let the loop run.
 
 The kernel runs on the workspace given (``KERNOS_WORKSPACE``), with the
 notebook's directory as its working directory.
@@ -25,9 +33,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
+import signal
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,9 +48,13 @@ from jupyter_client import KernelManager
 
 RAISES = "raises-exception"
 RESTART = "kernos-restart-before"
+KILL = "kernos-kill-before"
+WAIT_LOOPS = "kernos-wait-loops"
 START_TIMEOUT = 120
 CELL_TIMEOUT = 120
 """Seconds a cell may run (the examples' cells take a few)."""
+LOOPS_TIMEOUT = 120
+"""Seconds the loops may take to come to rest before a ``kernos-wait-loops`` cell."""
 
 
 @dataclass
@@ -56,7 +71,13 @@ class CellRun:
     """The reply's ``metadata["kernos"]["status"]``: committed, rolled back, ..."""
     outputs: list[dict[str, Any]] = field(default_factory=list)
     restarted: bool = False
-    """Whether the kernel was restarted just before this cell."""
+    """Whether the kernel was restarted (or killed and started again) just before this cell."""
+    killed: int | None = None
+    """The pid of the kernel killed with SIGKILL just before this cell, if one was."""
+    loops_at_kill: list[dict[str, Any]] | None = None
+    """The loops as the kernel described them just before that kill."""
+    waited: list[dict[str, Any]] | None = None
+    """For a ``kernos-wait-loops`` cell: the loops as they were once at rest."""
 
     @property
     def text(self) -> str:
@@ -113,6 +134,12 @@ class NotebookRun:
         return cls(data["notebook"], [CellRun(**cell) for cell in data["cells"]])
 
 
+def _result(content: dict[str, Any], action: str) -> Any:
+    if content.get("status") != "ok":
+        raise RuntimeError(f"the harness action {action!r} failed: {content.get('error')}")
+    return content["result"]
+
+
 def _plain(text: str) -> str:
     """Drop the ANSI colours of IPython tracebacks."""
     import re
@@ -140,6 +167,58 @@ class _Kernel:
         self.client.stop_channels()
         self.manager.restart_kernel(now=False)
         self._connect()
+
+    def kill9(self) -> int:
+        """SIGKILL the kernel process, then start a new kernel on the same workspace."""
+        pid = int(self.manager.provisioner.process.pid)  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while self.manager.is_alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kernel {pid} survived SIGKILL for 30 s")
+            time.sleep(0.02)
+        self.client.stop_channels()
+        self.manager.restart_kernel(now=True)  # the dead one is gone: this starts a new one
+        self._connect()
+        return pid
+
+    def request(self, content: dict[str, Any]) -> dict[str, Any]:
+        """Send a harness ``kernos_request`` and return its ``kernos_reply`` content."""
+        message = self.client.session.msg("kernos_request", {"v": 1, **content})
+        self.client.shell_channel.send(message)
+        deadline = time.monotonic() + CELL_TIMEOUT
+        while True:
+            try:
+                reply = self.client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"no kernos_reply to {content} within {CELL_TIMEOUT} s") \
+                    from None
+            if reply["parent_header"].get("msg_id") == message["header"]["msg_id"]:
+                return dict(reply["content"])
+
+    def loops(self) -> list[dict[str, Any]]:
+        """Every loop, as the harness ``loop`` action's ``status`` describes it."""
+        return list(_result(self.request({"action": "loop", "do": "status"}), "loop")["loops"])
+
+    def open_circuits(self) -> set[str]:
+        """The agents whose circuit is open (the harness ``circuit`` action)."""
+        circuits = _result(self.request({"action": "circuit"}), "circuit")["circuits"]
+        return {agent for agent, trip in circuits.items() if trip is not None}
+
+    def wait_for_loops(self) -> list[dict[str, Any]]:
+        """Return the loops once none is turning: paused, stopped, finished or tripped."""
+        deadline = time.monotonic() + LOOPS_TIMEOUT
+        while True:
+            loops = self.loops()
+            turning = [loop for loop in loops if loop.get("status") == "running"]
+            if turning:
+                tripped = self.open_circuits()
+                turning = [loop for loop in turning if loop["agent"] not in tripped]
+            if not turning:
+                return loops
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"loops still turning after {LOOPS_TIMEOUT} s: {turning}")
+            time.sleep(0.1)
 
     def execute(self, source: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         outputs: list[dict[str, Any]] = []
@@ -169,23 +248,31 @@ def run_notebook(notebook: Path, workspace: Path, kernel_name: str = "kernos") -
             if cell.cell_type != "code":
                 continue
             tags = list(cell.get("metadata", {}).get("tags", []))
-            restarted = RESTART in tags
-            if restarted:
-                kernel.restart()
+            restarted = RESTART in tags or KILL in tags
+            killed = waited = loops_at_kill = None
             try:
+                if KILL in tags:
+                    loops_at_kill = kernel.loops()
+                    killed = kernel.kill9()
+                elif RESTART in tags:
+                    kernel.restart()
+                if WAIT_LOOPS in tags:
+                    waited = kernel.wait_for_loops()
                 reply, outputs = kernel.execute(cell.source)
-            except TimeoutError:
+            except TimeoutError as error:
                 timeout = {"output_type": "error", "ename": "TimeoutError", "traceback": [],
-                           "evalue": f"no reply within {CELL_TIMEOUT} s"}
+                           "evalue": str(error) or f"no reply within {CELL_TIMEOUT} s"}
                 cells.append(CellRun(index=index, id=str(cell.get("id", "")),
                                      source=cell.source, tags=tags, status="timeout", kernos="",
-                                     outputs=[timeout], restarted=restarted))
+                                     outputs=[timeout], restarted=restarted, killed=killed,
+                                     loops_at_kill=loops_at_kill, waited=waited))
                 break  # the kernel is still busy with it: later cells would only queue
             cells.append(CellRun(
                 index=index, id=str(cell.get("id", "")), source=cell.source, tags=tags,
                 status=reply["content"]["status"],
                 kernos=str(reply["metadata"].get("kernos", {}).get("status", "")),
-                outputs=outputs, restarted=restarted))
+                outputs=outputs, restarted=restarted, killed=killed,
+                loops_at_kill=loops_at_kill, waited=waited))
     finally:
         kernel.stop()
     return NotebookRun(notebook.name, cells)

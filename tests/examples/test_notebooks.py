@@ -2,7 +2,9 @@
 
 Each notebook gets a fresh workspace.  A cell fails the test if it raises
 without the ``raises-exception`` tag, or carries the tag and does not raise;
-the kernel is restarted before cells tagged ``kernos-restart-before``; then
+the kernel is restarted before cells tagged ``kernos-restart-before``, killed
+with SIGKILL and started again before ``kernos-kill-before``, and the agents'
+loops are let run to rest before ``kernos-wait-loops``; then
 ``facts.py`` checks what the notebook claims (the state after the restart
 equals the state before it, the denied op left nothing, ...).
 """
@@ -22,7 +24,7 @@ NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 
 
 def test_the_examples_are_there() -> None:
-    assert [path.name[:3] for path in NOTEBOOKS] == ["01-", "02-", "03-", "04-", "05-"]
+    assert [path.name[:3] for path in NOTEBOOKS] == ["01-", "02-", "03-", "04-", "05-", "06-"]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])

@@ -99,13 +99,18 @@ class EventStreams:
         if found is not None:
             found.closed = True
 
-    def _send_backlog(self, subscriber: _Subscriber, log: AuditLog) -> None:
+    def _send_backlog(self, subscriber: _Subscriber, log: AuditLog, *,
+                      until: int | None = None) -> None:
+        """Send what the log holds after the subscriber's cursor (up to seq ``until``)."""
         while True:
             batch = log.events_since(subscriber.cursor, topic=subscriber.topic, limit=BATCH)
+            full = len(batch) == BATCH
+            if until is not None:
+                batch = [event for event in batch if event["seq"] <= until]
             if not batch:
                 return
             self._send(subscriber, batch)
-            if len(batch) < BATCH:
+            if not full or (until is not None and subscriber.cursor >= until):
                 return
 
     def _send(self, subscriber: _Subscriber, events: list[dict[str, Any]]) -> None:
@@ -120,13 +125,20 @@ class EventStreams:
         """Send a just-committed op's events to every subscriber whose pattern matches."""
         if not events:
             return
+        first, last = events[0]["seq"], events[-1]["seq"]
         for subscriber in list(self.subscribers.values()):
+            if subscriber.cursor < first - 1:
+                # Earlier ops' events are not announced yet: with group commit an op's
+                # announcement may wait for its sync while a later op's goes out first.
+                # They are durable too (syncs cover the log in order), so send them now,
+                # from the log, rather than move the cursor past them for good.
+                self._send_backlog(subscriber, self._log(), until=last)
             chosen = [event for event in events if subscriber.pattern is None
                       or matches(subscriber.pattern, event["topic"])]
             if chosen:
                 self._send(subscriber, chosen)
             # A subscriber's cursor moves past events it filtered out, too.
-            subscriber.cursor = max(subscriber.cursor, events[-1]["seq"])
+            subscriber.cursor = max(subscriber.cursor, last)
 
 
 def _parse(data: object) -> tuple[int | None, int | None, str | None]:
