@@ -51,7 +51,7 @@ from kernos.agents import context
 from kernos.agents.guards import AGENT_BUILTINS
 from kernos.errors import KernosError
 
-__all__ = ["install"]
+__all__ = ["install", "refusals_veto"]
 
 
 def read(name: object) -> object:
@@ -144,7 +144,7 @@ def memory_context(max_tokens: object, query: object = None) -> str:
 memory_context.__name__ = "context"
 
 
-def _refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
+def refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function``, whose Kernos errors veto the running op before they reach the agent."""
     def refusing(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -158,7 +158,7 @@ def _refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
     return refusing
 
 
-CALLS = {function.__name__: _refusals_veto(function) for function in (
+CALLS = {function.__name__: refusals_veto(function) for function in (
     read, write, call, spend, grants, delegate, revoke, spawn, define_tool, whoami,
     emit, subscribe, unsubscribe, llm, recall, remember, memory_context)}
 

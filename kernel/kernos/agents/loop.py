@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernos.agents import context
+from kernos.agents.api import refusals_veto
 from kernos.agents.boundary import to_agent, to_host
 from kernos.agents.guards import AGENT_BUILTINS
 from kernos.agents.limits import AGENT_FILENAME_PREFIX
@@ -428,21 +429,7 @@ def loop_finish(reason: object = "finished by the agent") -> None:
     step.finish = reason[:MAX_REASON_CHARS]
 
 
-def _refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function``, whose Kernos errors veto the running op (as ``kernos.agents.api``'s do)."""
-    def refusing(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except KernosError as error:
-            ctx = context.current()
-            raise ctx.runtime.refused(ctx, error) from None
-
-    refusing.__name__ = refusing.__qualname__ = function.__name__
-    refusing.__doc__ = function.__doc__
-    return refusing
-
-
-CALLS = {function.__name__: _refusals_veto(function)
+CALLS = {function.__name__: refusals_veto(function)
          for function in (loop_state, loop_update, loop_finish)}
 AGENT_BUILTINS.update(CALLS)
 

@@ -605,14 +605,8 @@ class Breakers:
             os.close(fd)
 
 
-class _Announced:
-    """Notes, once the announcing op commits, that its trips were announced."""
-
-    def __init__(self, breakers: Breakers, trips: list[Trip]) -> None:
-        self.breakers, self.trips = breakers, trips
-
-    def sort_key(self) -> str:
-        return "~~kernos.supervisor.announced"
+class _AfterOutcome:
+    """A transaction participant that only acts once its op's outcome is known."""
 
     def tpc_begin(self, txn: Any) -> None:
         pass
@@ -624,11 +618,7 @@ class _Announced:
         pass
 
     def tpc_finish(self, txn: Any) -> None:
-        breakers = self.breakers
-        with breakers._lock:
-            for trip in self.trips:
-                breakers._announced.add((trip.agent, trip.op))
-                breakers._write({"type": "announced", "agent": trip.agent, "op": trip.op})
+        pass
 
     def tpc_abort(self, txn: Any) -> None:
         pass
@@ -637,7 +627,24 @@ class _Announced:
         pass
 
 
-class _Outcome:
+class _Announced(_AfterOutcome):
+    """Notes, once the announcing op commits, that its trips were announced."""
+
+    def __init__(self, breakers: Breakers, trips: list[Trip]) -> None:
+        self.breakers, self.trips = breakers, trips
+
+    def sort_key(self) -> str:
+        return "~~kernos.supervisor.announced"
+
+    def tpc_finish(self, txn: Any) -> None:
+        breakers = self.breakers
+        with breakers._lock:
+            for trip in self.trips:
+                breakers._announced.add((trip.agent, trip.op))
+                breakers._write({"type": "announced", "agent": trip.agent, "op": trip.op})
+
+
+class _Outcome(_AfterOutcome):
     """Joins an admitted op's transaction to note whether it committed."""
 
     def __init__(self, breakers: Breakers, agent: str, op: Op) -> None:
@@ -646,20 +653,8 @@ class _Outcome:
     def sort_key(self) -> str:
         return "~~kernos.supervisor"  # after the image: its publish is the commit point
 
-    def tpc_begin(self, txn: Any) -> None:
-        pass
-
-    def commit(self, txn: Any) -> None:
-        pass
-
-    def tpc_vote(self, txn: Any) -> None:
-        pass
-
     def tpc_finish(self, txn: Any) -> None:
         self.breakers.ended(self.agent, self.op.id, ok=True)
-
-    def tpc_abort(self, txn: Any) -> None:
-        pass
 
     def abort(self, txn: Any) -> None:
         self.breakers.ended(self.agent, self.op.id, ok=False)

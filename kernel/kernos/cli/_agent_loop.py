@@ -20,6 +20,7 @@ from typing import Any
 
 from kernos.cli._common import Exit, Fail, emit_json
 from kernos.cli._kernel import call, session
+from kernos.cli._parser import count
 from kernos.cli._progress import Progress
 
 __all__ = ["COMMANDS", "add_arguments", "dispatch"]
@@ -47,7 +48,7 @@ def add_arguments(commands: Any, parents: Mapping[str, argparse.ArgumentParser],
     source.add_argument("--step", metavar="FILE", help="the step's agent code, from FILE "
                                                        "(- reads stdin)")
     source.add_argument("-c", dest="code", metavar="CODE", help="the step's agent code")
-    start.add_argument("--every", type=_count, default=0, metavar="MS",
+    start.add_argument("--every", type=count, default=0, metavar="MS",
                        help="milliseconds between two iterations (default 0)")
     start.add_argument("--max", type=_positive, metavar="N",
                        help="finish once N iterations committed (default: no end)")
@@ -64,18 +65,8 @@ def add_arguments(commands: Any, parents: Mapping[str, argparse.ArgumentParser],
         "Every agent's loop, from the running kernel (one is started if none runs).")
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; give 0 or more")
-    return value
-
-
 def _positive(text: str) -> int:
-    value = _count(text)
+    value = count(text)
     if value == 0:
         raise argparse.ArgumentTypeError("give 1 or more")
     return value

@@ -30,7 +30,7 @@ with --json they are also a document on stdout: {"error": {"kind", "message", "e
 WORKSPACE_HELP = "the workspace directory (default: $KERNOS_WORKSPACE, else the default one)"
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
     """An int >= 0 (a count, an offset or a sequence number)."""
     try:
         value = int(text)
@@ -116,8 +116,8 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     objects.add_argument("--principal", metavar="NAME",
                          help="only what this principal may read (default: the human: all)")
     objects.add_argument("--prefix", metavar="TEXT", help="only names starting with TEXT")
-    objects.add_argument("-n", type=_count, metavar="N", help="at most N")
-    objects.add_argument("--offset", type=_count, default=0, metavar="N",
+    objects.add_argument("-n", type=count, metavar="N", help="at most N")
+    objects.add_argument("--offset", type=count, default=0, metavar="N",
                          help="skip the first N")
 
     grants = add("grants", "capability grants: who holds what, used and left",
@@ -134,7 +134,7 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                     "new pack replaces, so the history and the audit chain are unchanged.")
     _add_prune(add)
     log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json")
-    log.add_argument("-n", type=_count, default=20, metavar="N", help="at most N (default 20)")
+    log.add_argument("-n", type=count, default=20, metavar="N", help="at most N (default 20)")
     show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")
     show.add_argument("ref", nargs="?", default="HEAD",
                       help="a commit (or prefix), HEAD, HEAD~N or @N for op N (default HEAD)")
@@ -218,9 +218,9 @@ def _add_prune(add: _Add) -> None:
                     "record says what was pruned, so `kernos audit verify` still passes. "
                     "Needs the workspace to itself (stop its kernel); --dry-run changes "
                     "nothing and works beside a kernel.")
-    prune.add_argument("--keep-last", type=_count, default=0, metavar="N",
+    prune.add_argument("--keep-last", type=count, default=0, metavar="N",
                        help="keep the newest N snapshots")
-    prune.add_argument("--keep-daily", type=_count, default=0, metavar="D",
+    prune.add_argument("--keep-daily", type=count, default=0, metavar="D",
                        help="keep the newest snapshot of each of the D most recent UTC days "
                             "that have one")
     prune.add_argument("--keep-tag", action="extend", nargs="+", default=[],
@@ -242,11 +242,11 @@ def _add_events(add: _Add) -> None:
                     "prints one JSON event per line. With --gateway, through the "
                     "gateway's kernel serving the workspace (for the log, one is started "
                     "if none runs; --follow needs a running one).")
-    events.add_argument("--since", type=_count, default=0, metavar="SEQ",
+    events.add_argument("--since", type=count, default=0, metavar="SEQ",
                         help="after this sequence number (default 0: all)")
     events.add_argument("--topic", metavar="PATTERN", help="only matching topics")
     events.add_argument("--principal", help="only events this principal emitted")
-    events.add_argument("-n", type=_count, default=None, metavar="N",
+    events.add_argument("-n", type=count, default=None, metavar="N",
                         help="at most N (with --follow: stop after N)")
     events.add_argument("--follow", "-f", action="store_true",
                         help="keep streaming new events from the running kernel")
@@ -293,7 +293,7 @@ def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
                     "record per line.", epilog=EXIT_STATUSES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[parents["workspace"], parents["json"]])
-    audit_log.add_argument("-n", type=_count, default=20, metavar="N",
+    audit_log.add_argument("-n", type=count, default=20, metavar="N",
                            help="the newest N (default 20)")
     audit_log.add_argument("--principal", help="only this principal's ops")
     audit_log.add_argument("--status", help="committed, rolled back, failed, interrupted, "
@@ -314,7 +314,7 @@ def _add_replay(add: _Add) -> None:
                         help="start from this snapshot (default: the empty image)")
     replay.add_argument("--to", dest="end", metavar="REF",
                         help="stop after this snapshot's op (default: the last op)")
-    replay.add_argument("--until", type=_count, metavar="OP",
+    replay.add_argument("--until", type=count, metavar="OP",
                         help="stop just before op OP (a failed op, say), to open that state in "
                              "a notebook (KERNOS_WORKSPACE=the --into directory) and run it")
     replay.add_argument("--into", metavar="DIR",
