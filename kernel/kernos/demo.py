@@ -25,7 +25,15 @@ magics.  In order:
    payment, which runs once after her op commits;
 8. ``kernos replay`` rebuilds that stretch of history in a fresh workspace,
    twice, in separate processes: every snapshot equal to the original, hash
-   for hash, and no payment made again.
+   for hash, and no payment made again;
+9. a loop that lives in the workspace (issue 20): bob works through a queue
+   of invoices, one op per item, remembering each and recalling earlier ones,
+   under a circuit-breaker policy; the item whose recall needs a grant he
+   lacks fails twice and opens his circuit (``kernos.circuit.open`` reaches
+   the subscriber), the human grants it and resets the circuit, the kernel
+   is killed with ``kill -9`` while items are still pending, and the new
+   kernel resumes the loop by itself: the audit shows each iteration
+   committed exactly once, in order.
 
 Each step checks what it claims: the demo exits 1 if a check fails, and 2 if
 numpy (kept in the image) or litellm (the agent's model calls) is missing.
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import importlib.util
 import json
 import os
@@ -45,6 +54,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +105,40 @@ AGENT_LOOP = textwrap.dedent("""\
     steps""")
 
 
+QUEUE: list[dict[str, Any]] = [
+    {"invoice": "A-1", "supplier": "acme", "amount": 120},
+    {"invoice": "G-7", "supplier": "globex", "amount": 80},
+    {"check": "acme"},
+    {"invoice": "A-2", "supplier": "acme", "amount": 45},
+    {"invoice": "I-3", "supplier": "initech", "amount": 300},
+    {"invoice": "G-8", "supplier": "globex", "amount": 15}]
+"""bob's loop's work: invoices to remember, and a check that recalls the earlier ones."""
+CHECKED = 2
+"""The item of QUEUE that recalls, so needs ``memory:read``."""
+QUEUE_STEP = textwrap.dedent("""\
+    # One invoice per iteration (each iteration is one op, run as bob).
+    state = loop_state()
+    item = state["pending"][0]
+    if state["iteration"] == 0:
+        handled = []
+    if "check" in item:
+        found = recall(item["check"], kinds=["semantic"])  # needs memory:read
+        remember(item["check"] + ": " + str(len(found)) + " earlier invoices", tags=["check"])
+        handled.append("check " + item["check"] + ": " + str(len(found)) + " found")
+    else:
+        remember("invoice " + item["invoice"] + " from " + item["supplier"] + ": "
+                 + str(item["amount"]) + " USD", tags=["invoice"])
+        handled.append(item["invoice"])
+    loop_update(pending=state["pending"][1:])
+    if len(state["pending"]) == 1:
+        loop_finish("queue empty")""")
+QUEUE_EVERY_MS = 250
+"""The pause between two of bob's iterations: the kill lands while items are pending."""
+WAIT = 120.0
+"""A safety bound on waiting for the loop or the circuit (not a speed claim): a stuck loop
+fails the demo instead of hanging it."""
+
+
 class DemoFailure(Exception):
     pass
 
@@ -135,6 +179,11 @@ def _prefixed(text: str, label: str) -> str:
     blank = " " * (len(label) - 2) + "| "
     return "\n".join(("    " + (label if number == 0 else blank) + line).rstrip()
                      for number, line in enumerate(lines))
+
+
+def _instant(at: str) -> datetime.datetime:
+    """An audit record's ``at`` (ISO 8601, UTC, ``Z``) as an aware datetime."""
+    return datetime.datetime.fromisoformat(at.replace("Z", "+00:00"))
 
 
 def _request(call: str, answer: object = None) -> None:
@@ -426,9 +475,7 @@ class Demo:
     async def restore(self, before: dict[str, Any]) -> None:
         print("6. Restart it (the manager), reconnect, and compare with what was there "
               "before the kill.\n")
-        await self.client.close()
-        await self.manager.restart()
-        self._client = await self.manager.client()
+        await self._restart()
         print(f"    kernel pid {self.manager.pid}\n")
         after = await self._workspace_state()
         rows = [("name", "type", "version", "summary")] + [
@@ -560,6 +607,127 @@ class Demo:
                "the replay executed no effect: the bank still has one payment")
         shutil.rmtree(into.parent, ignore_errors=True)
 
+    async def supervised_loop(self) -> None:
+        print("12. A loop that lives in the workspace: bob works through a queue, one op per "
+              "item, under a\n    circuit breaker; the human fixes what trips it, and kill -9 "
+              "does not stop the loop.\n")
+        grant = await self.client.grant("bob", "memory:write")
+        _request("grant('bob', 'memory:write')", f"grant {grant['grant']['id']}, op {grant['op']}")
+        policy = await self.client.request("policy", agent="bob", set={"failures": 2})
+        _request("request('policy', agent='bob', set={'failures': 2})",
+                 f"policy {policy['policy']}, op {policy['op']}")
+        trips = await self.client.subscribe(topic="kernos.circuit.*")
+        started = await self.client.request("loop", do="start", agent="bob", step=QUEUE_STEP,
+                                            every_ms=QUEUE_EVERY_MS, pending=QUEUE)
+        _request(f"request('loop', do='start', agent='bob', every_ms={QUEUE_EVERY_MS}, "
+                 f"pending=[{len(QUEUE)} items], step=...)",
+                 f"{started['loop']['status']}, op {started['op']}")
+        print(_prefixed(QUEUE_STEP, "bob   | ") + "\n")
+        try:
+            opened = await trips.get(timeout=WAIT)
+        finally:
+            await trips.close()
+        print(f"    pushed to the subscriber: {opened['topic']} "
+              f"{ {k: opened['payload'].get(k) for k in ('agent', 'policy', 'limit')} }")
+        circuit = (await self.client.request("circuit", agent="bob"))["circuits"]["bob"]
+        _request("request('circuit', agent='bob')", None if circuit is None else
+                 f"{circuit['policy']} (limit {circuit['limit']}): {circuit['message']}")
+        stuck = await self._loop_state()
+        print(f"    bob's loop: {stuck['status']}, {stuck['iteration']} iterations committed, "
+              f"{stuck['pending']} pending\n")
+        _check(opened["topic"] == "kernos.circuit.open" and opened["payload"]["agent"] == "bob"
+               and circuit is not None and circuit["policy"] == "failures"
+               and circuit["limit"] == 2 and stuck["iteration"] == CHECKED
+               and stuck["status"] == "running",
+               f"item {CHECKED + 1} needs memory:read: its iteration was denied twice in a row, "
+               "the circuit opened (its event reached the subscriber), and the loop waits",
+               (opened, circuit, stuck))
+
+        grant = await self.client.grant("bob", "memory:read")
+        _request("grant('bob', 'memory:read')",
+                 f"grant {grant['grant']['id']}, op {grant['op']}")
+        reset = await self.client.request("reset", agent="bob")
+        _request("request('reset', agent='bob')",
+                 f"was open: {reset['was_open']}, op {reset['op']}")
+        resumed = await self._loop_state(lambda state: state["iteration"] > CHECKED)
+        after_reset = (await self.client.request("circuit", agent="bob"))["circuits"]["bob"]
+        pid = self.manager.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + WAIT
+        while await self.manager.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        dead = not await self.manager.is_alive()
+        dead_at = datetime.datetime.now(datetime.UTC)
+        print(f"    bob's loop: {resumed['status']}, {resumed['iteration']} iterations "
+              f"committed, {resumed['pending']} pending: kill -9 {pid}\n")
+        _check(after_reset is None and resumed["status"] == "running"
+               and 0 < resumed["pending"] < len(QUEUE) and dead,
+               "the reset closed the circuit and the loop went on by itself; the kernel was "
+               "killed with work still pending", (after_reset, resumed, dead))
+
+        await self._restart()
+        print(f"    kernel pid {self.manager.pid}; nothing asks it to resume the loop\n")
+        done = await self._loop_state(lambda state: state["status"] != "running")
+        print(f"    bob's loop: {done['status']} ({done['reason']}), {done['iteration']} "
+              f"iterations committed, {done['pending']} pending")
+        records = await self.client.audit(principal="bob")
+        voided = {record.get("voids") for record in await self.client.audit()
+                  if record.get("type") == "void"}
+        mine = [record for record in records if record.get("type") == "op"
+                and "loop" in record and record.get("index") not in voided
+                and record["op"] > started["op"]]
+        committed = [record for record in mine if record["status"] == "committed"]
+        iterations = [record["loop"]["iteration"] for record in committed]
+        ops = [record["op"] for record in committed]
+        after_kill = [record["loop"]["iteration"] for record in committed
+                      if _instant(record["at"]) > dead_at]
+        others = [record for record in mine if record["status"] != "committed"]
+        print(f"    audit: iterations {iterations} committed, in ops {ops}")
+        print("    audit: not committed: " + (", ".join(
+            f"iteration {record['loop']['iteration']} {record['status']} (op {record['op']})"
+            for record in others) or "none"))
+        print(f"    audit: iterations {after_kill} committed by the new kernel\n")
+        _check(done["status"] == "finished" and done["iteration"] == len(QUEUE)
+               and done["pending"] == 0,
+               f"the new kernel resumed the loop by itself, and it finished its {len(QUEUE)} "
+               "items", done)
+        _check(iterations == list(range(len(QUEUE))) and ops == sorted(ops)
+               and 0 < len(after_kill) < len(QUEUE),
+               "each iteration committed exactly once, in order, across the kill",
+               (iterations, ops, after_kill))
+        _check([(record["loop"]["iteration"], record["status"]) for record in others
+                if record["op"] < reset["op"]] == [(CHECKED, "denied")] * 2,
+               "before the reset only the two denied tries ran: no op of bob while his circuit "
+               "was open", others)
+        handled = await self.value("agents.namespace('bob')['handled']")
+        expected = [f"check {item['check']}: 1 found" if "check" in item else item["invoice"]
+                    for item in QUEUE]
+        recalled = await self.client.recall("acme", principal="bob", kinds=["semantic"])
+        _request("recall('acme', principal='bob', kinds=['semantic'])",
+                 [memory["text"] for memory in recalled])
+        print()
+        _check(handled == expected
+               and any("acme: 1 earlier invoices" in memory["text"] for memory in recalled),
+               "bob handled every item once, in order; his check recalled the acme invoice "
+               "before it, and remembered that", (handled, [m["text"] for m in recalled]))
+
+    async def _loop_state(self, until: Callable[[dict[str, Any]], bool] | None = None
+                          ) -> dict[str, Any]:
+        """bob's loop as the harness sees it; with ``until``, once that holds of it."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            state: dict[str, Any] = (await self.client.request(
+                "loop", do="status", agent="bob"))["loops"][0]
+            if until is None or until(state) or time.monotonic() > deadline:
+                return state
+            await asyncio.sleep(0.02)
+
+    async def _restart(self) -> None:
+        await self.client.close()
+        await self.manager.restart()
+        self._client = await self.manager.client()
+
     @property
     def payments(self) -> Path:
         return self.workspace.with_name(self.workspace.name + "-payments.jsonl")
@@ -585,6 +753,7 @@ class Demo:
         await self.restore(before)
         await self.audit()
         await self.replay(await self.agent_loop())
+        await self.supervised_loop()
 
     async def stop(self) -> None:
         with contextlib.suppress(Exception):

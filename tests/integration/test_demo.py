@@ -18,8 +18,10 @@ def test_the_demo_passes_every_check(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "DEMO FAILED" not in done.stdout + done.stderr
     for claim in ("conflict", "KernelDied", "exactly as before the kill", "verified",
-                  "the payment ran once", "hash for hash", "the replay executed no effect"):
+                  "the payment ran once", "hash for hash", "the replay executed no effect",
+                  "the circuit opened", "the new kernel resumed the loop by itself",
+                  "each iteration committed exactly once, in order, across the kill"):
         assert claim in done.stdout, claim
-    assert done.stdout.count("[ok]") >= 21
+    assert done.stdout.count("[ok]") >= 29
     payments = (tmp_path / "demo-payments.jsonl").read_text().splitlines()
     assert len(payments) == 1  # paid once, and not again by the replays
