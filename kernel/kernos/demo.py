@@ -132,8 +132,9 @@ QUEUE_STEP = textwrap.dedent("""\
     loop_update(pending=state["pending"][1:])
     if len(state["pending"]) == 1:
         loop_finish("queue empty")""")
-QUEUE_EVERY_MS = 250
-"""The pause between two of bob's iterations: the kill lands while items are pending."""
+QUEUE_EVERY_MS = 700
+"""The pause between two of bob's iterations: the kill lands while items are pending (at
+least two pauses after the demo sees item 4 commit, on a loaded machine too)."""
 WAIT = 120.0
 """A safety bound on waiting for the loop or the circuit (not a speed claim): a stuck loop
 fails the demo instead of hanging it."""
