@@ -3,6 +3,7 @@ iterations, in process."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,12 @@ STEP = ("if loop_state()['iteration'] == 0:\n    seen = []\n"
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Harness:
+def harness(tmp_path: Path) -> Iterator[Harness]:
     opened = Harness(tmp_path / "ws")
     opened.service.max_request_bytes = 100_000
     opened.ok(action="add_agent", agent="alice")
-    return opened
+    yield opened
+    opened.env.close()  # the workspace lock is the process's until then
 
 
 def test_start_pause_resume_stop_and_status(harness: Harness) -> None:

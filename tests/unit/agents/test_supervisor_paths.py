@@ -144,11 +144,12 @@ def test_a_fork_keeps_the_journal_up_to_its_snapshot(env, tmp_path) -> None:  # 
 
 
 def test_a_replay_reproduces_a_trip_its_refusals_its_announcement_and_the_reset(
-        tmp_path) -> None:  # type: ignore[no-untyped-def]
+        tmp_path, request) -> None:  # type: ignore[no-untyped-def]
     from harness_support import Harness
     from kernos.replay.driver import replay
 
     harness = Harness(tmp_path / "ws")
+    request.addfinalizer(harness.env.close)  # the workspace lock, also if an assert fails
     harness.ok(action="add_agent", agent="carol")
     harness.ok(action="policy", agent="carol", set={"failures": 2})
     harness.op("n = 1", principal="carol")
