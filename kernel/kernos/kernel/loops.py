@@ -34,6 +34,7 @@ from kernos.agents import loop as loops
 from kernos.kernel.control import GROUP_COMMIT
 
 if TYPE_CHECKING:
+    from kernos.agents.runtime import AgentRuntime
     from kernos.kernel.kernel import KernosKernel
     from kernos.op import CommitReport
 
@@ -65,6 +66,9 @@ class LoopDriver:
         self._thread: threading.Thread | None = None
         self._ended = threading.Event()
         """Set once the task has ended (no iteration of the driver's runs any more)."""
+        self._stopping = False
+        self._iterating = False
+        """Whether an iteration's op runs (set before ``_stopping`` is read: see ``stop``)."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -85,9 +89,14 @@ class LoopDriver:
         """Cancel the task, from any thread; an iteration running finishes first.
 
         From another thread (ipykernel's control thread, which handles a shutdown
-        request) this waits up to ``wait`` seconds for the task to end, so that
-        the workspace is not closed under an iteration's commit.
+        request) this waits up to ``wait`` seconds for an iteration that is
+        running to end, so that the workspace is not closed under its commit; it
+        does not wait otherwise (a cell may hold the event loop: the task could
+        not end before the kernel is killed).  ``_stopping`` is set before
+        ``_iterating`` is read, and an iteration sets ``_iterating`` before it
+        reads ``_stopping``: either this waits, or the iteration does not start.
         """
+        self._stopping = True
         task, running = self._task, self._loop
         self._task = None
         if task is None or running is None or running.is_closed():
@@ -96,7 +105,7 @@ class LoopDriver:
             running.call_soon_threadsafe(task.cancel)
         except RuntimeError:  # the loop is closing anyway
             return
-        if threading.current_thread() is not self._thread:
+        if threading.current_thread() is not self._thread and self._iterating:
             self._ended.wait(wait)
 
     # -- the task -----------------------------------------------------------------------
@@ -163,8 +172,6 @@ class LoopDriver:
 
     async def _turn(self, agent: str) -> None:
         """One iteration op under the op lock; announced once durable."""
-        from kernos.kernel.kernel import deferred_sigint
-
         kernel = self.kernel
         async with kernel._op_lock:
             image = kernel.image
@@ -173,17 +180,13 @@ class LoopDriver:
                 return  # changed while this waited for the lock
             runtime = kernel.agent_runtime()
             workspace = image.workspace
-            with deferred_sigint(), \
-                    workspace.group_commit() if GROUP_COMMIT else contextlib.nullcontext():
-                turn = loops.run_once(runtime, agent, blocking=False)
-            followups: list[CommitReport] = []
-            if turn.committed:
-                try:
-                    followups = runtime.effects.drain()
-                except Exception as error:  # recorded by the next drain
-                    log.error("Kernos: executing effects failed: %s", error)
-            else:
-                kernel.announce_trips()  # a trip's event, in the supervisor's own op, now
+            self._iterating = True
+            try:
+                if self._stopping:
+                    return
+                turn, followups = self._iterate(runtime, agent)
+            finally:
+                self._iterating = False
             ticket = workspace.commit_ticket
         now = time.monotonic()
         self._last[agent] = now
@@ -205,6 +208,26 @@ class LoopDriver:
             self._waiting.add(task)
             task.add_done_callback(self._waiting.discard)
         kernel.fold_when_idle()
+
+    def _iterate(self, runtime: AgentRuntime,
+                 agent: str) -> tuple[loops.Turn, list[CommitReport]]:
+        """The iteration's op, then the effects it queued or the trip it caused (each in
+        ops of their own)."""
+        from kernos.kernel.kernel import deferred_sigint
+
+        with deferred_sigint(), \
+                runtime.image.workspace.group_commit() if GROUP_COMMIT \
+                else contextlib.nullcontext():
+            turn = loops.run_once(runtime, agent, blocking=False)
+        followups: list[CommitReport] = []
+        if turn.committed:
+            try:
+                followups = runtime.effects.drain()
+            except Exception as error:  # recorded by the next drain
+                log.error("Kernos: executing effects failed: %s", error)
+        else:
+            self.kernel.announce_trips()  # a trip's event, in the supervisor's own op, now
+        return turn, followups
 
     def _failed(self, agent: str) -> None:
         count = self._failures.get(agent, 0) + 1
