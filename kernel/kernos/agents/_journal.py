@@ -1,9 +1,8 @@
-"""The supervisor's files outside the image: journal lines, their atomic rewrite, a fork's
-copy, and the burn-rate window over the LLM ledger (see ``kernos.agents.supervisor``)."""
+"""The supervisor's files outside the image: journal lines, a fork's copy, and the
+burn-rate window over the LLM ledger (see ``kernos.agents.supervisor``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -11,34 +10,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BurnWindow", "copy_journal", "line", "replace_atomically"]
+__all__ = ["BurnWindow", "copy_journal", "line"]
 
 
 def line(entry: dict[str, Any]) -> bytes:
     """One journal line."""
     return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-
-
-def replace_atomically(path: Path, data: bytes, *, durable: bool) -> None:
-    """``path`` now holds ``data``: a new file, synced, renamed over it; a crash leaves
-    either.  On a read-only or full disk nothing changes (the caller's file still serves)."""
-    temporary = path.with_name(path.name + ".compacting")
-    try:
-        with open(temporary, "wb") as file:
-            file.write(data)
-            if durable:
-                file.flush()
-                os.fsync(file.fileno())
-        os.replace(temporary, path)
-        if durable:
-            directory = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
 
 
 def copy_journal(source: Path, dest: Path, op: int | None) -> None:

@@ -326,8 +326,8 @@ def iterate(runtime: AgentRuntime, agent: str) -> IterationResult:
     try:
         # "The same op" for the supervisor's repeats: the step with what it is handed, so
         # an iteration that keeps failing repeats, and one that committed does not.
-        ran = runtime.run(agent, state.step, admit_as=fingerprint("loop", state.step,
-                                                                  step.seen))
+        ran = runtime.run(agent, state.step,
+                          admit_as=lambda: fingerprint("loop", state.step, step.seen))
     finally:
         _ACTIVE.reset(token)
     for key, value in step.updates.items():

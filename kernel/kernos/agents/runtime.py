@@ -278,21 +278,22 @@ class AgentRuntime:
 
     def run(self, principal: str, source: object,
             echo: Callable[[str], object] | None = None, *,
-            keep_value: bool = False, admit_as: str | None = None) -> RunResult:
+            keep_value: bool = False,
+            admit_as: Callable[[], str] | None = None) -> RunResult:
         """Run ``source`` as ``principal`` inside the current op.
 
         ``echo`` receives what the code printed (bounded), also when it fails.
         With ``keep_value``, the value of a final expression statement is the
-        result's ``value`` (evaluated under the same supervision).  ``admit_as``
-        is the fingerprint the supervisor counts the run as (default: the code's;
-        a loop's iteration adds what the loop hands its step).
+        result's ``value`` (evaluated under the same supervision).  ``admit_as()``
+        gives the fingerprint the supervisor counts the run as (default: the
+        code's; a loop's iteration adds what the loop hands its step).
         """
         op = self._op()
         if principal == HUMAN:
             raise UsageError("the human runs ordinary cells; `%%agent NAME` runs agent code")
         self.registry.principal(principal)
-        self.breakers.admit(principal, op, admit_as or fingerprint(
-            "code", source if type(source) is str else repr(source)[:10_000]))
+        self.breakers.admit(principal, op, admit_as or (lambda: fingerprint(
+            "code", source if type(source) is str else repr(source)[:10_000])))
         limits = self.limits_for(principal)
         filename = f"{AGENT_FILENAME_PREFIX}{principal}>"
         final = None
@@ -656,7 +657,8 @@ class AgentRuntime:
         op = self._op()
         if principal != HUMAN:
             self.registry.principal(principal)
-            self.breakers.admit(principal, op, fingerprint("tool", repr(name)[:200], arguments))
+            self.breakers.admit(principal, op,
+                                lambda: fingerprint("tool", repr(name)[:200], arguments))
             op.touch(namespace_key(principal), REGISTRY)
         with self._running(principal, op) as ctx:
             return self.call(ctx, name, arguments)

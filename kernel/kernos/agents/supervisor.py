@@ -111,10 +111,11 @@ from typing import TYPE_CHECKING, Any
 
 from kernos._time import utc_now
 from kernos.agents import context
-from kernos.agents._journal import BurnWindow, copy_journal, line, replace_atomically
+from kernos.agents._journal import BurnWindow, copy_journal, line
 from kernos.agents.registry import HUMAN
 from kernos.audit.canonical import canonical
 from kernos.errors import CapabilityDenied, CircuitOpen, InvalidGrant, UsageError
+from kernos.store.objects import replace_file
 
 if TYPE_CHECKING:
     from kernos.agents.runtime import AgentRuntime
@@ -231,17 +232,11 @@ class _State:
 
 def fingerprint(kind: str, text: str, arguments: object = None) -> str:
     """What makes two ops "the same": the code (or tool) and its arguments, hashed."""
-    body = canonical({"kind": kind, "text": text, "arguments": arguments}) \
-        if _plain(arguments) else (kind + "\0" + text + "\0" + repr(arguments)).encode()
-    return hashlib.sha256(body).hexdigest()
-
-
-def _plain(value: object) -> bool:
     try:
-        canonical(value)
-    except (TypeError, ValueError):
-        return False
-    return True
+        body = canonical({"kind": kind, "text": text, "arguments": arguments})
+    except (TypeError, ValueError):  # arguments that are not plain data
+        body = (kind + "\0" + text + "\0" + repr(arguments)).encode()
+    return hashlib.sha256(body).hexdigest()
 
 
 class Breakers:
@@ -376,8 +371,12 @@ class Breakers:
                     if state.trip is not None and (state.trip.agent, state.trip.op)
                     not in self._announced]
 
-    def admit(self, agent: str, op: Op, print_: str) -> None:
-        """Before an op of ``agent`` runs: raise CircuitOpen (and veto) or count it in."""
+    def admit(self, agent: str, op: Op, fingerprint_of: Callable[[], str]) -> None:
+        """Before an op of ``agent`` runs: raise CircuitOpen (and veto) or count it in.
+
+        ``fingerprint_of()`` gives the op's :func:`fingerprint`; it is called only
+        for a supervised agent's op not yet admitted (an unsupervised agent's op
+        hashes nothing)."""
         if agent == HUMAN or self.replaying:
             return
         policy = self.effective(agent)
@@ -390,6 +389,7 @@ class Breakers:
             trip = state.trip
             if trip is None and (agent, op.id) in self._admitted:
                 return  # one op is one iteration, however many runs it holds
+            print_ = fingerprint_of()
             if trip is None:
                 trip = self._check_before(agent, policy, state, print_, now, op.id)
             if trip is not None:
@@ -574,8 +574,12 @@ class Breakers:
                                 "message": trip.message, "op": trip.op, "at": trip.at})
                 if (agent, trip.op) in self._announced:
                     entries.append({"type": "announced", "agent": agent, "op": trip.op})
-        replace_atomically(self.path, b"".join(line(entry) for entry in entries),
-                           durable=self.durable)
+        temporary = self.path.with_name(self.path.name + ".compacting")
+        try:  # a crash leaves the old journal or the new one
+            replace_file(self.path, b"".join(line(entry) for entry in entries),
+                         durable=self.durable, temporary=temporary)
+        except OSError:  # a read-only or full disk: the old journal still serves
+            temporary.unlink(missing_ok=True)
 
     @staticmethod
     def _apply_admit(state: _State, print_: str, now: float) -> None:

@@ -468,7 +468,7 @@ class HarnessService:
             if principal != HUMAN:  # an agent's op like any other: its circuit, its grant
                 from kernos.agents.supervisor import fingerprint
 
-                self.runtime.breakers.admit(principal, op, fingerprint(
+                self.runtime.breakers.admit(principal, op, lambda: fingerprint(
                     "remember", repr(request.get("fact"))[:10_000]))
                 grant = self.runtime.registry.find(principal, "memory", "write")
                 if grant is not None:
