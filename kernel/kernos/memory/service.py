@@ -170,12 +170,14 @@ class ImageMemory:
         return True
 
     def _feed_human(self, index: MemoryIndex) -> None:
-        image = self.image
-        mark = f"{image.head.hex() if image.head else ''}:{image.head_op}:{len(image.meta)}"
-        if self._changed("working", HUMAN, mark):
-            index.sync_working(HUMAN, [
-                WorkingItem(name=name, type=meta.type, preview=meta.summary)
-                for name, meta in sorted(image.meta.items()) if not name.startswith("kernos:")])
+        # Marked by what is fed, not by the head: an agent's op moves the head without
+        # changing the human's names, and rewriting them all (90-160 ms for 10,000 names)
+        # before every recall in a loop costs more than this digest (4 ms).
+        shown = [(name, meta.type, meta.summary) for name, meta in sorted(self.image.meta.items())
+                 if not name.startswith("kernos:")]
+        if self._changed("working", HUMAN, _digest(shown)):
+            index.sync_working(HUMAN, [WorkingItem(name=name, type=type_, preview=summary)
+                                       for name, type_, summary in shown])
 
     def _feed_agent(self, index: MemoryIndex, agent: str) -> None:
         from kernos.agents.runtime import AgentNamespace, namespace_key
@@ -186,9 +188,8 @@ class ImageMemory:
             for name, value in sorted(found.user_items().items())[:10_000]:
                 items.append(WorkingItem(name=name, type=type(value).__name__,
                                          preview=_preview(value)))
-        digest = hashlib.sha256(repr([(i.name, i.type, i.preview) for i in items])
-                                .encode("utf-8", "surrogatepass")).hexdigest()
-        if self._changed("working", agent, digest):
+        if self._changed("working", agent, _digest([(i.name, i.type, i.preview)
+                                                    for i in items])):
             index.sync_working(agent, items)
 
     def _facts(self, principal: str) -> Facts | None:
@@ -198,8 +199,7 @@ class ImageMemory:
     def _feed_facts(self, index: MemoryIndex, principal: str) -> None:
         facts = self._facts(principal)
         shown = [] if facts is None else [(f.id, f.text, f.tags, f.op, f.at) for f in facts.items]
-        digest = hashlib.sha256(repr(shown).encode("utf-8", "surrogatepass")).hexdigest()
-        if self._changed("semantic", principal, digest):
+        if self._changed("semantic", principal, _digest(shown)):
             index.sync_semantic(principal, facts)
 
     def _agents(self) -> list[str]:
@@ -310,6 +310,11 @@ class ImageMemory:
             raise UsageError("remember() stores a fact in an op: call it from a cell, agent "
                              "code, or the harness action `remember`")
         return op
+
+
+def _digest(fed: list[tuple[Any, ...]]) -> str:
+    """What was fed to a layer, hashed (plain data: its repr is stable)."""
+    return hashlib.sha256(repr(fed).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _preview(value: object) -> str:
