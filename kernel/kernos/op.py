@@ -526,11 +526,12 @@ class _ImageParticipant:
                 new_parts[name] = (individual[name], stored)
         _faults.point("objects")
 
-        meta, changed = self._metadata(current, new_parts, final, rebound)
+        now = utc_now()  # one instant: each changed name's changed_at is its op's committed_at
+        meta, changed = self._metadata(current, new_parts, final, rebound, now)
         report = CommitReport(
             op=op.id, commit="", principal=op.principal, kind=op.kind,
             added=sorted(added), changed=sorted(changed - set(added)), deleted=sorted(deleted),
-            committed_at=utc_now(),
+            committed_at=now,
             unpersisted=self._new_transients(sorted(changed), new_parts),
             reach="everything: " + reach.why if reach.everything else f"{len(touched)} names",
             failed=op.failure,
@@ -685,6 +686,7 @@ class _ImageParticipant:
         new_parts: dict[str, tuple[Pickled, StoredGroup]],
         final: dict[str, GroupState],
         rebound: set[str],
+        now: str,
     ) -> tuple[dict[str, NameMeta], set[str]]:
         from kernos.image import NameMeta
 
@@ -695,7 +697,6 @@ class _ImageParticipant:
         old = image.meta
         meta: dict[str, NameMeta] = {}
         changed: set[str] = set()
-        now = utc_now()
         for name in image.pending_names:  # not loaded yet (a background restore): as stored
             if name in old and name in group_of:
                 meta[name] = old[name]
