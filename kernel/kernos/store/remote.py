@@ -79,6 +79,13 @@ from kernos.errors import RemoteDiverged, RemoteError, UsageError, WorkspaceForm
 from kernos.store.objects import fsync_all, fsync_dir, replace_file
 from kernos.store.remote_config import RemoteConfig, absolute_url, ensure_bare, local_path
 from kernos.store.remote_git import Staging, git, ls_remote
+from kernos.store.remote_prune import (
+    PrunedSince,
+    drop_pruned,
+    follow_tags,
+    pulled_over_prune,
+    pushed_over_prune,
+)
 from kernos.store.space import NOT_FOLDED
 from kernos.store.workspace import BRANCH, FORMAT, Workspace
 
@@ -216,10 +223,14 @@ class PushResult:
     """Audit records on the remote now."""
     updated: tuple[str, ...]
     """The refs this push moved."""
+    prunes: tuple[int, ...] = ()
+    """The prune records that let ``main`` move although ``before`` is not an ancestor of
+    ``head`` (empty: a fast-forward)."""
 
     def to_json(self) -> dict[str, object]:
         return {"remote": self.remote, "head": self.head, "before": self.before,
-                "records": self.records, "updated": list(self.updated)}
+                "records": self.records, "updated": list(self.updated),
+                "prunes": list(self.prunes)}
 
 
 def pusher_trailers(config: RemoteConfig) -> str:
@@ -240,7 +251,8 @@ def _describe_pusher(stage: Staging, meta: bytes | None) -> str:
 
 
 def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
-    """Push the workspace to its remote ``name``: fast-forward only (see the module doc)."""
+    """Push the workspace to its remote ``name``: fast-forward, or over a prune (see the
+    module doc)."""
     from kernos.store.remote_lease import check_lease
 
     root = Path(workspace).expanduser().absolute()
@@ -253,20 +265,35 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
     stage = Staging(root)
     with stage.locked():
         ours = _read_workspace(root, stage)
-        theirs = stage.fetch(url, name, [BRANCH, AUDIT_REF, LLM_REF, META_REF, LEASE_REF])
+        stage.forget_pruned()
+        # The remote's main is read, not fetched: after a prune it names history this
+        # workspace deleted, which a fetch would bring back (fetched below if not that).
+        theirs = stage.fetch(url, name, [AUDIT_REF, LLM_REF, META_REF, LEASE_REF],
+                             advertised_only=[BRANCH])
         check_lease(stage, config, name, theirs.get(LEASE_REF))
         before = theirs.get(BRANCH)
-        if before is not None and (ours.head is None or not stage.has(before)
-                                   or not stage.is_ancestor(before, ours.head)):
-            behind = ours.head is None or stage.is_ancestor(ours.head, before)
-            raise RemoteDiverged(_diverged_message(name, _describe_pusher(
-                stage, theirs.get(META_REF)), behind=behind), remote=name,
-                writer=_describe_pusher(stage, theirs.get(META_REF)))
-        updates: dict[str, bytes] = {}
+        writer = _describe_pusher(stage, theirs.get(META_REF))
+        updates: dict[str, bytes | None] = {}
+        leases: dict[str, bytes] = {}
+        since: PrunedSince | None = None
+        if before is not None and not (ours.head is not None and stage.has(before)
+                                       and stage.is_ancestor(before, ours.head)):
+            shared = None if ours.head is None else _shared_records(stage, ours.chain,
+                                                                     theirs.get(AUDIT_REF))
+            if shared is None or ours.head is None:  # another writer, not a prune
+                if not stage.has(before):
+                    before = stage.fetch(url, name, [BRANCH]).get(BRANCH, before)
+                behind = ours.head is None or (stage.has(before)
+                                               and stage.is_ancestor(ours.head, before))
+                raise RemoteDiverged(_diverged_message(name, writer, behind=behind),
+                                     remote=name, writer=writer)
+            since = pushed_over_prune(stage, name, before, ours.head, ours.chain, shared,
+                                      writer)
+            leases[BRANCH] = before  # moved by compare-and-swap: not a fast-forward
+            follow_tags(stage, url, since, updates, leases)
         if ours.head is not None and ours.head != before:
             updates[BRANCH] = ours.head
         when = int(time.time())
-        writer = _describe_pusher(stage, theirs.get(META_REF))
         audit = _append_only(stage, name, "audit chain", "chain/", ours.chain,
                              theirs.get(AUDIT_REF), ours.files["audit"], writer)
         llm = _append_only(stage, name, "LLM ledger", "calls/", ours.ledger,
@@ -283,11 +310,12 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
             # Moved with every push: its message names the last writer.
             updates[META_REF] = stage.commit(tree, parent, message, when)
         if updates:
-            _push_refs(stage, url, name, updates)
+            _push_refs(stage, url, name, updates, leases, seen=theirs.get(META_REF))
             stage.tidy()
         return PushResult(remote=name, head=(ours.head or before or b"").hex() or None,
                           before=before.hex() if before else None,
-                          records=len(ours.chain), updated=tuple(sorted(updates)))
+                          records=len(ours.chain), updated=tuple(sorted(updates)),
+                          prunes=tuple(p.index for p in since.prunes.prunings) if since else ())
 
 
 def _diverged_message(name: str, writer: str, *, behind: bool) -> str:
@@ -297,10 +325,41 @@ def _diverged_message(name: str, writer: str, *, behind: bool) -> str:
                 "kernel stopped), then push.")
     return (f"Refused: pushing would fork the history. The remote {name} was extended by "
             f"{writer}, and this workspace has committed other ops since their common "
-            "snapshot: both moved, and one workspace has one writer. Keep one side: "
-            "`kernos clone` the remote into a new workspace and work there (`kernos fork` "
-            "this one first to keep its ops as a workspace of their own), or push this one "
-            "to a new remote.")
+            "snapshot (the remote's audit chain is not a prefix of this workspace's): both "
+            "moved, and one workspace has one writer. Keep one side: `kernos clone` the "
+            "remote into a new workspace and work there (`kernos fork` this one first to keep "
+            "its ops as a workspace of their own), or push this one to a new remote.")
+
+
+def _shared_records(stage: Staging, lines: list[bytes], remote: bytes | None) -> int | None:
+    """How many records the remote's audit chain holds, if it is a prefix of ``lines``
+    (None: it is not)."""
+    if remote is None:
+        return 0
+    count, differs = _remote_prefix(stage, "chain/", lines,
+                                    stage.tree_files(stage.tree_of(remote)))
+    return None if differs is not None else count
+
+
+def _remote_prefix(stage: Staging, prefix: str, lines: list[bytes],
+                   theirs: Mapping[str, bytes]) -> tuple[int, int | None]:
+    """(the lines the remote's store holds, the first of its segments that is not ours:
+    None when the remote's lines are a prefix of ``lines``)."""
+    ours = _segments(lines)
+    their_segments = sorted(path for path in theirs if path.startswith(prefix))
+    count = 0
+    for index, path in enumerate(their_segments):
+        last = index == len(their_segments) - 1
+        if index < len(ours) and stage.write(b"blob", ours[index]) == theirs[path]:
+            count += ours[index].count(b"\n")
+            continue
+        if last and index < len(ours):
+            data = stage.cat(theirs[path])
+            if ours[index].startswith(data):
+                count += data.count(b"\n")
+                continue
+        return count, index
+    return count, None
 
 
 def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[bytes],
@@ -311,20 +370,15 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
     tree = {prefix + _segment_name(index): sha for index, sha in enumerate(segments)}
     if remote is not None:
         theirs = stage.tree_files(stage.tree_of(remote))
-        their_segments = sorted(path for path in theirs if path.startswith(prefix))
-        for index, path in enumerate(their_segments):
-            last = index == len(their_segments) - 1
-            ok = index < len(segments) and (
-                segments[index] == theirs[path] or
-                (last and _segments(lines)[index].startswith(stage.cat(theirs[path]))))
-            if not ok:
-                raise RemoteDiverged(
-                    f"Refused: the {what} on the remote {name} is not a prefix of this "
-                    f"workspace's (segment {index} differs): {writer} appended to it, or "
-                    "this workspace's was rewritten (a fork has a chain of its own). The "
-                    "remote's stays append-only; keep one side: `kernos clone` the remote "
-                    "into a new workspace, or push this one to a new remote.",
-                    remote=name, writer=writer)
+        _count, differs = _remote_prefix(stage, prefix, lines, theirs)
+        if differs is not None:
+            raise RemoteDiverged(
+                f"Refused: the {what} on the remote {name} is not a prefix of this "
+                f"workspace's (segment {differs} differs): {writer} appended to it, or "
+                "this workspace's was rewritten (a fork has a chain of its own). The "
+                "remote's stays append-only; keep one side: `kernos clone` the remote "
+                "into a new workspace, or push this one to a new remote.",
+                remote=name, writer=writer)
         for path, sha in theirs.items():  # payloads only ever accumulate on the remote
             if not path.startswith(prefix):
                 tree.setdefault(path, sha)
@@ -334,24 +388,44 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
     return tree
 
 
-def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes]) -> None:
+def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes | None],
+               leases: Mapping[str, bytes], *, seen: bytes | None) -> None:
     """One atomic push, never forced: git refuses a ref that would not fast-forward, and
     the receiving side moves each ref only from the id the push saw (a compare-and-swap),
-    so a writer that pushed since our fetch makes the whole push fail."""
+    so a writer that pushed since our fetch makes the whole push fail.  The refs of
+    ``leases`` (the main a prune rewrote, the tags it moved) are moved or deleted only from
+    the id given there (``--force-with-lease``): the same compare-and-swap, explicitly."""
     # Keep the pushed objects reachable in the staging repository.
     stage.update_refs({f"refs/kernos-pushing/{ref.removeprefix('refs/')}": sha
-                       for ref, sha in updates.items()})
-    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet", url,
-               *[f"{sha.hex()}:{ref}" for ref, sha in updates.items()], check=False)
+                       for ref, sha in updates.items() if sha is not None})
+    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet",
+               *[f"--force-with-lease={ref}:{old.hex()}" for ref, old in leases.items()], url,
+               *[f"{sha.hex() if sha else ''}:{ref}" for ref, sha in updates.items()],
+               check=False)
     if done.returncode != 0:
         text = " ".join((done.stdout + done.stderr).decode(errors="replace").split())
-        if "rejected" in text or "fetch first" in text or "non-fast-forward" in text:
+        if any(sign in text for sign in ("rejected", "fetch first", "non-fast-forward",
+                                         "stale info")):
+            writer = _concurrent_writer(stage, url, name, seen)
             raise RemoteDiverged(
-                f"Refused: the remote {name} moved while this push ran (another writer "
-                f"pushed at the same time). Run `kernos push {name}` again to see who.",
-                remote=name, writer="a concurrent pusher")
+                f"Refused: the remote {name} moved while this push ran: {writer} pushed "
+                "after this push read it, and each ref moves only from the value read (a "
+                f"compare-and-swap). Nothing was changed; run `kernos push {name}` again to "
+                "see whether the two histories can still meet.", remote=name, writer=writer)
         raise RemoteError(f"pushing to {url} failed: {text[:400]}", remote=name)
     stage.update_refs({stage.tracking(name, ref): sha for ref, sha in updates.items()})
+
+
+def _concurrent_writer(stage: Staging, url: str, name: str, seen: bytes | None) -> str:
+    """Who moved the remote during a push, as far as its meta ref says."""
+    try:
+        meta = stage.fetch(url, name, [META_REF]).get(META_REF)
+    except RemoteError:
+        return "a concurrent pusher"
+    if meta is not None and meta != seen:
+        return _describe_pusher(stage, meta)
+    return ("a writer that left no Kernos push record (the remote's main was moved by plain "
+            f"git; its last Kernos push was by {_describe_pusher(stage, meta)})")
 
 
 # -- pull and clone -------------------------------------------------------------------------
@@ -370,10 +444,16 @@ class PullResult:
     """Audit records appended."""
     files: int
     """Payload and LLM files written."""
+    prunes: tuple[int, ...] = ()
+    """The remote's prune records that let the head move from ``before``, which the remote's
+    main does not contain (empty: a fast-forward)."""
+    dropped: int = 0
+    """The commits those prunes deleted that were deleted here (with what only they reach)."""
 
     def to_json(self) -> dict[str, object]:
         return {"remote": self.remote, "head": self.head, "before": self.before,
-                "records": self.records, "files": self.files}
+                "records": self.records, "files": self.files, "prunes": list(self.prunes),
+                "dropped": self.dropped}
 
 
 def pull(workspace: str | os.PathLike[str], name: str = "origin") -> PullResult:
@@ -390,6 +470,7 @@ def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> P
     root = local.path
     stage = Staging(root)
     with stage.locked():
+        stage.forget_pruned()
         theirs = stage.fetch(url, name, [AUDIT_REF, LLM_REF, META_REF])
         ours = local.head()
         remote_head = ls_remote(url, [BRANCH]).get(BRANCH)
@@ -399,18 +480,17 @@ def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> P
             git(local.git_dir, "-c", "core.fsync=committed", "fetch", "--no-tags",
                 "--no-write-fetch-head", "--quiet", url, remote_head.hex(),
                 what=f"fetching the history from {url}")
-        target = ours
+        target, since = ours, None
         if remote_head is not None and remote_head != ours:
             if ours is None or stage.is_ancestor(ours, remote_head):
                 target = remote_head
             elif not stage.is_ancestor(remote_head, ours):
-                writer = _describe_pusher(stage, theirs.get(META_REF))
-                raise RemoteDiverged(
-                    f"Refused: pulling would fork the history. The remote {name} was "
-                    f"extended by {writer}, and this workspace has committed other ops "
-                    "since their common snapshot. Keep one side: clone the remote into a "
-                    "new workspace, or push this one to a new remote.",
-                    remote=name, writer=writer)
+                audit = theirs.get(AUDIT_REF)
+                since = pulled_over_prune(
+                    stage, name, ours, remote_head, _whole_lines(root / "audit/chain.jsonl"),
+                    [] if audit is None else _tree_lines(stage, audit, "chain/"),
+                    _describe_pusher(stage, theirs.get(META_REF)))
+                target = remote_head
         if target is not None and target != ours:
             # The objects are in (durably); now the ref: the history's commit point.
             local._move_ref(target, lambda temporary: fsync_all([temporary])
@@ -426,8 +506,22 @@ def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> P
             count, files = _extend(stage, root / "llm", "calls.jsonl", "calls/",
                                    stage.tree_files(stage.tree_of(llm)), name, "LLM ledger")
             written += files
+        dropped = 0
+        if since is not None and ours is not None and target is not None:
+            # Only now (the chain has the prune records): a crash before leaves the old
+            # objects, which the records still name, to `kernos gc`.
+            dropped = drop_pruned(local, since, ours, target)
         return PullResult(remote=name, head=target.hex() if target else None,
-                          before=ours.hex() if ours else None, records=records, files=written)
+                          before=ours.hex() if ours else None, records=records, files=written,
+                          prunes=tuple(p.index for p in since.prunes.prunings) if since
+                          else (), dropped=dropped)
+
+
+def _tree_lines(stage: Staging, tree: Mapping[str, bytes] | bytes, prefix: str) -> list[bytes]:
+    """The lines of a store's log on the remote (``tree``: its files, or its commit)."""
+    files = stage.tree_files(stage.tree_of(tree)) if isinstance(tree, bytes) else tree
+    return [line for path in sorted(p for p in files if p.startswith(prefix))
+            for line in stage.cat(files[path]).splitlines(keepends=True)]
 
 
 def _extend(stage: Staging, directory: Path, log_name: str, prefix: str,
@@ -449,8 +543,7 @@ def _extend(stage: Staging, directory: Path, log_name: str, prefix: str,
             replace_file(target, stage.cat(sha), durable=True,
                          temporary=target.with_name(f".{file_name}.pull.tmp"))
             written += 1
-    remote_lines = [line for path in sorted(p for p in tree if p.startswith(prefix))
-                    for line in stage.cat(tree[path]).splitlines(keepends=True)]
+    remote_lines = _tree_lines(stage, tree, prefix)
     log = directory / log_name
     local_lines = _whole_lines(log)
     if remote_lines[:len(local_lines)] != local_lines:

@@ -31,7 +31,7 @@ import fcntl
 import os
 import subprocess
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from kernos.errors import RemoteError
@@ -141,11 +141,34 @@ class Staging:
             _read[key] = found
         return found
 
-    def update_refs(self, refs: dict[str, bytes]) -> None:
-        """Set several refs of the staging repository at once."""
-        lines = "".join(f"update {ref} {sha.hex()}\n" for ref, sha in refs.items())
+    def update_refs(self, refs: Mapping[str, bytes | None]) -> None:
+        """Set several refs of the staging repository at once (None: delete it)."""
+        lines = "".join(f"update {ref} {sha.hex()}\n" if sha is not None else f"delete {ref}\n"
+                        for ref, sha in refs.items())
         git(self.git_dir, "update-ref", "--stdin", stdin=lines.encode(),
             what="recording the pushed refs")
+
+    def forget_pruned(self) -> None:
+        """Delete the staging refs naming a snapshot (or tag) the history no longer has:
+        a prune deleted it, and git refuses to fetch into a repository holding a ref it
+        cannot walk.  Each push sets them again.  Only under :meth:`locked`."""
+        listing = git(self.git_dir, "for-each-ref", "--format=%(objectname) %(refname)",
+                      "refs/kernos-pushing/heads", "refs/kernos-pushing/tags", "refs/remotes",
+                      what="listing the staging refs").stdout.decode()
+        refs = {name: sha for sha, _, name in (line.partition(" ")
+                                                for line in listing.splitlines())
+                if "/heads/" in name or "/tags/" in name}
+        if not refs:
+            return
+        # Asked of the history itself: a commit staged from the commit tail is not there
+        # yet either, which only costs the next push re-setting its ref.
+        found = git(self.workspace / "history.git", "cat-file", "--batch-check",
+                    stdin="".join(f"{sha}\n" for sha in refs.values()).encode(),
+                    what="looking up the staged snapshots").stdout.decode().split("\n")
+        gone = {sha for sha, line in zip(refs.values(), found, strict=False)
+                if line.endswith(" missing")}
+        if gone:
+            self.update_refs({name: None for name, sha in refs.items() if sha in gone})
 
     def tree_files(self, tree: bytes) -> dict[str, bytes]:
         """``path -> blob id`` of every blob under ``tree``."""
@@ -188,10 +211,12 @@ class Staging:
 
     # -- the remote ----------------------------------------------------------------
 
-    def fetch(self, url: str, name: str, refs: Sequence[str]) -> dict[str, bytes]:
+    def fetch(self, url: str, name: str, refs: Sequence[str], *,
+              advertised_only: Sequence[str] = ()) -> dict[str, bytes]:
         """Fetch ``refs`` of ``url`` to ``refs/remotes/<name>/...``; ``ref -> id`` of those
-        the remote has (a ref it lacks is left out)."""
-        advertised = ls_remote(url, refs)
+        the remote has (a ref it lacks is left out).  The refs of ``advertised_only`` are
+        only read, not fetched (a push after a prune must not fetch the history it pruned)."""
+        advertised = ls_remote(url, [*refs, *advertised_only])
         wanted = [ref for ref in refs if ref in advertised]
         for ref in refs:  # a ref gone from the remote is gone from our copy too
             if ref not in advertised:
@@ -200,7 +225,8 @@ class Staging:
             git(self.git_dir, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet", url,
                 *[f"+{ref}:{self.tracking(name, ref)}" for ref in wanted],
                 what=f"fetching from {url}")
-        return {ref: advertised[ref] for ref in wanted}
+        return {ref: advertised[ref] for ref in [*wanted, *advertised_only]
+                if ref in advertised}
 
     @staticmethod
     def tracking(name: str, ref: str) -> str:
