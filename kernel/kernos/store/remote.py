@@ -3,14 +3,24 @@
 The contract
 ------------
 * :func:`push` sends everything a workspace needs to live elsewhere, and
-  nothing secret; it is fast-forward only.  A push whose history does not
-  continue the remote's (another writer moved it: the remote's ``main`` is not
-  an ancestor of ours) is refused with :class:`~kernos.errors.RemoteDiverged`,
-  which names that writer; so is a push whose audit chain or LLM ledger is not
-  an extension of the remote's: on the remote too they are append-only.
-* :func:`pull` is fast-forward only as well, and needs the workspace to itself
-  (a kernel holding it makes it fail with ``WorkspaceLocked``): it moves the
-  history's ref, so it takes the workspace lock.
+  nothing secret; it is fast-forward only, or over a prune.  A push whose
+  history does not continue the remote's (the remote's ``main`` is not an
+  ancestor of ours) is refused with :class:`~kernos.errors.RemoteDiverged`,
+  which names the writer, unless the audit chain proves the rewrite was a
+  ``kernos prune`` and nothing else (:mod:`kernos.store.remote_prune`): our
+  chain extends the remote's, and the prune records the remote lacks (not
+  voided) map its ``main`` to our head or an ancestor of it.  Then ``main``
+  moves by compare-and-swap on the value read (a writer that moved it
+  meanwhile still gets ``RemoteDiverged``), and the remote's tags that those
+  records moved or deleted follow them, the same way.  A push whose audit
+  chain or LLM ledger is not an extension of the remote's is refused too: on
+  the remote too they are append-only.
+* :func:`pull` is fast-forward only as well, or over the remote's prunes
+  (its chain extends ours, and its prune records map our head into its
+  history: this copy has no op the remote lacks); then it deletes here what
+  only the pruned commits reached, as a prune does.  It needs the workspace
+  to itself (a kernel holding it makes it fail with ``WorkspaceLocked``): it
+  moves the history's ref, so it takes the workspace lock.
 * :func:`clone` builds a whole workspace from a remote; ``kernos audit
   verify`` passes on it and a kernel started on it restores the same state.
 * :func:`materialize` clones only when the directory is not a workspace yet
@@ -56,8 +66,13 @@ and in the pusher trailers.  ``lease: true`` makes a kernel started with
 ``KERNOS_REMOTE=<name>`` take the remote's writer lease (see
 :func:`kernos.store.remote_start.start_remote`).
 
-Limits: a ``kernos prune`` rewrites the history, so the next push is refused
-as diverged (push the pruned workspace to a new remote).  An erasure deletes
+Limits: after a ``kernos prune`` the remote (a bare repository) keeps the
+pruned snapshots' objects, unreachable, until its own ``git gc`` deletes
+them; Kernos does not run it there (``git gc --prune=now`` in the remote
+does).  The first push after a prune may send the kept snapshots' objects
+again: git learns what the remote has only from commits both sides know,
+and the kept ones have new ids.  The remote's tags that no prune record
+names are left as they are (a push carries no tags).  An erasure deletes
 audit payloads locally; the remote keeps the sealed copies in its earlier
 audit commits, unreadable without the key that never left the machine.
 """
@@ -68,7 +83,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,7 +92,14 @@ from kernos.audit.log import record_hash
 from kernos.errors import RemoteDiverged, RemoteError, UsageError, WorkspaceFormatError
 from kernos.store.objects import fsync_all, fsync_dir, replace_file
 from kernos.store.remote_config import RemoteConfig, absolute_url, ensure_bare, local_path
-from kernos.store.remote_git import Staging, git, ls_remote
+from kernos.store.remote_git import (
+    Staging,
+    describe_pusher,
+    git,
+    ls_remote,
+    push_refs,
+    pusher_trailers,
+)
 from kernos.store.remote_prune import (
     PrunedSince,
     drop_pruned,
@@ -233,23 +254,6 @@ class PushResult:
                 "prunes": list(self.prunes)}
 
 
-def pusher_trailers(config: RemoteConfig) -> str:
-    return (f"Kernos-Host: {socket.gethostname()}\nKernos-Workspace: {config.id}\n"
-            f"Kernos-Pid: {os.getpid()}\nKernos-At: {_utc(time.time())}\n")
-
-
-def _utc(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
-
-
-def _describe_pusher(stage: Staging, meta: bytes | None) -> str:
-    if meta is None:
-        return "another writer (the remote does not say who)"
-    found = dict(re.findall(r"^Kernos-(\w+): (.*)$", stage.message_of(meta), re.MULTILINE))
-    return (f"workspace {found.get('Workspace', '?')} on host {found.get('Host', '?')} "
-            f"(pid {found.get('Pid', '?')}, pushed at {found.get('At', '?')})")
-
-
 def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
     """Push the workspace to its remote ``name``: fast-forward, or over a prune (see the
     module doc)."""
@@ -272,7 +276,7 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
                              advertised_only=[BRANCH])
         check_lease(stage, config, name, theirs.get(LEASE_REF))
         before = theirs.get(BRANCH)
-        writer = _describe_pusher(stage, theirs.get(META_REF))
+        writer = describe_pusher(stage, theirs.get(META_REF))
         updates: dict[str, bytes | None] = {}
         leases: dict[str, bytes] = {}
         since: PrunedSince | None = None
@@ -310,7 +314,8 @@ def push(workspace: str | os.PathLike[str], name: str = "origin") -> PushResult:
             # Moved with every push: its message names the last writer.
             updates[META_REF] = stage.commit(tree, parent, message, when)
         if updates:
-            _push_refs(stage, url, name, updates, leases, seen=theirs.get(META_REF))
+            push_refs(stage, url, name, updates, leases, seen=theirs.get(META_REF),
+                      meta_ref=META_REF)
             stage.tidy()
         return PushResult(remote=name, head=(ours.head or before or b"").hex() or None,
                           before=before.hex() if before else None,
@@ -388,46 +393,6 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
     return tree
 
 
-def _push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes | None],
-               leases: Mapping[str, bytes], *, seen: bytes | None) -> None:
-    """One atomic push, never forced: git refuses a ref that would not fast-forward, and
-    the receiving side moves each ref only from the id the push saw (a compare-and-swap),
-    so a writer that pushed since our fetch makes the whole push fail.  The refs of
-    ``leases`` (the main a prune rewrote, the tags it moved) are moved or deleted only from
-    the id given there (``--force-with-lease``): the same compare-and-swap, explicitly."""
-    # Keep the pushed objects reachable in the staging repository.
-    stage.update_refs({f"refs/kernos-pushing/{ref.removeprefix('refs/')}": sha
-                       for ref, sha in updates.items() if sha is not None})
-    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet",
-               *[f"--force-with-lease={ref}:{old.hex()}" for ref, old in leases.items()], url,
-               *[f"{sha.hex() if sha else ''}:{ref}" for ref, sha in updates.items()],
-               check=False)
-    if done.returncode != 0:
-        text = " ".join((done.stdout + done.stderr).decode(errors="replace").split())
-        if any(sign in text for sign in ("rejected", "fetch first", "non-fast-forward",
-                                         "stale info")):
-            writer = _concurrent_writer(stage, url, name, seen)
-            raise RemoteDiverged(
-                f"Refused: the remote {name} moved while this push ran: {writer} pushed "
-                "after this push read it, and each ref moves only from the value read (a "
-                f"compare-and-swap). Nothing was changed; run `kernos push {name}` again to "
-                "see whether the two histories can still meet.", remote=name, writer=writer)
-        raise RemoteError(f"pushing to {url} failed: {text[:400]}", remote=name)
-    stage.update_refs({stage.tracking(name, ref): sha for ref, sha in updates.items()})
-
-
-def _concurrent_writer(stage: Staging, url: str, name: str, seen: bytes | None) -> str:
-    """Who moved the remote during a push, as far as its meta ref says."""
-    try:
-        meta = stage.fetch(url, name, [META_REF]).get(META_REF)
-    except RemoteError:
-        return "a concurrent pusher"
-    if meta is not None and meta != seen:
-        return _describe_pusher(stage, meta)
-    return ("a writer that left no Kernos push record (the remote's main was moved by plain "
-            f"git; its last Kernos push was by {_describe_pusher(stage, meta)})")
-
-
 # -- pull and clone -------------------------------------------------------------------------
 
 
@@ -489,7 +454,7 @@ def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> P
                 since = pulled_over_prune(
                     stage, name, ours, remote_head, _whole_lines(root / "audit/chain.jsonl"),
                     [] if audit is None else _tree_lines(stage, audit, "chain/"),
-                    _describe_pusher(stage, theirs.get(META_REF)))
+                    describe_pusher(stage, theirs.get(META_REF)))
                 target = remote_head
         if target is not None and target != ours:
             # The objects are in (durably); now the ref: the history's commit point.

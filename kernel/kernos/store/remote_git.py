@@ -19,6 +19,10 @@ A push packs its loose objects when they pass :data:`LOOSE_LIMIT`
 (:meth:`Staging.tidy`), so the directory holds a handful of files however
 many pushes it has seen.
 
+:func:`push_refs` makes a push's one atomic ``git push`` (fast-forward, or
+compare-and-swap with ``--force-with-lease`` on the value read), and names
+the writer that refused it.
+
 Every push, pull and lease change holds ``remote.git/kernos.lock`` (a POSIX
 record lock), so a kernel's background pusher and a ``kernos push`` typed
 beside it take turns.
@@ -29,15 +33,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
+import socket
 import subprocess
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kernos.errors import RemoteError
+from kernos.errors import RemoteDiverged, RemoteError
 from kernos.store.objects import BLOB_MODE, TREE_MODE, TreeEntry, encode_tree, object_id
 
-__all__ = ["Staging", "git"]
+if TYPE_CHECKING:
+    from kernos.store.remote_config import RemoteConfig
+
+__all__ = ["Staging", "describe_pusher", "git", "ls_remote", "push_refs", "pusher_trailers"]
 
 STAGING = "remote.git"
 EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbee4904")
@@ -231,6 +242,67 @@ class Staging:
     @staticmethod
     def tracking(name: str, ref: str) -> str:
         return f"refs/remotes/{name}/{ref.removeprefix('refs/')}"
+
+
+# -- pushing -------------------------------------------------------------------------------
+
+
+def pusher_trailers(config: RemoteConfig) -> str:
+    return (f"Kernos-Host: {socket.gethostname()}\nKernos-Workspace: {config.id}\n"
+            f"Kernos-Pid: {os.getpid()}\nKernos-At: {_utc(time.time())}\n")
+
+
+def _utc(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def describe_pusher(stage: Staging, meta: bytes | None) -> str:
+    if meta is None:
+        return "another writer (the remote does not say who)"
+    found = dict(re.findall(r"^Kernos-(\w+): (.*)$", stage.message_of(meta), re.MULTILINE))
+    return (f"workspace {found.get('Workspace', '?')} on host {found.get('Host', '?')} "
+            f"(pid {found.get('Pid', '?')}, pushed at {found.get('At', '?')})")
+
+
+def push_refs(stage: Staging, url: str, name: str, updates: Mapping[str, bytes | None],
+               leases: Mapping[str, bytes], *, seen: bytes | None, meta_ref: str) -> None:
+    """One atomic push, never forced: git refuses a ref that would not fast-forward, and
+    the receiving side moves each ref only from the id the push saw (a compare-and-swap),
+    so a writer that pushed since our fetch makes the whole push fail.  The refs of
+    ``leases`` (the main a prune rewrote, the tags it moved) are moved or deleted only from
+    the id given there (``--force-with-lease``): the same compare-and-swap, explicitly."""
+    # Keep the pushed objects reachable in the staging repository.
+    stage.update_refs({f"refs/kernos-pushing/{ref.removeprefix('refs/')}": sha
+                       for ref, sha in updates.items() if sha is not None})
+    done = git(stage.git_dir, "push", "--atomic", "--porcelain", "--quiet",
+               *[f"--force-with-lease={ref}:{old.hex()}" for ref, old in leases.items()], url,
+               *[f"{sha.hex() if sha else ''}:{ref}" for ref, sha in updates.items()],
+               check=False)
+    if done.returncode != 0:
+        text = " ".join((done.stdout + done.stderr).decode(errors="replace").split())
+        if any(sign in text for sign in ("rejected", "fetch first", "non-fast-forward",
+                                         "stale info")):
+            writer = _concurrent_writer(stage, url, name, seen, meta_ref)
+            raise RemoteDiverged(
+                f"Refused: the remote {name} moved while this push ran: {writer} pushed "
+                "after this push read it, and each ref moves only from the value read (a "
+                f"compare-and-swap). Nothing was changed; run `kernos push {name}` again to "
+                "see whether the two histories can still meet.", remote=name, writer=writer)
+        raise RemoteError(f"pushing to {url} failed: {text[:400]}", remote=name)
+    stage.update_refs({stage.tracking(name, ref): sha for ref, sha in updates.items()})
+
+
+def _concurrent_writer(stage: Staging, url: str, name: str, seen: bytes | None,
+                       meta_ref: str) -> str:
+    """Who moved the remote during a push, as far as its meta ref says."""
+    try:
+        meta = stage.fetch(url, name, [meta_ref]).get(meta_ref)
+    except RemoteError:
+        return "a concurrent pusher"
+    if meta is not None and meta != seen:
+        return describe_pusher(stage, meta)
+    return ("a writer that left no Kernos push record (the remote's main was moved by plain "
+            f"git; its last Kernos push was by {describe_pusher(stage, meta)})")
 
 
 def ls_remote(url: str, refs: Iterable[str]) -> dict[str, bytes]:

@@ -124,7 +124,7 @@ def test_a_writer_that_moves_the_remote_during_the_push_wins_the_compare_and_swa
     run_ops(tmp_path / "b", range(10, 11))
     run_ops(a, range(4, 6))
     prune(a, Policy(keep_last=1))
-    real = remote_module._push_refs
+    real = remote_module.push_refs
     raced: list[bool] = []
 
     def another_writer_first(*args: object, **kwargs: object) -> None:
@@ -138,7 +138,7 @@ def test_a_writer_that_moves_the_remote_during_the_push_wins_the_compare_and_swa
                 f"{head_of(tmp_path / 'b')}:{BRANCH}")
         real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(remote_module, "_push_refs", another_writer_first)
+    monkeypatch.setattr(remote_module, "push_refs", another_writer_first)
     with pytest.raises(RemoteDiverged, match="moved while this push ran") as refused:
         push(a)
     assert ref_of(url) == head_of(tmp_path / "b")
