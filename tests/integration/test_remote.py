@@ -243,3 +243,39 @@ def test_a_kernel_killed_before_its_push_pushes_the_op_when_it_comes_back(
     assert remote_ref(url) == acknowledged
     ok(kernos("clone", str(url), str(tmp_path / "copy")))
     assert kernos("audit", "verify", "-w", str(tmp_path / "copy")).returncode == 0
+
+
+def test_a_pruned_workspace_pushes_and_an_old_copy_pulls_through_the_cli(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    """kernos push, kernos prune, kernos push again (over the prune), then a clone and an
+    old copy's pull both verify and hold the same names as the source."""
+    source, url = tmp_path / "source", tmp_path / "remote.git"
+    kernel = kernel_factory(source)
+    for value in range(1, 5):
+        committed(kernel, f"x = {value}\ntable = {{'k': list(range({value}))}}")
+    kernel.stop()
+    w = ("-w", str(source))
+    ok(kernos("remote", "add", "origin", str(url), *w))
+    ok(kernos("push", *w))
+    pushed = remote_ref(url)
+    ok(kernos("clone", str(url), str(tmp_path / "old")))
+    pruned = json.loads(ok(kernos("prune", "--keep-last", "2", "--json", *w)))
+    assert pruned["pruned"] and pruned["head"]["to"] != pushed
+    result = json.loads(ok(kernos("push", "--json", *w)))
+    assert result["prunes"] == [pruned["record"]] and result["before"] == pushed
+    assert remote_ref(url) == head(source) == result["head"]
+
+    ok(kernos("clone", str(url), str(tmp_path / "fresh")))
+    pulled = json.loads(ok(kernos("pull", "--json", "-w", str(tmp_path / "old"))))
+    renamed = [kept for kept in pruned["kept"] if kept["new_commit"] != kept["commit"]]
+    assert renamed  # the old copy had those under their old ids: they go too
+    assert pulled["prunes"] == [pruned["record"]]
+    assert pulled["dropped"] == len(pruned["pruned"]) + len(renamed)
+    objects = json.loads(ok(kernos("objects", "--json", *w)))
+    for copy in (tmp_path / "fresh", tmp_path / "old"):
+        verified = kernos("audit", "verify", "-w", str(copy))
+        assert verified.returncode == 0 and verified.stdout.startswith("ok:"), verified
+        assert head(copy) == head(source)
+        assert json.loads(ok(kernos("objects", "--json", "-w", str(copy)))) == objects
+    again = kernel_factory(tmp_path / "old")
+    assert again.value("x") == 4 and again.value("table") == {"k": [0, 1, 2, 3]}

@@ -215,7 +215,9 @@ def _add_prune(add: _Add) -> None:
                     "(UTC days that have one), the snapshots tags matching PATTERN name and "
                     "whatever other refs need; delete the rest, packs included. The kept "
                     "snapshots after a pruned one get new commit ids (same trees); an audit "
-                    "record says what was pruned, so `kernos audit verify` still passes. "
+                    "record says what was pruned, so `kernos audit verify` still passes, "
+                    "and `kernos push` moves the remote's main over the prune (the remote "
+                    "keeps the pruned objects until its own git gc). "
                     "Needs the workspace to itself (stop its kernel); --dry-run changes "
                     "nothing and works beside a kernel.")
     prune.add_argument("--keep-last", type=count, default=0, metavar="N",

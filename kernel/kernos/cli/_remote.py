@@ -50,9 +50,11 @@ def add_arguments(add: _Add) -> None:
                          help="delete the lease whoever holds it (only when that writer is "
                               "known to be gone)")
     pushed = add("push", "push the history, audit chain and LLM recordings to a remote "
-                 "(fast-forward only; works beside a running kernel)", "workspace", "json")
+                 "(fast-forward only, or over a `kernos prune` the audit chain records; works "
+                 "beside a running kernel)", "workspace", "json")
     pushed.add_argument("name", nargs="?", default="origin", help="the remote (default origin)")
-    pulled = add("pull", "fast-forward the workspace to a remote (the kernel must be stopped)",
+    pulled = add("pull", "fast-forward the workspace to a remote, or follow the remote's "
+                 "`kernos prune` when this copy has no op it lacks (the kernel must be stopped)",
                  "workspace", "json")
     pulled.add_argument("name", nargs="?", default="origin", help="the remote (default origin)")
     cloned = add("clone", "a new workspace from a remote: history, audit chain, LLM "
@@ -77,13 +79,17 @@ def _dispatch(args: argparse.Namespace, path: Path) -> int:
         result = remote.push(path, args.name)
         _report(args, result.to_json(), f"Pushed to {args.name}: head {_short(result.head)}"
                 + (f" (was {_short(result.before)})" if result.before != result.head else
-                   " (already there)") + f", {result.records} audit records.")
+                   " (already there)") + f", {result.records} audit records."
+                + (f" The remote's main moved over the prune (audit record "
+                   f"{_indices(result.prunes)}) by compare-and-swap." if result.prunes else ""))
         return Exit.OK
     if args.command == "pull":
         pulled = remote.pull(path, args.name)
         _report(args, pulled.to_json(), f"Pulled from {args.name}: head {_short(pulled.head)}"
                 + (f" (was {_short(pulled.before)})" if pulled.before != pulled.head else
-                   " (up to date)") + f", {pulled.records} audit records added.")
+                   " (up to date)") + f", {pulled.records} audit records added."
+                + (f" Followed the remote's prune (audit record {_indices(pulled.prunes)}): "
+                   f"{pulled.dropped} pruned snapshots deleted here." if pulled.prunes else ""))
         return Exit.OK
     if args.command == "clone":
         cloned = remote.clone(args.url, args.directory)
@@ -122,6 +128,10 @@ def _remote(args: argparse.Namespace, path: Path) -> int:
                 f"Released the lease on {args.name} held by {holder.describe()}." if holder
                 else f"The remote {args.name} had no lease.")
     return Exit.OK
+
+
+def _indices(prunes: tuple[int, ...]) -> str:
+    return ", ".join(str(index) for index in prunes)
 
 
 def _report(args: argparse.Namespace, document: dict[str, object], text: str) -> None:

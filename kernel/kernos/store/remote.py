@@ -413,7 +413,8 @@ class PullResult:
     """The remote's prune records that let the head move from ``before``, which the remote's
     main does not contain (empty: a fast-forward)."""
     dropped: int = 0
-    """The commits those prunes deleted that were deleted here (with what only they reach)."""
+    """The commits deleted here (with what only they reach): those the prunes deleted, and
+    the old ids of those they renamed."""
 
     def to_json(self) -> dict[str, object]:
         return {"remote": self.remote, "head": self.head, "before": self.before,

@@ -266,7 +266,8 @@ def drop_pruned(workspace: Workspace, since: PrunedSince, old_head: bytes,
     """After a pull moved the branch over the remote's prunes: move this copy's tags as the
     records say, and delete every object that only the pruned commits reach, as a prune
     does (:func:`kernos.store.retention.finish`, under the same intent file, so a crash is
-    finished by the next writable open).  How many pruned commits were deleted here."""
+    finished by the next writable open).  How many commits were deleted here (pruned, or
+    the old ids of renamed ones)."""
     refs = dict(line.split(" ", 1)[::-1] for line in git(
         workspace.git_dir, "for-each-ref", "--format=%(objectname) %(refname)",
         what="listing the history's refs").stdout.decode().splitlines())
