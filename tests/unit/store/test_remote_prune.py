@@ -295,3 +295,22 @@ def test_the_audit_ref_the_pruned_push_moved_still_grows_by_commits(tmp_path: Pa
     before = ref_of(url, AUDIT_REF)
     push(a)
     assert git("--git-dir", str(url), "rev-parse", f"{AUDIT_REF}^").strip() == before
+
+
+def test_a_pull_whose_prunes_do_not_map_this_copys_head_is_refused(tmp_path: Path) -> None:
+    """The remote was pruned, then its main moved by plain git to an unrelated history: the
+    prunes map the old copy's head to a's, which that main does not contain."""
+    url, a = tmp_path / "remote.git", tmp_path / "a"
+    workspace(a, url, range(1, 4)).close()
+    push(a)
+    clone(str(url), tmp_path / "old")
+    old_head = head_of(tmp_path / "old")
+    run_ops(a, range(4, 6))
+    prune(a, Policy(keep_last=1))
+    push(a)
+    run_ops(tmp_path / "stranger", range(30, 31))
+    git("--git-dir", str(tmp_path / "stranger" / "history.git"), "push", "--quiet", str(url),
+        f"+{head_of(tmp_path / 'stranger')}:{BRANCH}")
+    with pytest.raises(RemoteDiverged, match="do not account for this workspace's head"):
+        pull(tmp_path / "old")
+    assert head_of(tmp_path / "old") == old_head and has_object(tmp_path / "old", old_head)
