@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -279,11 +280,23 @@ def _tokens(total: int, prompt: int) -> dict[str, int]:
 
 
 def _jsonable(raw: object) -> Any:
-    """A malformed answer, kept for inspection as JSON (unknown objects as their type)."""
+    """A malformed answer, kept for inspection as JSON (unknown objects as their type, a
+    NaN or an infinity as its name: canonical JSON holds neither)."""
     try:
-        return json.loads(json.dumps(raw, default=lambda item: f"<{type(item).__name__}>"))
-    except (TypeError, ValueError):
+        return _finite(json.loads(json.dumps(raw, default=lambda item:
+                                              f"<{type(item).__name__}>")))
+    except (TypeError, ValueError, RecursionError):
         return f"<{type(raw).__name__}>"
+
+
+def _finite(value: Any) -> Any:
+    if type(value) is float and not math.isfinite(value):
+        return repr(value)
+    if type(value) is list:
+        return [_finite(item) for item in value]
+    if type(value) is dict:
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 def _tool_calls(answer: dict[str, Any], request: Request) -> list[ToolCall]:

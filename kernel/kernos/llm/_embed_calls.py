@@ -222,7 +222,7 @@ def _call(client: LlmClient, batch: list[EmbeddingRequest], worst: dict[str, int
         in_doubt = not isinstance(error, LLMProviderError) or error.kind in IN_DOUBT
         facts: dict[str, Any] = {"kind": "embedding", "error": type(error).__name__}
         if raw is not None:  # kept for inspection, as a malformed completion is
-            facts["response"] = store.put({"raw": _provider_raw(raw)}, subjects=subjects)
+            facts["response"] = store.put({"raw": _jsonable(raw)}, subjects=subjects)
         ledger.settle(number, tokens=tokens if in_doubt else 0,
                       cost=cost if in_doubt else None, facts=facts)
         raise
@@ -338,7 +338,7 @@ def _kind(value: object) -> str:
     return "missing" if value is None else f"a {type(value).__name__}"
 
 
-def _provider_raw(raw: dict[str, Any]) -> Any:
-    from kernos.llm._calls import _jsonable
+def _jsonable(raw: dict[str, Any]) -> Any:
+    from kernos.llm._calls import _jsonable  # _calls imports this module
 
     return _jsonable(raw)
