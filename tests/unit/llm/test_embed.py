@@ -281,6 +281,16 @@ def test_a_malformed_answer_is_refused_charged_and_not_recorded(
     assert kept == data or "nan" in str(kept) or "inf" in str(kept)
 
 
+def test_a_malformed_completion_holding_nan_is_kept_too(tmp_path: Path) -> None:
+    client = LlmClient(LlmStore(tmp_path), completion=lambda **arguments: {
+        "choices": [], "logprobs": [math.nan, -math.inf]})
+    request = build_request("gpt-4o-mini", [{"role": "user", "content": "hi"}], {})
+    journal: list[dict[str, Any]] = []
+    with pytest.raises(LLMResponseInvalid, match="no choices"):
+        client.complete(request, principal="alice", op=1, journal=journal)
+    assert client.store.get(journal[0]["response"])["raw"]["logprobs"] == ["nan", "-inf"]
+
+
 def test_an_answer_in_another_order_is_put_in_text_order(client: LlmClient,
                                                          provider: Provider) -> None:
     provider.answer = answer_with([item([2.0], 1), item([1.0], 0)])
@@ -320,11 +330,14 @@ def test_a_budget_refuses_the_worst_case_before_any_call(client: LlmClient,
                                                  tokens=8)], journal=journal)
     assert caught.value.phase == "before" and provider.calls == []
     assert journal[0]["error"] == "LLMBudgetExceeded"
-    # The worst case of all the texts is checked before the first batch is called.
-    with pytest.raises(LLMBudgetExceeded):
-        embed(client, *[f"word {n}" for n in range(70)],
-              budgets=[Budget(key="k", label="k", tokens=64 * 2 + 5)])
-    assert provider.calls == []
+    # The worst case of all the texts is checked before the first batch is called: the
+    # first 64 would fit, all 70 do not.
+    texts = [f"word {n}" for n in range(70)]
+    first_batch = sum(litellm.token_counter(model=MODEL, text=text) for text in texts[:64])
+    provider.usage = lambda texts: None  # so a call made would not fail after, either
+    with pytest.raises(LLMBudgetExceeded) as caught:
+        embed(client, *texts, budgets=[Budget(key="k", label="k", tokens=first_batch + 1)])
+    assert caught.value.phase == "before" and provider.calls == []
     # A recorded text needs no budget at all.
     assert embed(client, "a", budgets=[Budget(key="k2", label="k2", tokens=0)])[0].cached
 
