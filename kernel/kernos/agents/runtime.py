@@ -64,6 +64,8 @@ __all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace
 REGISTRY = "kernos:agents"
 MAX_DENIALS_LOGGED = 20
 """Denials recorded per run; more are counted, and the op is vetoed anyway."""
+MAX_EMBED_TEXTS = 256
+"""The most texts one :meth:`AgentRuntime.embed_texts` call embeds."""
 
 
 def namespace_key(agent: str) -> str:
@@ -770,6 +772,11 @@ class AgentRuntime:
     #
     # Any LLM error inside an op vetoes it: the op rolls back even if agent code
     # caught the error, and its audit record lists the calls and says why.
+    #
+    # Embeddings (``embed_texts``, the memory service's way to a model) are checked
+    # and budgeted the same way (``_llm_grants``, ``_llm_budgets``), but may also be
+    # asked outside an op (a harness or MCP read): then there is no op limit, no
+    # journal, and only the principal's ledger key is charged.
 
     def llm_client(self) -> LlmClient:
         """The client over this image's ``<workspace>/llm/`` store (made on first use)."""
@@ -785,7 +792,7 @@ class AgentRuntime:
             params: dict[str, object]) -> object:
         """Call ``model`` as ``ctx.principal``; plain data for agent code."""
         from kernos.errors import LLMRequestInvalid
-        from kernos.llm import Budget, build_request
+        from kernos.llm import build_request
 
         authority = ctx.authority()
         if not authority:  # the human's own code (no agent-written tool running)
@@ -793,22 +800,45 @@ class AgentRuntime:
         if type(model) is not str:
             raise self._invalid(ctx, LLMRequestInvalid("llm() takes a model name (a str)"))
         assert isinstance(model, str)
-        registry = self.registry
-        grants: list[Grant] = []
-        for principal in authority:  # inside an agent-written tool, its author's too
-            found = registry.find(principal, "llm", model)
-            if found is None:
-                raise self.deny(ctx, f"llm:{model[:80]}", detail=_bounded_by(ctx, principal))
-            grants.append(found)
+        grants = self._llm_grants(ctx, authority, model)
         try:
             plain = to_host(params)
             tools = _split_tools(plain, lambda name: self._llm_tool(ctx, name))
             request = build_request(model, to_host(messages), plain, tools=tools)
         except (LLMRequestInvalid, BoundaryError) as error:
             raise self._invalid(ctx, error) from None
+        budgets = self._llm_budgets(grants, authority, ctx.op, ctx.limits)
+        completion = self._llm_complete(ctx.op, ctx.principal, request, budgets,
+                                        timeout=float(ctx.limits.seconds))
+        return to_agent(completion.to_plain())
+
+    def _llm_grants(self, ctx: RunContext | None, authority: list[str], model: str,
+                    ) -> list[Grant]:
+        """The ``llm:MODEL`` grant of each of ``authority``; a denial (through ``ctx``, which
+        vetoes its op) for the first that holds none."""
+        registry = self.registry
+        grants: list[Grant] = []
+        for principal in authority:  # inside an agent-written tool, its author's too
+            found = registry.find(principal, "llm", model)
+            if found is None:
+                if ctx is None:  # outside any op: nothing to veto or record it in
+                    raise CapabilityDenied(principal, f"llm:{model[:80]}")
+                raise self.deny(ctx, f"llm:{model[:80]}", detail=_bounded_by(ctx, principal))
+            grants.append(found)
+        return grants
+
+    def _llm_budgets(self, grants: list[Grant], authority: list[str], op: Op | None,
+                     limits: Limits | None) -> list[Budget]:
+        """Every limit an agent's LLM call (completion or embedding) must stay within (see
+        above): its grants' chains, its ``spend:USD`` chains, and the op's limits (in an op).
+        The grants are noted as used by ``op``."""
+        from kernos.llm import Budget
+
+        registry = self.registry
         budgets: list[Budget] = []
         for link in self._chains(grants):
-            ctx.op.grants_used[link.id] = link.capability
+            if op is not None:
+                op.grants_used[link.id] = link.capability
             assert link.limit is not None
             budgets.append(Budget(key=_llm_key(link), tokens=int(link.limit),
                                   label=f"grant {link.id} ({link.capability}) of "
@@ -818,18 +848,17 @@ class AgentRuntime:
             if money is None:
                 continue
             for link in self._chain(money):
-                ctx.op.grants_used[link.id] = link.capability
+                if op is not None:
+                    op.grants_used[link.id] = link.capability
                 assert link.remaining is not None
                 budgets.append(Budget(key="cost:" + _llm_key(link).partition(":")[2],
                                       cost=link.remaining, label=f"grant {link.id} "
                                       f"({link.capability}) of {link.principal}"))
-        limits = ctx.limits
-        budgets.append(Budget(key=f"op:{ctx.op.id}", label=f"op {ctx.op.id}",
-                              tokens=limits.llm_tokens,
-                              cost=decimal.Decimal(limits.llm_micro_usd).scaleb(-6)))
-        completion = self._llm_complete(ctx.op, ctx.principal, request, budgets,
-                                        timeout=float(limits.seconds))
-        return to_agent(completion.to_plain())
+        if op is not None and limits is not None:
+            budgets.append(Budget(key=f"op:{op.id}", label=f"op {op.id}",
+                                  tokens=limits.llm_tokens,
+                                  cost=decimal.Decimal(limits.llm_micro_usd).scaleb(-6)))
+        return budgets
 
     def llm_as_human(self, model: object, messages: object, params: dict[str, object], *,
                      mode: object = None) -> Completion:
@@ -847,7 +876,7 @@ class AgentRuntime:
     def _llm_complete(self, op: Op, principal: str, request: Request,
                       budgets: list[Budget], *, timeout: float | None = None,
                       mode: Any = None) -> Completion:
-        from kernos.errors import LLMBudgetExceeded, LLMError
+        from kernos.errors import LLMError
 
         try:
             return self.llm_client().complete(
@@ -855,9 +884,64 @@ class AgentRuntime:
                 charge=[f"principal:{principal}", f"op:{op.id}"], journal=op.llm_calls,
                 mode=mode, timeout=timeout)
         except LLMError as error:
-            status = "vetoed" if isinstance(error, LLMBudgetExceeded) else "failed"
-            op.veto(f"{type(error).__name__}: {str(error)[:300]}", status=status)
+            _veto_for(op, error)
             raise
+
+    def embed_texts(self, principal: str, model: str, texts: list[str], *,
+                    params: dict[str, Any] | None = None) -> list[list[float]]:
+        """The vector of each of ``texts`` by ``model``, asked for ``principal``: the memory
+        service's way to a model (``memory.embed``).
+
+        Recorded and budgeted like :meth:`llm` (a text already recorded is answered
+        from its recording free of charge, see :mod:`kernos.llm`): an agent needs an
+        active ``llm:MODEL`` (or ``llm:*``) grant and spends from the same budgets; the
+        human needs none and has none.  Inside an op the calls are in its audit record
+        and any LLM error vetoes it; outside one (a harness or MCP read) they are
+        charged to the principal alone.  At most :data:`MAX_EMBED_TEXTS` texts.
+        """
+        from kernos.errors import LLMError, LLMRequestInvalid
+        from kernos.llm import build_embedding_request
+
+        if type(principal) is not str or type(model) is not str:
+            raise UsageError("embed_texts() takes a principal and a model name (str)")
+        if type(texts) is not list or len(texts) > MAX_EMBED_TEXTS:
+            raise UsageError(f"embed_texts() takes a list of at most {MAX_EMBED_TEXTS} texts, "
+                             f"not {_counted(texts)}; embed more in several calls")
+        op = self.image.current
+        ctx: RunContext | None = None
+        authority: list[str] = []
+        grants: list[Grant] = []
+        limits: Limits | None = None
+        if principal != HUMAN:
+            self.registry.principal(principal)  # UnknownAgent: no one of that name
+            running = context.running()
+            if running is not None and running.op is op and running.principal == principal:
+                ctx, authority, limits = running, running.authority(), running.limits
+            else:  # for an agent, from host code (the human recalls as it, say)
+                authority, limits = [principal], self.limits_for(principal)
+                if op is not None:  # its denial is noted on the op and vetoes it
+                    ctx = RunContext(runtime=self, principal=principal, op=op, limits=limits,
+                                     output=BoundedOutput(0))
+            grants = self._llm_grants(ctx, authority, model)
+        try:
+            requests = [build_embedding_request(model, text, params) for text in texts]
+        except LLMRequestInvalid as error:
+            if ctx is not None:
+                raise self._invalid(ctx, error) from None
+            raise
+        budgets = self._llm_budgets(grants, authority, op, limits) if authority else []
+        try:
+            found = self.llm_client().embed(
+                requests, principal=principal, op=None if op is None else op.id,
+                budgets=budgets,
+                charge=[f"principal:{principal}", *([] if op is None else [f"op:{op.id}"])],
+                journal=None if op is None else op.llm_calls,
+                timeout=None if limits is None else float(limits.seconds))
+        except LLMError as error:
+            if op is not None:
+                _veto_for(op, error)
+            raise
+        return [list(embedding.vector) for embedding in found]
 
     def _llm_tool(self, ctx: RunContext, name: str) -> dict[str, Any]:
         """A registered tool offered to a model: the caller must be able to call it."""
@@ -946,6 +1030,21 @@ def _bounded_args(args: tuple[object, ...]) -> str:
 
 def _check_arguments(version: ToolVersion, arguments: dict[str, object]) -> None:
     check_arguments(version.name, version.schema, arguments)
+
+
+def _veto_for(op: Op, error: KernosError) -> None:
+    """An LLM call failed inside ``op``: it rolls back (a budget's refusal is a veto)."""
+    from kernos.errors import LLMBudgetExceeded
+
+    status = "vetoed" if isinstance(error, LLMBudgetExceeded) else "failed"
+    op.veto(f"{type(error).__name__}: {str(error)[:300]}", status=status)
+
+
+def _counted(texts: object) -> str:
+    if type(texts) is list:
+        assert isinstance(texts, list)
+        return f"{len(texts):,} of them"
+    return f"a {type(texts).__name__}"
 
 
 def _llm_key(grant: Grant) -> str:

@@ -37,23 +37,45 @@ misses and budgets exceeded raise :class:`~kernos.errors.LLMError`
 subclasses; inside an op the runtime vetoes the op, which rolls back, and
 its audit record lists its calls.
 
+**Embeddings** (``_embed``, ``_embed_calls``).  :func:`build_embedding_request`
+checks one text for one model (``dimensions`` and ``mock_response`` the only
+parameters), and :meth:`LlmClient.embed` answers a list of them with one
+:class:`Embedding` each: recorded and budgeted like completions, in batches
+of at most 64 texts, except that a text already recorded is answered from
+its recording *free of charge* (embeddings feed a cache, the memory index,
+and rebuilding it must not pay twice).  Its journal entries and ledger
+calls say ``"kind": "embedding"``.
+
 **Credentials** are litellm's usual environment variables, read by litellm
 in the kernel's process.  Nothing Kernos records is taken from them, and
 provider messages are stripped of them.
 """
 
 from kernos.llm._calls import Completion, LlmClient, ToolCall, Usage
+from kernos.llm._embed import (
+    EMBEDDING_PARAMS,
+    MAX_DIMENSIONS,
+    MAX_INPUT_CHARS,
+    EmbeddingRequest,
+    build_embedding_request,
+)
+from kernos.llm._embed_calls import Embedding
 from kernos.llm._mode import ENVIRONMENT, Mode, current_mode, set_mode
 from kernos.llm._request import DEFAULT_MAX_TOKENS, PARAMS, Request, build_request
 from kernos.llm._store import LEDGER_FILE, Budget, Ledger, LlmStore, Spent
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
+    "EMBEDDING_PARAMS",
     "ENVIRONMENT",
     "LEDGER_FILE",
+    "MAX_DIMENSIONS",
+    "MAX_INPUT_CHARS",
     "PARAMS",
     "Budget",
     "Completion",
+    "Embedding",
+    "EmbeddingRequest",
     "Ledger",
     "LlmClient",
     "LlmStore",
@@ -62,6 +84,7 @@ __all__ = [
     "Spent",
     "ToolCall",
     "Usage",
+    "build_embedding_request",
     "build_request",
     "current_mode",
     "set_mode",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,9 @@ from kernos.errors import (
     LLMReplayMiss,
     LLMToolCallInvalid,
 )
-from kernos.llm import _provider
+from kernos.llm import _embed_calls, _provider
+from kernos.llm._embed import EmbeddingRequest
+from kernos.llm._embed_calls import Embedding
 from kernos.llm._mode import Mode, current_mode
 from kernos.llm._request import Request
 from kernos.llm._store import Budget, LlmStore
@@ -118,11 +121,13 @@ class Completion:
 class LlmClient:
     """Makes recorded, budgeted calls against one :class:`LlmStore`."""
 
-    def __init__(self, store: LlmStore, *, completion: _provider.Completion | None = None
-                 ) -> None:
+    def __init__(self, store: LlmStore, *, completion: _provider.Completion | None = None,
+                 embedding: _provider.Completion | None = None) -> None:
         self.store = store
         self.completion = completion
         """Stands in for ``litellm.completion`` (tests); None: litellm's own."""
+        self.embedding = embedding
+        """Stands in for ``litellm.embedding`` (tests); None: litellm's own."""
         self.replay_cached: list[bool] = []
         """A replay's ``cached`` flags for the op's next calls, as the original reported
         them (in replay mode every answer comes from a recording, but what code was
@@ -241,6 +246,15 @@ class LlmClient:
             cost=cost, model=stored["answer"]["model"], cached=entry["cached"],
             request=request.hash, response=response, call=number, latency_ms=latency)
 
+    def embed(self, requests: Sequence[EmbeddingRequest], *, principal: str, op: int | None,
+              budgets: Sequence[Budget] = (), charge: Sequence[str] = (),
+              journal: list[dict[str, Any]] | None = None, mode: Mode | None = None,
+              timeout: float | None = None) -> list[Embedding]:
+        """The vector of each request's text, in order (see :mod:`kernos.llm._embed_calls`:
+        a recorded text is charged nothing, unlike a recorded completion)."""
+        return _embed_calls.embed(self, requests, principal=principal, op=op, budgets=budgets,
+                                  charge=charge, journal=journal, mode=mode, timeout=timeout)
+
     def _stored(self, request: Request, answer: dict[str, Any]) -> dict[str, Any]:
         """What is stored for an answer: the answer, its usage and its price."""
         usage = answer.pop("usage")
@@ -266,11 +280,23 @@ def _tokens(total: int, prompt: int) -> dict[str, int]:
 
 
 def _jsonable(raw: object) -> Any:
-    """A malformed answer, kept for inspection as JSON (unknown objects as their type)."""
+    """A malformed answer, kept for inspection as JSON (unknown objects as their type, a
+    NaN or an infinity as its name: canonical JSON holds neither)."""
     try:
-        return json.loads(json.dumps(raw, default=lambda item: f"<{type(item).__name__}>"))
-    except (TypeError, ValueError):
+        return _finite(json.loads(json.dumps(raw, default=lambda item:
+                                              f"<{type(item).__name__}>")))
+    except (TypeError, ValueError, RecursionError):
         return f"<{type(raw).__name__}>"
+
+
+def _finite(value: Any) -> Any:
+    if type(value) is float and not math.isfinite(value):
+        return repr(value)
+    if type(value) is list:
+        return [_finite(item) for item in value]
+    if type(value) is dict:
+        return {key: _finite(item) for key, item in value.items()}
+    return value
 
 
 def _tool_calls(answer: dict[str, Any], request: Request) -> list[ToolCall]:

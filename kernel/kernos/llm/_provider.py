@@ -24,8 +24,8 @@ from kernos.determinism import generators_untouched
 from kernos.errors import LLMProviderError, LLMResponseInvalid, UsageError
 from kernos.llm._request import Request
 
-__all__ = ["call", "estimate_cost", "estimate_prompt_tokens", "litellm", "normalize", "redact",
-           "warm"]
+__all__ = ["call", "call_embedding", "count_text_tokens", "estimate_cost",
+           "estimate_prompt_tokens", "litellm", "normalize", "redact", "warm"]
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
 _module: Any = None
@@ -103,6 +103,42 @@ def call(request: Request, *, timeout: float | None,
         raise LLMResponseInvalid(f"the answer is a {type(raw).__name__}, not a completion",
                                  request=request.hash, model=request.model)
     return raw
+
+
+def call_embedding(model: str, inputs: list[str], params: dict[str, Any], *,
+                   timeout: float | None, embedding: Completion | None, request: str
+                   ) -> dict[str, Any]:
+    """``litellm.embedding`` of ``inputs`` (``request``: a hash that errors name); the whole
+    answer as a dict.  Provider failures become :class:`LLMProviderError`."""
+    module = litellm()
+    embedding = embedding or module.embedding
+    arguments: dict[str, Any] = {"model": model, "input": list(inputs), **params}
+    if timeout is not None:
+        arguments["timeout"] = timeout
+    try:
+        with generators_untouched():  # a provider's retries may jitter with `random`
+            answer = embedding(**arguments)
+    except Exception as error:
+        raise LLMProviderError.from_exception(error, request=request, model=model,
+                                              text=redact(str(error))) from None
+    dump = getattr(answer, "model_dump", None)
+    raw = dump() if callable(dump) else answer
+    if type(raw) is not dict:
+        raise LLMResponseInvalid(f"the answer is a {type(raw).__name__}, not an embedding "
+                                 "response", request=request, model=model)
+    return raw
+
+
+def count_text_tokens(model: str, text: str) -> int:
+    """The tokens of ``text`` as litellm counts them for the model (its UTF-8 bytes, an upper
+    bound, if it cannot); at least 1."""
+    try:
+        counted = litellm().token_counter(model=model, text=text)
+        if type(counted) is int and counted > 0:
+            return counted
+    except Exception:  # an unknown tokenizer: fall back to an upper bound
+        pass
+    return max(1, len(text.encode("utf-8", "surrogatepass")))
 
 
 def _reports_usage(chunk: object) -> bool:

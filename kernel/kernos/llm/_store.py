@@ -65,6 +65,8 @@ DIRECTORY = "llm"
 LEDGER = "calls.jsonl"
 LEDGER_FILE = f"{DIRECTORY}/{LEDGER}"
 """The ledger's path in a workspace."""
+COMPLETION = "completion"
+"""The kind of a ledger call that says none (an embedding call's lines say ``embedding``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,9 +256,12 @@ class Ledger:
         with self._lock:
             for call in calls:
                 number = self.next_call
-                self._append({"type": "settle", "call": number, "keys": list(call["keys"]),
-                              "tokens": call["tokens"], "cost": call["cost"],
-                              "absorbed": call["call"], "op": call["op"], "at": utc_now()})
+                line = {"type": "settle", "call": number, "keys": list(call["keys"]),
+                        "tokens": call["tokens"], "cost": call["cost"],
+                        "absorbed": call["call"], "op": call["op"], "at": utc_now()}
+                if call.get("kind", COMPLETION) != COMPLETION:  # completions' lines as ever
+                    line["kind"] = call["kind"]
+                self._append(line)
                 self.next_call += 1
                 self._charge(self._spent, call["keys"], call["tokens"], _decimal(call["cost"]))
 
@@ -272,18 +277,21 @@ def read_calls(path: Path) -> list[dict[str, Any]]:
 
 
 def _calls(data: bytes) -> list[dict[str, Any]]:
-    """Each call of the ledger lines ``data``, in call order: number, op, keys, tokens and
-    cost as settled (or, never ``settled``, the reservation's worst case)."""
+    """Each call of the ledger lines ``data``, in call order: number, op, kind
+    (``completion`` or ``embedding``), keys, tokens and cost as settled (or, never
+    ``settled``, the reservation's worst case)."""
     calls: dict[int, dict[str, Any]] = {}
     for line in data.splitlines():
         entry = json.loads(line)
         number = entry["call"]
         if entry["type"] == "reserve":
-            calls[number] = {"call": number, "op": entry.get("op"), "keys": entry["keys"],
+            calls[number] = {"call": number, "op": entry.get("op"),
+                             "kind": entry.get("kind", COMPLETION), "keys": entry["keys"],
                              "tokens": entry["tokens"], "cost": entry["cost"],
                              "settled": False}
         elif entry["type"] == "settle":
             call = calls.setdefault(number, {"call": number, "op": entry.get("op"),
+                                             "kind": entry.get("kind", COMPLETION),
                                              "keys": entry.get("keys", [])})
             call.update(tokens=entry["tokens"], cost=entry["cost"], settled=True)
     return [calls[number] for number in sorted(calls)]

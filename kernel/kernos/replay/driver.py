@@ -22,7 +22,10 @@ recorded between two snapshots:
    agents' memory are answered from the op's record in the same way
    (:mod:`kernos.memory.service`).  Budgets are
    spent again in the new workspace's own ledger, by the same ops, failed
-   ones included.
+   ones included; an op's embedding calls are not made again (recalls come
+   from the record, and a recorded text is answered free), so the source's
+   ledger calls of kind ``embedding`` of each op are absorbed just before it
+   runs, and the new ledger charges what the original did.
 3. *Check.*  Every op must end as it did (committed or not), and after each
    committed op the image must equal the source's snapshot of that op.  Two
    snapshots are equal when every group's stored tree is the same bytes, or
@@ -344,8 +347,16 @@ class _Replayer:
         # The ledger outside the image follows the source's: the calls of ops this
         # replay does not re-run are charged before the ops after them run.
         # (In op order; a call outside any op, first.)
-        unrun = sorted((call for call in read_calls(Path(self.original.path) / LEDGER_FILE)
-                        if call["op"] not in replayed), key=lambda call: call["op"] or 0)
+        calls = read_calls(Path(self.original.path) / LEDGER_FILE)
+        unrun = sorted((call for call in calls if call["op"] not in replayed),
+                       key=lambda call: call["op"] or 0)
+        # The embedding calls of the ops it re-runs are not made again (their recalls
+        # are answered from the records, and a text embedded before is answered free
+        # from its recording): each op's are charged just before it runs.
+        embedded: dict[int, list[dict[str, Any]]] = {}
+        for call in calls:
+            if call["op"] in replayed and call["kind"] == "embedding":
+                embedded.setdefault(call["op"], []).append(call)
         ledger = self.runtime.llm_client().store.ledger
         for record in records:
             op = int(record["op"])
@@ -358,6 +369,7 @@ class _Replayer:
             if due:
                 ledger.absorb(unrun[:due])
                 del unrun[:due]
+            ledger.absorb(embedded.pop(op, []))
             step, divergence = self._step(record)
             report.steps.append(step)
             if divergence is not None and report.divergence is None:
@@ -503,8 +515,9 @@ class _Replayer:
                                         reach=Reach(frozenset()))
             replayed.abort(status=status, error=_error(record))
             return status, None
-        self.runtime.llm_client().replay_cached = [
-            bool(call.get("cached")) for call in record.get("llm") or []]
+        self.runtime.llm_client().replay_cached = [  # the completions' (an embedding's
+            bool(call.get("cached"))                 # entry says what it was)
+            for call in record.get("llm") or [] if call.get("kind") != "embedding"]
         self.runtime.memory.replaying = recorded_recalls(self.source_audit, record)
         self.image.clock_replay = list(record.get("clock") or [])
         if kind == "loop":  # an iteration of an agent's loop (kernos.agents.loop)

@@ -118,6 +118,7 @@ def test_the_llm_exports_are_the_intended_ones() -> None:
     assert set(kernos.llm.__all__) == {
         "DEFAULT_MAX_TOKENS", "ENVIRONMENT", "LEDGER_FILE", "PARAMS", "Budget", "Completion",
         "Ledger", "LlmClient", "LlmStore", "Mode", "Request", "Spent", "ToolCall", "Usage",
-        "build_request", "current_mode", "set_mode"}
+        "build_request", "current_mode", "set_mode", "EMBEDDING_PARAMS", "MAX_DIMENSIONS",
+        "MAX_INPUT_CHARS", "Embedding", "EmbeddingRequest", "build_embedding_request"}
     for name in kernos.llm.__all__:
         assert hasattr(kernos.llm, name), name
