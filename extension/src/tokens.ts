@@ -193,6 +193,16 @@ export interface ILoop {
   pending: number;
   last_op: number | null;
   reason: string | null;
+  /** What the last committed iteration printed (kept in the kernel's memory only). */
+  output?: ILoopOutput | null;
+}
+
+/** One iteration's printed output: at most 2,000 characters, `cut` counts those left out. */
+export interface ILoopOutput {
+  op: number;
+  iteration: number;
+  text: string;
+  cut: number;
 }
 
 /** An agent's effective circuit-breaker policy (the `policy` action) and its circuit. */
@@ -200,6 +210,8 @@ export interface ICircuit {
   agent: string;
   policy: Record<string, number | boolean>;
   circuit: ITrip | null;
+  /** The op of its checkpoint tagged safe (what a reset with restore goes back to), or null. */
+  safe: number | null;
 }
 
 /** One recalled memory. */

@@ -1,9 +1,10 @@
 """The sidebar's Agents tab in a real JupyterLab and chromium: loops, circuits, memory.
 
-A person starts an agent's loop from a cell, sees it in the Agents tab and
-pauses it with its button (the image says paused, not only the page); the
-agent's failing ops open its circuit, and the loop shows as tripped with the
-policy's message; the Reset button closes the circuit; a search finds a
+A person starts an agent's loop from a cell, sees it in the Agents tab with
+what its last iteration printed, and pauses it with its button (the image says
+paused, not only the page); the agent's failing ops open its circuit, and the
+loop shows as tripped with the policy's message; the Reset button closes the
+circuit, offering "restore" only once the agent has a checkpoint tagged safe; a search finds a
 memory as the human; as an agent, recall is refused without ``memory:read``
 and, with it, finds nothing the agent may not read.  Text the
 image holds is shown as text: markup in a value never becomes an element.
@@ -21,6 +22,7 @@ from browser.pages import STEP_TIMEOUT_MS, KernosPanel, NotebookPage
 pytestmark = [pytest.mark.slow, pytest.mark.kernel, pytest.mark.extension]
 
 HOSTILE = '<img src=x onerror="window.kernosPwned = 1">'
+STEP = f"n = 1\nprint({HOSTILE!r}, 'step done')"
 
 
 def _loop_row(panel: KernosPanel, agent: str) -> object:
@@ -34,7 +36,7 @@ def test_pause_a_loop_reset_its_tripped_circuit_and_search_memory(
     panel.open()
     notebook.run_cell(
         "agents.add('carol')\nagents.policy('carol', failures=1)\n"
-        "agents.loop('carol', 'n = 1', every_ms=3_600_000, pending=['a', 'b'])\n"
+        f"agents.loop('carol', {STEP!r}, every_ms=3_600_000, pending=['a', 'b'])\n"
         f"note = 'the zebra migrates at dawn {HOSTILE}'")
     panel.tab("agents")
     loops = panel.testid("kernos-loops")
@@ -43,6 +45,9 @@ def test_pause_a_loop_reset_its_tripped_circuit_and_search_memory(
     # The kernel's driver runs the first iteration at once (then waits an hour): the row
     # follows it live, from the iteration's committed notice.
     expect(row).to_contain_text("iteration 1 · 2 pending · last op", timeout=STEP_TIMEOUT_MS)
+    # What the iteration printed, as text: the markup in it never becomes an element.
+    expect(row.get_by_test_id("kernos-loop-output")).to_have_text(f"{HOSTILE} step done\n")
+    assert panel.root.locator("img").count() == 0
     notebook.shot("loop-running")
 
     panel.click(row.get_by_test_id("kernos-loop-pause"),
@@ -62,6 +67,9 @@ def test_pause_a_loop_reset_its_tripped_circuit_and_search_memory(
     circuits = panel.testid("kernos-circuits")
     open_row = circuits.locator('tr[data-agent="carol"][data-open="true"]')
     expect(open_row).to_contain_text("1 op(s) of 'carol' in a row did not commit")
+    # No checkpoint tagged safe: nothing to restore, so the box cannot be ticked.
+    expect(open_row.get_by_test_id("kernos-circuit-restore")).to_be_disabled()
+    expect(open_row).to_contain_text("restore (none)")
     notebook.shot("circuit-open")
 
     panel.click(open_row.get_by_test_id("kernos-circuit-reset"),
@@ -71,6 +79,24 @@ def test_pause_a_loop_reset_its_tripped_circuit_and_search_memory(
     cell = notebook.run_cell("agents.circuit('carol')")
     expect(cell.locator(".jp-OutputArea-output")).to_have_count(0)  # None: closed
     notebook.shot("circuit-reset")
+
+    # With a safe checkpoint, the next trip offers to restore it, naming its op.
+    cell = notebook.run_cell("agents.checkpoint('carol', safe=True)['op']")
+    expect(cell.locator(".jp-OutputArea-output")).to_have_count(1)
+    point = cell.locator(".jp-OutputArea-output").inner_text().strip()
+    notebook.run_cell("%%agent carol\n1 / 0")
+    notebook.run_cell("%%agent carol\nx = 1")
+    panel.tab("agents")
+    expect(open_row).to_have_count(1, timeout=STEP_TIMEOUT_MS)
+    restore = open_row.get_by_test_id("kernos-circuit-restore")
+    expect(restore).to_be_enabled()
+    expect(open_row).to_contain_text(f"restore op {point}")
+    restore.check()
+    notebook.shot("circuit-open-with-safe-point")
+    panel.click(open_row.get_by_test_id("kernos-circuit-reset"),
+                circuits.locator('tr[data-agent="carol"][data-open="false"]'), "reset")
+    expect(panel.testid("kernos-status")).to_contain_text(
+        f"its namespace is back to op {point}")
 
     panel.tab("agents")
     panel.testid("kernos-memory-query").fill("zebra")

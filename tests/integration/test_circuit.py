@@ -185,7 +185,7 @@ def test_an_open_circuit_refuses_every_path_until_the_human_resets_it(
     assert reset.returncode == 0, reset.stderr
     assert json.loads(reset.stdout)["was_open"] == "failures"
     closed = _kernos(workspace, "agent", "circuit", "alice")
-    assert closed.stdout.strip() == "alice: closed"
+    assert closed.stdout.strip() == "alice: closed; no safe checkpoint"
     assert kernel.run("%%agent alice\nn = 5").committed
     assert kernel.run("events.emit('orders.new', {'n': 2})").committed
     assert _alice_state(kernel) == (5, [{"n": 2}])

@@ -201,3 +201,29 @@ def test_the_widget_s_buttons_pause_a_loop_and_reset_its_circuit_in_a_real_kerne
     assert "carol&#x27;s circuit is closed" in frontend.models[status]["value"]
     assert kernel_value(frontend, "agents.circuit('carol')") is None
     assert frontend.models[reset]["disabled"] is True
+
+
+def test_a_resume_from_the_panel_wakes_the_driver_and_the_panel_shows_what_it_printed(
+        kernel_factory: Callable[..., Any], tmp_path: Path) -> None:
+    # The driver's idle poll is made huge: the resumed loop turns only if the comm wakes it.
+    kernel = kernel_factory(tmp_path / "ws", {"KERNOS_LOOP_IDLE_POLL": "1000000"})
+    feed = Feed(kernel)
+    step = "print('<b>item</b>', loop_state()['iteration'])"
+    assert feed.run(f"agents.add('dave')\nagents.loop('dave', {step!r}, max_iterations=1)\n"
+                    "agents.pause('dave')").committed
+    panel = Inspector(feed)
+    assert _loop(panel, "dave")["output"] is None
+    resumed = panel.result("loop", do="resume", agent="dave")
+    assert resumed["loop"]["status"] == "running"
+
+    def daves() -> list[dict[str, Any]]:
+        return [notice for notice in panel.of_type("committed")
+                if notice["principal"] == "dave"]
+
+    feed.pump(lambda: bool(daves()))   # no cell, no request: only the wake turns it
+    [iteration] = daves()
+    dave = _loop(panel, "dave")
+    assert (dave["status"], dave["iteration"], dave["last_op"]) == ("finished", 1,
+                                                                    iteration["op"])
+    assert dave["output"] == {"op": iteration["op"], "iteration": 0,
+                              "text": "<b>item</b> 0\n", "cut": 0}

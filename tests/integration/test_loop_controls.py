@@ -125,6 +125,35 @@ def test_a_started_loop_follows_to_its_end_from_the_cli(tmp_path: Path) -> None:
         "iteration"] == 2
 
 
+PRINTING = "print('step', loop_state()['iteration'], 'done\\x1b[2J')\nprint('second line')"
+
+
+def test_follow_prints_each_iteration_s_output_and_loops_its_last_line(
+        kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    kernel = kernel_factory(workspace)   # the commands below use it: one kernel's memory
+    committed(kernel, "agents.add('talker')")
+    run = cli("agent", "loop", "talker", "-w", str(workspace), "-c", PRINTING, "--max", "3",
+              "--follow")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    starts = [index for index, line in enumerate(lines) if " committed (op " in line]
+    assert len(starts) == 3, run.stdout
+    for iteration, index in enumerate(starts):
+        # under each iteration, what it printed; the escape reaches the terminal as text
+        assert lines[index + 1:index + 3] == [f"  | step {iteration} done\\x1b[2J",
+                                              "  | second line"], run.stdout
+    assert "\x1b" not in run.stdout
+    listed = cli("agent", "loops", "-w", str(workspace))
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()[:2]
+    assert header.split()[-2:] == ["last", "output"] and row.endswith("second line"), listed
+    # A new kernel holds no outputs (they are never written down): the JSON says null.
+    kernel.stop()
+    shown = as_json(cli("agent", "loops", "-w", str(workspace), "--json"), 0)
+    assert shown["loops"][0]["output"] is None and shown["loops"][0]["iteration"] == 3
+
+
 def test_a_restarted_kernel_resumes_a_running_loop_and_not_a_paused_one(
         kernel_factory: Callable[..., Kernel], tmp_path: Path) -> None:
     workspace = tmp_path / "ws"

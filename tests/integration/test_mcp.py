@@ -55,7 +55,7 @@ agents.register_tool("reset_ledger", reset_ledger, effect="image",
 """
 BUILTINS = {"kernos-op", "kernos-objects", "kernos-object", "kernos-log", "kernos-show",
             "kernos-diff", "kernos-checkout", "kernos-events", "kernos-recall",
-            "kernos-remember"}
+            "kernos-remember", "kernos-loop"}
 HUMAN_ONLY = {"kernos-show", "kernos-diff", "kernos-checkout"}
 
 

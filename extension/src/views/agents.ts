@@ -4,7 +4,9 @@
  * a search: recall as the human or as a chosen agent).  The buttons send the
  * kernel's `loop` (pause, resume, stop) and `reset` actions, each an op by `human`;
  * their committed notice refreshes this view.  Every string shown came from
- * agent code: it only ever becomes text.
+ * agent code: it only ever becomes text.  A loop shows what its last committed
+ * iteration printed; a reset offers "restore" only for an agent with a
+ * checkpoint tagged safe (the `circuit` action's `safe`).
  */
 
 import { clear, describeError, h, text } from '../dom';
@@ -74,7 +76,9 @@ export class AgentsView implements IView {
     try {
       const [loops, trips, memory] = await Promise.all([
         this._request<{ loops: ILoop[] }>('loop', { do: 'status' }),
-        this._request<{ circuits: Record<string, ITrip | null> }>('circuit'),
+        this._request<{ circuits: Record<string, ITrip | null>; safe?: Record<string, number | null> }>(
+          'circuit'
+        ),
         this._request<IMemoryStats>('memory', { command: 'stats' })
       ]);
       const agents = Object.keys(trips.circuits ?? {}).sort();
@@ -87,7 +91,8 @@ export class AgentsView implements IView {
       const circuits: ICircuit[] = agents.map((agent, index) => ({
         agent,
         policy: policies[index].policy ?? {},
-        circuit: trips.circuits[agent] ?? null
+        circuit: trips.circuits[agent] ?? null,
+        safe: trips.safe?.[agent] ?? null
       }));
       this._message.textContent = '';
       this._drawLoops(loops.loops, circuits);
@@ -157,7 +162,17 @@ export class AgentsView implements IView {
               className: 'kernos-hint kernos-loop-figures',
               text: `iteration ${text(loop.iteration)} · ${text(loop.pending)} pending · last op ${text(loop.last_op)}`
             }),
-            h('div', { className: 'kernos-loop-reason', text: text(loop.reason ?? trip?.message, '') })
+            h('div', { className: 'kernos-loop-reason', text: text(loop.reason ?? trip?.message, '') }),
+            ...(loop.output
+              ? [
+                  h('pre', {
+                    className: 'kernos-loop-output',
+                    testid: 'kernos-loop-output',
+                    text: loop.output.text + (loop.output.cut ? `\n[cut: ${text(loop.output.cut)} more characters]` : ''),
+                    attrs: { 'aria-label': `${loop.agent}'s last output (op ${text(loop.output.op)})` }
+                  })
+                ]
+              : [])
           ),
           actions
         )
@@ -181,15 +196,28 @@ export class AgentsView implements IView {
         .join(', ');
       const actions = h('td', { className: 'kernos-row-actions' });
       if (trip) {
+        const safe = entry.safe;
         const restore = h('input', {
           testid: 'kernos-circuit-restore',
           attrs: { type: 'checkbox', 'aria-label': `restore ${entry.agent}'s safe checkpoint` }
         });
+        // No checkpoint tagged safe: nothing to restore, so the box cannot be ticked.
+        restore.disabled = safe === null;
         actions.append(
           this._button('Reset', 'kernos-circuit-reset', entry.agent, () =>
-            this._reset(entry.agent, restore.checked)),
-          h('label', { className: 'kernos-restore', title: 'put the namespace back to its safe checkpoint' },
-            restore, 'restore')
+            this._reset(entry.agent, restore.checked && !restore.disabled)),
+          h(
+            'label',
+            {
+              className: 'kernos-restore',
+              title:
+                safe === null
+                  ? `${entry.agent} has no checkpoint tagged safe: agents.checkpoint(NAME, safe=True) takes one`
+                  : `put the namespace back to its safe checkpoint (op ${safe})`
+            },
+            restore,
+            safe === null ? 'restore (none)' : `restore op ${safe}`
+          )
         );
       }
       this._circuits.append(

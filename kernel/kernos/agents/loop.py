@@ -20,6 +20,14 @@ did not commit, and never runs a committed one again.  The op's kind is
 ``loop``, and its audit record (and snapshot manifest) carries
 ``"loop": {"agent", "iteration"}``, committed or not.  A committed iteration
 emits ``kernos.loop.iteration`` (payload: agent, iteration, op, status).
+
+**What a step prints** is kept for the human to read, in memory only
+(:func:`outputs_of`: the last :data:`HELD_OUTPUTS` committed iterations of
+each loop, each cut to :data:`MAX_OUTPUT_CHARS`), never in the image, the
+audit or an event's payload.  The audit keeps no op's printed output either:
+printed text may hold personal data, which reaches disk only sealed (a
+``personal`` value), so that erasing its subject reaches it; printed text is
+not sealed.  A kernel that restarts has none until its loops print again.
 During its step, and only then, the agent sees the loop through builtins
 (plain data only, nothing of the runtime):
 
@@ -59,7 +67,9 @@ may be replaced by :func:`start`; a running or paused one may not.
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -87,9 +97,10 @@ if TYPE_CHECKING:
     from kernos.image import Image
     from kernos.op import AbortReport, CommitReport, Op
 
-__all__ = ["ITERATION_TOPIC", "LOOP_PREFIX", "STATES", "STATUS_TOPIC", "IterationResult",
-           "LoopState", "Turn", "iterate", "loop_name", "loops", "run_once", "running",
-           "set_status", "start", "state_of"]
+__all__ = ["HELD_OUTPUTS", "ITERATION_TOPIC", "LOOP_PREFIX", "MAX_OUTPUT_CHARS", "STATES",
+           "STATUS_TOPIC", "IterationResult", "LoopOutputs", "LoopState", "Turn", "iterate",
+           "loop_name", "loops", "outputs_of", "run_once", "running", "set_status", "start",
+           "state_of"]
 
 LOOP_PREFIX = "kernos:loop:"
 """Image names of loops: ``kernos:loop:<agent>``."""
@@ -99,6 +110,10 @@ ITERATION_TOPIC = "kernos.loop.iteration"
 STATUS_TOPIC = "kernos.loop.status"
 MAX_EVERY_MS = 24 * 3600 * 1000
 MAX_REASON_CHARS = 500
+MAX_OUTPUT_CHARS = 2000
+"""What is kept of one iteration's printed output (its end is cut, and ``cut`` says so)."""
+HELD_OUTPUTS = 16
+"""Committed iterations per loop whose output is kept (in memory)."""
 
 
 def loop_name(agent: str) -> str:
@@ -174,6 +189,42 @@ class Turn:
     @property
     def committed(self) -> bool:
         return self.outcome == "committed"
+
+
+class LoopOutputs:
+    """What the last committed iterations of each loop printed; in memory only.
+
+    Each entry is plain data: ``{"op", "iteration", "text", "cut"}`` (``cut``:
+    how many characters of the output were left out, 0 when none).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, collections.deque[dict[str, Any]]] = {}
+
+    def record(self, result: IterationResult) -> None:
+        text = result.output
+        entry = {"op": result.op, "iteration": result.iteration,
+                 "text": text[:MAX_OUTPUT_CHARS], "cut": max(len(text) - MAX_OUTPUT_CHARS, 0)}
+        self._held.setdefault(result.agent, collections.deque(maxlen=HELD_OUTPUTS)).append(entry)
+
+    def last(self, agent: str) -> dict[str, Any] | None:
+        held = self._held.get(agent)
+        return dict(held[-1]) if held else None
+
+    def since(self, agent: str, op: int) -> list[dict[str, Any]]:
+        """The held outputs of ``agent``'s iterations committed after op ``op``, oldest first."""
+        return [dict(entry) for entry in self._held.get(agent, ()) if entry["op"] > op]
+
+
+_OUTPUTS: weakref.WeakKeyDictionary[AgentRuntime, LoopOutputs] = weakref.WeakKeyDictionary()
+
+
+def outputs_of(runtime: AgentRuntime) -> LoopOutputs:
+    """The outputs :func:`run_once` kept for ``runtime``'s loops."""
+    found = _OUTPUTS.get(runtime)
+    if found is None:
+        found = _OUTPUTS[runtime] = LoopOutputs()
+    return found
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -360,6 +411,7 @@ def run_once(runtime: AgentRuntime, agent: str, *, blocking: bool = True,
     holds its op lock).  Never raises for what the step did; a refusal by
     an open circuit is ``tripped``.  ``before_commit`` runs between the
     iteration and the commit (the supervisor's announcements, a test's hook).
+    A committed iteration's output is kept in :func:`outputs_of`.
     """
     state = state_of(runtime.image, agent)
     source = state.step if state is not None else ""
@@ -378,6 +430,7 @@ def run_once(runtime: AgentRuntime, agent: str, *, blocking: bool = True,
     except (OpVetoed, KernosError) as error:  # vetoed, or the commit failed: rolled back
         return Turn(agent=agent, outcome=op.outcome[0], op=op.id, aborted=op.abort_report,
                     error=error)
+    outputs_of(runtime).record(result)
     return Turn(agent=agent, outcome="committed", op=op.id, result=result, report=report)
 
 

@@ -320,6 +320,11 @@ class Breakers:
         self._mutable(op).safe[agent] = SafePoint(op=op.id, names=names)
         return {"agent": agent, "op": op.id, "names": sorted(names)}
 
+    def safe_point(self, agent: str) -> int | None:
+        """The op of ``agent``'s checkpoint tagged safe (what a restore goes back to), or None."""
+        point = self.supervision.safe.get(agent)
+        return None if point is None else point.op
+
     def restore_safe(self, agent: str) -> int:
         """Put ``agent``'s namespace back to its safe checkpoint, in this op; its op id."""
         _human_only("restore a namespace")

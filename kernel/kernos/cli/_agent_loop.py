@@ -5,12 +5,17 @@ loop turns only while a kernel runs on the workspace.  A kernel started for
 one command (none was running) is shut down after it, so the loop waits for
 the next kernel, which resumes it, unless ``--follow`` keeps that kernel (and
 this command) alive until the loop ends.
+
+What a step prints is agent text: before it reaches the terminal, every
+control character but newline and tab is shown as ``\\xNN`` (so it cannot
+move the cursor, retitle the window or hide a line).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import signal
 import sys
 import threading
@@ -141,13 +146,31 @@ def _print_loops(args: argparse.Namespace, found: list[dict[str, Any]]) -> None:
     from kernos.history import format_table
 
     rows = [("agent", "status", "iteration", "max", "every_ms", "pending", "last op",
-             "reason")]
+             "reason", "last output")]
     rows += [(str(loop["agent"]), str(loop["status"]), str(loop["iteration"]),
               "" if loop["max_iterations"] is None else str(loop["max_iterations"]),
               str(loop["every_ms"]), str(loop["pending"]),
               "" if loop["last_op"] is None else str(loop["last_op"]),
-              str(loop["reason"] or "")) for loop in found]
+              str(loop["reason"] or ""), last_line(loop.get("output"))) for loop in found]
     print(format_table(rows))
+
+
+LAST_LINE_CHARS = 60
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """Agent text made safe for a terminal: control characters (but newline, tab) as \\xNN."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+def last_line(output: object) -> str:
+    """The last non-blank line an iteration printed (bounded), for a table cell."""
+    if not isinstance(output, dict) or not isinstance(output.get("text"), str):
+        return ""
+    lines = [line for line in output["text"].splitlines() if line.strip()]
+    line = shown(lines[-1].replace("\t", " ")) if lines else ""
+    return line if len(line) <= LAST_LINE_CHARS else line[:LAST_LINE_CHARS - 3] + "..."
 
 
 FINAL = ("finished", "stopped")
@@ -182,7 +205,8 @@ def _follow(args: argparse.Namespace, client: Any, described: dict[str, Any], *,
                 topic = event.get("topic")
                 if topic == "kernos.loop.iteration":
                     _say(args, {"agent": agent, "iteration": payload.get("iteration"),
-                                "op": payload.get("op"), "status": payload.get("status")})
+                                "op": payload.get("op"), "status": payload.get("status"),
+                                "output": _output_of(client, agent, payload.get("op"))})
                     if payload.get("status") in FINAL:
                         return Exit.OK
                 elif topic == "kernos.loop.status":
@@ -202,17 +226,44 @@ def _follow(args: argparse.Namespace, client: Any, described: dict[str, Any], *,
     return Exit.OK
 
 
+def _output_of(client: Any, agent: str, op: object) -> dict[str, Any] | None:
+    """What the iteration committed as ``op`` printed, while the kernel still holds it
+    (``{"text": None}`` once it does not: later iterations replaced it)."""
+    if type(op) is not int:
+        return None
+    found = call(client.request, "loop", do="status", agent=agent, since_op=op - 1)["loops"]
+    held = [entry for entry in (found[0].get("outputs") or []) if entry.get("op") == op] \
+        if found else []
+    if not held:
+        return {"text": None, "cut": 0}
+    return {"text": held[0]["text"], "cut": held[0]["cut"]}
+
+
 def _say(args: argparse.Namespace, line: dict[str, Any]) -> None:
     if args.json:
         emit_json(line)
         return
     if "circuit" in line:
-        print(f"{line['agent']}: circuit open: {line['message']}", flush=True)
+        print(f"{line['agent']}: circuit open: {shown(str(line['message']))}", flush=True)
     elif "op" in line:
         print(f"{line['agent']}: iteration {line['iteration']} committed (op {line['op']})"
               + (f"; the loop is {line['status']}" if line["status"] != "running" else ""),
               flush=True)
+        _print_output(line.get("output"))
     else:
-        reason = f" ({line['reason']})" if line.get("reason") else ""
+        reason = f" ({shown(str(line['reason']))})" if line.get("reason") else ""
         print(f"{line['agent']}: the loop is {line['status']} at iteration "
               f"{line['iteration']}{reason}", flush=True)
+
+
+def _print_output(output: dict[str, Any] | None) -> None:
+    """An iteration's printed output, indented under its line."""
+    if output is None:
+        return
+    if output["text"] is None:
+        print("  (its output is no longer held: later iterations replaced it)", flush=True)
+        return
+    for text in output["text"].splitlines():
+        print("  | " + shown(text), flush=True)
+    if output["cut"]:
+        print(f"  (cut: {output['cut']} more characters not shown)", flush=True)

@@ -92,7 +92,7 @@ def dispatch(args: argparse.Namespace, path: Path, progress: Progress) -> int:
     elif args.agent_command == "policy":
         _print_policy(result)
     elif args.agent_command == "circuit":
-        _print_circuits(result["circuits"])
+        _print_circuits(result["circuits"], result.get("safe") or {})
     else:
         was = result.get("was_open")
         restored = result.get("restored_from")
@@ -116,12 +116,16 @@ def _print_policy(result: dict[str, Any]) -> None:
         print(f"Set in op {result['op']}.")
 
 
-def _print_circuits(circuits: dict[str, Any]) -> None:
+def _print_circuits(circuits: dict[str, Any], safe: dict[str, Any]) -> None:
     if not circuits:
         print("No agents.")
         return
     for agent, trip in circuits.items():
+        point = safe.get(agent)
+        restore = (f"; safe checkpoint: op {point} (reset --restore goes back to it)"
+                   if point is not None else "; no safe checkpoint")
         if trip is None:
-            print(f"{agent}: closed")
+            print(f"{agent}: closed{restore}")
         else:
-            print(f"{agent}: OPEN since op {trip['op']} ({trip['policy']}): {trip['message']}")
+            print(f"{agent}: OPEN since op {trip['op']} ({trip['policy']}): "
+                  f"{trip['message']}{restore}")

@@ -143,7 +143,7 @@ Actions and their fields (``?`` marks an optional field):
     reads; not an op.  ``dest`` is a *name*, not a path: 1-100 letters, digits,
     ``.``, ``_`` and ``-`` (not starting with ``.``), resolved beside this
     workspace's directory; anything else is refused (``invalid``).
-``loop``  do, agent?, step?, every_ms?, max_iterations?, plan?, pending?, reason?
+``loop``  do, agent?, step?, every_ms?, max_iterations?, plan?, pending?, reason?, since_op?
     An agent's loop (``kernos.agents.loop``), by ``human`` only (it names no
     principal, and agent code cannot send requests).  ``do`` is ``start``
     (``agent`` and ``step``, agent source, required; ``every_ms``,
@@ -152,7 +152,13 @@ Actions and their fields (``?`` marks an optional field):
     op -> ``{"loop": LOOP, "op", "commit"}``; or ``status`` (no op; ``agent``
     optional) -> ``{"loops": [LOOP]}``.  LOOP is ``{"agent", "status",
     "iteration", "plan", "pending" (a count), "every_ms", "max_iterations",
-    "last_op", "reason", "started_op"}``.
+    "last_op", "reason", "started_op", "output"}``: ``output`` is what the last
+    committed iteration printed, ``{"op", "iteration", "text", "cut"}`` (at most
+    2,000 characters; ``cut`` counts those left out), or null; it is kept in
+    the kernel's memory only (``kernos.agents.loop``), so a restarted kernel
+    has none yet.  With ``agent`` and ``since_op``, LOOP adds ``outputs``: the
+    outputs still held (the last 16 iterations) of the iterations committed
+    after op ``since_op``, oldest first.
 ``events``  since?, op?, topic?, principal?, limit?
     -> ``{"events": [EVENT], "cursor": int}``: committed events from the
     durable log, oldest first.
@@ -187,9 +193,11 @@ Actions and their fields (``?`` marks an optional field):
     sets policies; a sub-agent's may only be tighter than its parent's
     (``invalid``).
 ``circuit``  agent?
-    -> ``{"circuits": {agent: CIRCUIT | null}}`` (every agent, or the one named):
-    CIRCUIT is ``{"policy", "limit", "figures", "message", "op", "at",
-    "announced"}``, why its circuit is open; null when it is closed.
+    -> ``{"circuits": {agent: CIRCUIT | null}, "safe": {agent: op | null}}`` (every
+    agent, or the one named): CIRCUIT is ``{"policy", "limit", "figures", "message",
+    "op", "at", "announced"}``, why its circuit is open; null when it is closed.
+    ``safe`` is the op of the agent's checkpoint tagged safe (what ``reset`` with
+    ``restore`` goes back to), null when it has none (such a reset is refused).
 ``reset``  agent, restore?, principal?   (an op by ``human``)
     -> ``{"agent", "was_open": policy | null, "restored_from": op | null, "op",
     "commit"}``: closes the agent's circuit and zeroes its counts; with
@@ -297,7 +305,7 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "fork": {"dest": _f(_STR, True), "ref": _f(_STR)},
     "loop": {"do": _f(_STR, True), "agent": _f(_STR), "step": _f(_STR), "every_ms": _f(_INT),
              "max_iterations": _f(_INT), "plan": _f((str, int, float, bool, list, dict)),
-             "pending": _f(_LIST), "reason": _f(_STR)},
+             "pending": _f(_LIST), "reason": _f(_STR), "since_op": _f(_INT)},
     "events": {"since": _f(_INT), "op": _f(_INT), "topic": _f(_STR), "principal": _f(_STR),
                "limit": _f(_INT)},
     "audit": {"principal": _f(_STR), "status": _f(_STR), "topic": _f(_STR), "limit": _f(_INT)},
@@ -464,11 +472,14 @@ def _check_loop(fields: dict[str, Any]) -> None:
     if do != "status" and "agent" not in fields:
         raise ProtocolError("malformed", f"loop: do={do} needs 'agent' (whose loop)")
     allowed = {"start": {"step", "every_ms", "max_iterations", "plan", "pending"},
-               "stop": {"reason"}}.get(do, set())
+               "stop": {"reason"}, "status": {"since_op"}}.get(do, set())
     extra = sorted(name for name in ("step", "every_ms", "max_iterations", "plan", "pending",
-                                     "reason") if name in fields and name not in allowed)
+                                     "reason", "since_op")
+                   if name in fields and name not in allowed)
     if extra:
         raise ProtocolError("malformed", f"loop: {extra} do not go with do={do}")
+    if "since_op" in fields and "agent" not in fields:
+        raise ProtocolError("malformed", "loop: since_op needs 'agent' (whose outputs)")
     if do == "start" and "step" not in fields:
         raise ProtocolError("malformed", "loop: do=start needs 'step' (the agent source each "
                             "iteration runs)")

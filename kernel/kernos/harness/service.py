@@ -730,7 +730,8 @@ class HarnessService:
                 "policy": trip.policy, "limit": trip.limit, "figures": trip.figures,
                 "message": trip.message, "op": trip.op, "at": trip.at,
                 "announced": (trip.agent, trip.op) not in pending}
-        return self._ok(request, {"circuits": circuits})
+        safe = {name: breakers.safe_point(name) for name in names}
+        return self._ok(request, {"circuits": circuits, "safe": safe})
 
     def _reset(self, request: Request) -> Handled:
         agent: str = request.get("agent")
@@ -753,9 +754,15 @@ class HarnessService:
         if agent is not None:
             self._principal(agent)
         if do == "status":
-            found = loop.loops(self.image)
-            return self._ok(request, {"loops": _plain(
-                [entry for entry in found if agent is None or entry["agent"] == agent])})
+            outputs = loop.outputs_of(self.runtime)
+            since = request.get("since_op")
+            found = [entry for entry in loop.loops(self.image)
+                     if agent is None or entry["agent"] == agent]
+            for entry in found:
+                entry["output"] = outputs.last(entry["agent"])
+                if since is not None:
+                    entry["outputs"] = outputs.since(entry["agent"], since)
+            return self._ok(request, {"loops": _plain(found)})
         assert agent is not None
         if do == "start":
             return self._human_op(request, f"loop start {agent}", lambda op: {

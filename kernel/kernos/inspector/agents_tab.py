@@ -3,14 +3,16 @@
 Three sections, each read through the backend (harness actions, as ``human``):
 
 * **Loops**: every agent's loop (``loop`` ``status``: status, iteration,
-  pending work, last op, why it stopped) and whether it is *tripped* (its
-  agent's circuit is open).  *Pause*, *Resume* and *Stop* act on the chosen
-  loop (``loop`` ``pause`` / ``resume`` / ``stop``, an op by ``human``).
+  pending work, last op, why it stopped, what its last committed iteration
+  printed, bounded) and whether it is *tripped* (its agent's circuit is
+  open).  *Pause*, *Resume* and *Stop* act on the chosen loop (``loop``
+  ``pause`` / ``resume`` / ``stop``, an op by ``human``).
 * **Circuits**: per agent, the effective policy (``policy``) and, when the
   circuit is open, the policy that tripped, its figures and message
   (``circuit``).  *Reset* closes the chosen circuit (``reset``, an op by
   ``human``), optionally
-  putting the agent's namespace back to its safe checkpoint.
+  putting the agent's namespace back to its safe checkpoint: the checkbox is
+  offered only when the agent has one (``circuit``'s ``safe``), and names its op.
 * **Memory**: the index's entries per layer (``memory`` ``stats``), and a
   search: ``recall`` as the human or as a chosen agent (only what that
   principal may read; an agent needs ``memory:read``).
@@ -60,6 +62,16 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], empty: str)
     return f'<table style="border-collapse: collapse"><tr>{head}</tr>{body}</table>'
 
 
+def _output(output: object) -> str | None:
+    """What an iteration printed (the reply's ``output``), with a note when it was cut."""
+    text = output.get("text") if isinstance(output, dict) else None
+    if not isinstance(text, str):
+        return None
+    text = text.rstrip("\n")
+    cut = output.get("cut") if isinstance(output, dict) else None
+    return text + (f" [cut: {cut} more characters]" if type(cut) is int and cut else "")
+
+
 def _heading(text: str) -> widgets.HTML:
     return widgets.HTML(f"<b>{_escape(text)}</b>")
 
@@ -86,6 +98,7 @@ class AgentsTab:
         self.reset = widgets.Button(description="Reset", icon="undo",
                                     tooltip="close the circuit (an op by human)")
         self.reset.on_click(self._on_reset)
+        self.circuit_chosen.observe(lambda _change: self._offer_restore(), names="value")
         self.counts = widgets.HTML()
         self.query = widgets.Text(placeholder="words to recall...", description="Recall",
                                   continuous_update=False)
@@ -111,9 +124,10 @@ class AgentsTab:
                                    self._request("memory", command="stats"))
         if circuits is not None:
             self.circuits = []
+            safe = circuits.get("safe") or {}
             for agent, trip in sorted((circuits.get("circuits") or {}).items()):
                 policy = self._request("policy", agent=agent)
-                self.circuits.append({"agent": agent, "circuit": trip,
+                self.circuits.append({"agent": agent, "circuit": trip, "safe": safe.get(agent),
                                       "policy": (policy or {}).get("policy") or {}})
             self._draw_circuits()
         if loops is not None:
@@ -136,9 +150,11 @@ class AgentsTab:
                 state += f" (tripped: {trip.get('policy')})"
             rows.append((loop.get("agent"), state, loop.get("iteration"), loop.get("pending"),
                          loop.get("last_op"), loop.get("reason") or
-                         (trip.get("message") if trip else None)))
+                         (trip.get("message") if trip else None),
+                         _output(loop.get("output"))))
         self.loops_table.value = _table(
-            ("agent", "status", "iteration", "pending", "last op", "reason"), rows,
+            ("agent", "status", "iteration", "pending", "last op", "reason", "last output"),
+            rows,
             "No loops: start one with agents.loop(NAME, step).")
         _choose(self.loop_chosen, [str(loop.get("agent")) for loop in self.loops
                                    if loop.get("status") in ("running", "paused")])
@@ -161,8 +177,21 @@ class AgentsTab:
         _choose(self.circuit_chosen, [str(entry.get("agent")) for entry in self.circuits
                                       if entry.get("circuit")])
         self.reset.disabled = not self.circuit_chosen.options
+        self._offer_restore()
         agents = [EVERYONE_AS, *(str(entry.get("agent")) for entry in self.circuits)]
         _choose(self.principal, agents)
+
+    def _offer_restore(self) -> None:
+        """The restore checkbox, only for an agent with a checkpoint tagged safe."""
+        chosen = self.circuit_chosen.value
+        point = next((entry.get("safe") for entry in self.circuits
+                      if entry.get("agent") == chosen), None)
+        self.restore.disabled = point is None
+        if point is None:
+            self.restore.value = False
+            self.restore.description = "restore (no safe checkpoint)"
+        else:
+            self.restore.description = f"restore its safe checkpoint (op {point})"
 
     # -- acting --------------------------------------------------------------------------
 
@@ -179,7 +208,8 @@ class AgentsTab:
         agent = self.circuit_chosen.value
         if not agent:
             return
-        done = self._request("reset", agent=agent, restore=self.restore.value)
+        done = self._request("reset", agent=agent,
+                             restore=self.restore.value and not self.restore.disabled)
         if done is not None:
             restored = done.get("restored_from")
             self._say(f"{agent}'s circuit is closed (op {done.get('op')})"

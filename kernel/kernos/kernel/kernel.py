@@ -656,6 +656,9 @@ class KernosKernel(IPythonKernel):
                     return result
             finally:
                 self.fold_when_idle()
+                # An inspector's or a widget's button may have resumed a loop or reset a
+                # circuit: the driver looks at once, not at its next idle poll.
+                self.loop_driver.wake()
 
         return serialized
 

@@ -11,9 +11,17 @@ events and inspector notices wait until a sync made its op durable.
 * ``every_ms`` is the pause between two iterations of a loop; 0 still yields.
 * An iteration refused by an open circuit (or a loop whose agent's circuit is
   open) is *parked* until the human resets the circuit: the driver looks at the
-  in-memory circuit each time it wakes (``IDLE_POLL``, or sooner when a cell or
-  request ends), and runs no op for it meanwhile.  The trip's event is committed
-  at once, in the supervisor's own op (``KernosKernel.announce_trips``).
+  in-memory circuit each time it wakes, and runs no op for it meanwhile.  The
+  trip's event is committed at once, in the supervisor's own op
+  (``KernosKernel.announce_trips``).
+* *Waking.*  Every path that can make a loop due ends by calling :meth:`LoopDriver.wake`:
+  a cell (``do_execute``), a harness request (``Control.request``: the CLI, the
+  MCP server, a harness) and a comm message (``KernosKernel._after_ops``: the
+  sidebar's and the widget's buttons).  Due times (``every_ms``, back-off) are
+  slept to exactly.  Nothing else changes what is due: circuits and loops
+  change only in this kernel's ops (the supervisor's journal is read when the
+  workspace opens, and one kernel owns a workspace).  So ``IDLE_POLL`` is only
+  a safety net, and long: an idle kernel wakes every 5 s, not every 250 ms.
 * An iteration that does not commit is retried after a short back-off that
   doubles up to ``MAX_BACKOFF``.
 * At start the driver waits for the restore, then turns what is ``running`` in
@@ -26,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -42,12 +51,23 @@ __all__ = ["IDLE_POLL", "LoopDriver"]
 
 log = logging.getLogger(__name__)
 
-IDLE_POLL = 0.25
-"""Seconds the driver sleeps when nothing is due (a cell or request ending wakes it)."""
+IDLE_POLL = 5.0
+"""Seconds the driver sleeps when nothing is due (whatever can make a loop due wakes it);
+``KERNOS_LOOP_IDLE_POLL`` overrides it (a test makes it huge to show that a wake suffices)."""
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 STOP_WAIT = 10.0
 """Seconds a shutdown waits for the iteration that is running to end."""
+
+
+def idle_poll() -> float:
+    """:data:`IDLE_POLL`, or ``KERNOS_LOOP_IDLE_POLL`` if set to a number > 0."""
+    text = os.environ.get("KERNOS_LOOP_IDLE_POLL")
+    try:
+        chosen = float(text) if text is not None else IDLE_POLL
+    except ValueError:
+        return IDLE_POLL
+    return chosen if 0 < chosen < float("inf") else IDLE_POLL
 
 
 class LoopDriver:
@@ -55,6 +75,8 @@ class LoopDriver:
 
     def __init__(self, kernel: KernosKernel) -> None:
         self.kernel = kernel
+        self.idle_poll = idle_poll()
+        """Seconds to sleep when nothing is due (:data:`IDLE_POLL`)."""
         self._task: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -125,7 +147,7 @@ class LoopDriver:
                 agent, wait = self._next()
             except Exception as error:  # the kernel must keep serving
                 log.error("Kernos: the loop driver could not read the loops: %s", error)
-                agent, wait = None, IDLE_POLL
+                agent, wait = None, self.idle_poll
             if agent is None:
                 await self._sleep(wait)
                 continue
@@ -141,9 +163,9 @@ class LoopDriver:
         kernel = self.kernel
         image = kernel.image
         if image is None or kernel.restore_error is not None or kernel.attach_error is not None:
-            return None, IDLE_POLL
+            return None, self.idle_poll
         now = time.monotonic()
-        soonest = IDLE_POLL
+        soonest = self.idle_poll
         due: list[tuple[float, str]] = []
         breakers = kernel.agent_runtime().breakers
         for state in loops.running(image):

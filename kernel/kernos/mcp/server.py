@@ -14,6 +14,9 @@ the kernel enforces them; on top of that, this server
 - offers the history (log, show, diff) and checkout only to ``human``, because
   they show every name and every op's code, beyond what an agent may read; an
   agent's events are those its own ops emitted;
+- lets only ``human`` start, pause, resume or stop a loop (``kernos-loop``), as
+  the harness ``loop`` action does (only the human changes a loop); an agent
+  reads its own loop's status, no other;
 - offers a registry tool only when the kernel lists it for the principal, and
   refuses (without sending anything) a call of one it does not list;
 - checks every call's arguments against the tool's schema before anything is
@@ -95,6 +98,8 @@ class Harness(Protocol):
 
     async def remember(self, fact: str, *, principal: str | None = None,
                        tags: list[str] | None = None) -> dict[str, Any]: ...
+
+    async def request(self, action: str, **fields: Any) -> dict[str, Any]: ...
 
 
 def object_uri(name: str) -> str:
@@ -198,6 +203,7 @@ class KernosMCP:
             "kernos-events": self._events,
             "kernos-recall": self._recall,
             "kernos-remember": self._remember,
+            "kernos-loop": self._loop,
         }
         assert set(self._handlers) == {builtin.name for builtin in BUILTINS}
 
@@ -446,6 +452,41 @@ class KernosMCP:
         fact = stored.get("fact") or {}
         return _result(f"remembered fact {fact.get('id')} (op {stored.get('op')})", stored)
 
+    async def _loop(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        do, agent = arguments["do"], arguments.get("agent")
+        takes = {"start": {"step", "every_ms", "max_iterations", "pending"}, "stop": {"reason"}}
+        extra = sorted(set(arguments) - {"do", "agent"} - takes.get(do, set()))
+        if extra:
+            raise BadArguments(f"kernos-loop: {', '.join(extra)} do not go with do={do!r}.")
+        if do != "status" and agent is None:
+            raise BadArguments(f"kernos-loop: do={do!r} needs 'agent' (whose loop).")
+        if do == "start" and "step" not in arguments:
+            raise BadArguments("kernos-loop: do='start' needs 'step' (the agent code each "
+                               "iteration runs).")
+        if not self.is_human:
+            if do != "status":
+                await self._record_refusal("kernos-loop", f"do={do} as {self.principal}")
+                return refusal("denied", (
+                    f"kernos-loop: only the human may {do} a loop, and this server runs as "
+                    f"{self.principal!r}. Nothing was changed. Read your loop with "
+                    "do='status'."), {"tool": "kernos-loop", "principal": self.principal})
+            if agent not in (None, self.principal):
+                return refusal("denied", (
+                    f"kernos-loop: {self.principal!r} may read its own loop only, not "
+                    f"{str(agent)[:80]!r}'s. Nothing was read."),
+                    {"tool": "kernos-loop", "principal": self.principal})
+            agent = self.principal
+        fields = {key: value for key, value in arguments.items() if key != "do"}
+        fields["agent"] = agent
+        result = await self.harness.request("loop", do=do, **fields)
+        if do == "status":
+            found = result.get("loops") or []
+            text = "\n".join(_loop_line(entry) for entry in found) or (
+                "no loops" if agent is None else f"{agent!r} has no loop")
+            return _result(text, {"loops": found})
+        changed = result.get("loop") or {}
+        return _result(f"{_loop_line(changed)} (op {result.get('op')})", result)
+
     # -- resources -----------------------------------------------------------------------
 
     async def list_resources(self, ctx: ServerRequestContext[Any],
@@ -497,6 +538,21 @@ class KernosMCP:
         text = json.dumps(object_json(info), default=str, indent=1)
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=uri, mime_type="application/json", text=text)])
+
+
+def _loop_line(loop: dict[str, Any]) -> str:
+    """One loop as a line, then what its last committed iteration printed."""
+    line = (f"{loop.get('agent')}: {loop.get('status')} at iteration {loop.get('iteration')}, "
+            f"{loop.get('pending')} pending, last op {loop.get('last_op')}")
+    if loop.get("reason"):
+        line += f" ({_cell(loop.get('reason'), 200)})"
+    output = loop.get("output")
+    if isinstance(output, dict) and output.get("text"):
+        line += f"\n  last output (op {output.get('op')}):\n" + "\n".join(
+            "    " + text for text in str(output["text"]).splitlines())
+        if output.get("cut"):
+            line += f"\n    [cut: {output['cut']} more characters]"
+    return line
 
 
 def _changes(changes: object) -> str:

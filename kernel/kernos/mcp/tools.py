@@ -168,4 +168,30 @@ BUILTINS: tuple[Builtin, ...] = (
                                                      "digits, _ . -)."},
         }, ("fact",)),
         read_only=False),
+    Builtin(
+        name="kernos-loop",
+        description=(
+            "Agents' loops (each iteration of a loop is one op, run as its agent between "
+            "other ops): 'status' shows them (status, iteration, pending work, what the last "
+            "committed iteration printed); 'pause', 'resume' and 'stop' change one, and "
+            "'start' starts one with agent code as its step, each an op by the human. Only "
+            "a server running as the human may change a loop; an agent's server reads its "
+            "own loop only."),
+        schema=_object_schema({
+            "do": {"type": "string", "enum": ["status", "pause", "resume", "stop", "start"],
+                   "description": "What to do."},
+            "agent": {**_NAME, "description": "Whose loop (all of them, for 'status', "
+                                              "when left out)."},
+            "step": {"type": "string", "minLength": 1, "maxLength": 100_000,
+                     "description": "'start' only: the agent code each iteration runs."},
+            "every_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000,
+                         "description": "'start' only: milliseconds between iterations."},
+            "max_iterations": {"type": "integer", "minimum": 1,
+                               "description": "'start' only: finish after this many."},
+            "pending": {"type": "array", "description": "'start' only: the work items "
+                                                        "(plain data)."},
+            "reason": {"type": "string", "maxLength": 500,
+                       "description": "'stop' only: why."},
+        }, ("do",)),
+        read_only=False),
 )

@@ -54,6 +54,8 @@ def test_start_pause_resume_stop_and_status(harness: Harness) -> None:
     ({"do": "start", "agent": "alice", "step": "pass", "max_iterations": 0}, "invalid",
      "max_iterations"),
     ({"do": "pause", "agent": "alice"}, "invalid", "has no loop to pause"),
+    ({"do": "status", "since_op": 3}, "malformed", "since_op needs 'agent'"),
+    ({"do": "pause", "agent": "alice", "since_op": 3}, "malformed", "do not go with"),
 ])
 def test_bad_requests_are_refused_recorded_and_change_nothing(
         harness: Harness, fields: dict[str, object], kind: str, fragment: str) -> None:
@@ -65,6 +67,59 @@ def test_bad_requests_are_refused_recorded_and_change_nothing(
     assert loop.loops(harness.env.image) == []
     assert len(harness.records()) == before + 1  # the refusal has its audit record
     assert harness.records()[-1]["status"] in ("rejected", "rolled back", "failed")
+
+
+def test_status_shows_what_the_last_committed_iterations_printed_bounded(
+        harness: Harness) -> None:
+    step = ("n = loop_state()['iteration']\nprint('item', n)\n"
+            "if n == 2:\n    print('y' * 2500)\nif n == 3:\n    1 / 0\n")
+    started = harness.ok(action="loop", do="start", agent="alice", step=step)
+    [fresh] = harness.ok(action="loop", do="status")["loops"]
+    assert fresh["output"] is None   # nothing printed yet
+    turns = [loop.run_once(harness.env.runtime, "alice") for _ in range(4)]
+    assert [turn.outcome for turn in turns] == ["committed"] * 3 + ["failed"]
+    [described] = harness.ok(action="loop", do="status")["loops"]
+    last = described["output"]   # the failed iteration printed too, but did not commit
+    assert (last["op"], last["iteration"], last["cut"]) == (turns[2].op, 2, 508)
+    assert last["text"] == "item 2\n" + "y" * (loop.MAX_OUTPUT_CHARS - 7)
+    assert "outputs" not in described
+    [since] = harness.ok(action="loop", do="status", agent="alice",
+                         since_op=turns[0].op)["loops"]
+    assert [(entry["op"], entry["text"][:6]) for entry in since["outputs"]] == [
+        (turns[1].op, "item 1"), (turns[2].op, "item 2")]
+    everything = harness.ok(action="loop", do="status", agent="alice",
+                            since_op=started["op"])["loops"][0]["outputs"]
+    assert [entry["text"] for entry in everything][:2] == ["item 0\n", "item 1\n"]
+    # Never in the image, nor in the event's payload (printed text may hold personal data).
+    assert "item 1" not in repr(loop.state_of(harness.env.image, "alice").__dict__)
+    payloads = [event["payload"] for event in harness.ok(action="events")["events"]
+                if event["topic"] == loop.ITERATION_TOPIC]
+    assert len(payloads) == 3 and all("output" not in payload for payload in payloads)
+
+
+def test_only_the_last_iterations_outputs_are_held() -> None:
+    outputs = loop.LoopOutputs()
+    for number in range(loop.HELD_OUTPUTS + 5):
+        outputs.record(loop.IterationResult(agent="a", iteration=number, op=100 + number,
+                                            status="running", reason=None, output=f"{number}"))
+    held = outputs.since("a", 0)
+    assert len(held) == loop.HELD_OUTPUTS and held[0]["iteration"] == 5
+    assert outputs.last("a") == {"op": 120, "iteration": 20, "text": "20", "cut": 0}
+    assert outputs.last("b") is None and outputs.since("b", 0) == []
+
+
+def test_the_circuit_listing_names_the_safe_checkpoint(harness: Harness) -> None:
+    harness.ok(action="add_agent", agent="bob")
+    listed = harness.ok(action="circuit")
+    assert listed["safe"] == {"alice": None, "bob": None}, listed
+    refused = harness.error(action="reset", agent="alice", restore=True)
+    assert "no checkpoint tagged safe" in refused["message"], refused
+    op = harness.env.image.begin(source="tag alice's namespace safe", principal="human")
+    harness.env.runtime.breakers.checkpoint("alice")
+    op.commit()
+    assert harness.ok(action="circuit", agent="alice")["safe"] == {"alice": op.id}
+    assert harness.ok(action="circuit")["safe"]["bob"] is None
+    assert harness.ok(action="reset", agent="alice", restore=True)["restored_from"] == op.id
 
 
 def test_a_replay_runs_the_iterations_again_hash_for_hash(harness: Harness,

@@ -51,7 +51,7 @@ def test_a_loop_paused_by_its_button_and_a_tripped_circuit_reset_by_its_button(
     env.send(action="add_agent", agent="bob")
     human(env, lambda: (env.runtime.breakers.set_policy("bob", failures=1),
                         loop.start(env.runtime, "bob", "n = 1", pending=["<i>a</i>", 2])))
-    assert table_rows(tab.loops_table.value) == [["bob", "running", "0", "2", "", ""]]
+    assert table_rows(tab.loops_table.value) == [["bob", "running", "0", "2", "", "", ""]]
     assert list(tab.loop_chosen.options) == ["bob"]
 
     tab.pause.click()
@@ -78,6 +78,47 @@ def test_a_loop_paused_by_its_button_and_a_tripped_circuit_reset_by_its_button(
     tab.stop.click()
     assert table_rows(tab.loops_table.value)[0][1] == "stopped"
     assert tab.stop.disabled  # a stopped loop is final: nothing left to act on
+
+
+def test_a_loop_s_last_output_is_shown_escaped_and_restore_is_offered_only_with_a_safe_point(
+        env: Any, comms: Any) -> None:
+    inspector = Inspector(env.backend)
+    show_tab(inspector, "Agents")
+    tab = inspector.agents.tab
+    env.send(action="add_agent", agent="bob")
+    step = ("print('<script>alert(1)</script> item', loop_state()['iteration'])\n"
+            "print('x' * 3000)\n")
+    human(env, lambda: (env.runtime.breakers.set_policy("bob", failures=1),
+                        loop.start(env.runtime, "bob", step)))
+    turn = loop.run_once(env.runtime, "bob")
+    assert turn.committed and turn.report is not None
+    env.backend.notify({"type": "committed", "op": turn.op, "commit": turn.report.commit,
+                        "principal": "bob", "added": [], "changed": [], "deleted": [],
+                        "events": 1})
+    shown = table_rows(tab.loops_table.value)[0][6]
+    assert shown.startswith("&lt;script&gt;alert(1)&lt;/script&gt; item 0\n" + "x" * 100)
+    assert "<script>" not in tab.loops_table.value
+    # 2,000 characters kept of the 3,034 printed: the cell says how many were cut
+    assert shown.endswith(" [cut: 1034 more characters]"), shown[-80:]
+
+    # No checkpoint tagged safe: the box cannot be ticked, and a reset restores nothing.
+    assert agent_op(env, "bob", "1 / 0") == "failed"
+    assert tab.circuit_chosen.value == "bob" and not tab.reset.disabled
+    assert tab.restore.disabled and not tab.restore.value
+    assert "no safe checkpoint" in tab.restore.description
+    tab.restore.value = True  # a frontend that ticks it anyway sends restore=False
+    tab.reset.click()
+    assert env.runtime.breakers.circuit("bob") is None
+    assert "back to op" not in inspector.status.value
+
+    human(env, lambda: env.runtime.breakers.checkpoint("bob"))
+    point = env.runtime.breakers.safe_point("bob")
+    assert type(point) is int
+    assert agent_op(env, "bob", "1 / 0") == "failed"
+    assert not tab.restore.disabled and f"(op {point})" in tab.restore.description
+    tab.restore.value = True
+    tab.reset.click()
+    assert f"its namespace is back to op {point}" in inspector.status.value
 
 
 def test_memory_search_as_an_agent_escapes_what_agents_wrote(env: Any, comms: Any) -> None:
