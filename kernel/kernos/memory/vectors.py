@@ -110,8 +110,9 @@ def missing(index: MemoryIndex, scope: Scope, model: str, dims: int,
     for entry, kind, owner, name, body in rows:
         if len(found) >= limit:
             break
-        if scope.admits(kind, owner, name):
-            found.append((entry, str(body)[:EMBED_TEXT_CHARS]))
+        text = str(body)[:EMBED_TEXT_CHARS]
+        if text.strip() and scope.admits(kind, owner, name):  # a blank text has no meaning
+            found.append((entry, text))
     return found
 
 
