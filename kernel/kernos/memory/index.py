@@ -80,6 +80,7 @@ CREATE INDEX entries_owner ON entries(kind, principal);
 CREATE INDEX entries_audit ON entries(audit);
 CREATE TABLE subjects(entry INTEGER NOT NULL, subject TEXT NOT NULL);
 CREATE INDEX subjects_subject ON subjects(subject);
+CREATE INDEX subjects_entry ON subjects(entry);
 CREATE VIRTUAL TABLE text USING fts5(body, owner, kind, tokenize='unicode61');
 INSERT INTO text(text, rank) VALUES ('rank', 'bm25(1.0, 0.0, 0.0)');
 CREATE TABLE vectors(entry INTEGER PRIMARY KEY, model TEXT NOT NULL, dims INTEGER NOT NULL,
@@ -188,7 +189,7 @@ class MemoryIndex:
         self.rebuilt = False
         """Whether the last open or catch-up rebuilt the index from scratch."""
         self.generation = 0
-        """Moves at every write and rebuild (the vector cache follows it)."""
+        """Moves whenever the vectors table may have changed (the vector cache follows it)."""
         self.vector_cache: object = None
         """The vectors of the model last asked, in memory (kernos.memory.vectors)."""
         self._identity = _identity(path)
@@ -247,11 +248,8 @@ class MemoryIndex:
         open that finds the mark (the process died mid-write) rebuilds."""
         mark = self.path.with_name(DIRTY)
         mark.touch()
-        try:
-            with self.db:
-                yield
-        finally:
-            self.generation += 1
+        with self.db:
+            yield
         mark.unlink()
 
     def _replaced(self) -> bool:
@@ -367,17 +365,20 @@ class MemoryIndex:
     def _carry(self, carried: dict[str, tuple[str, int, bytes]],
                added: list[tuple[int, str]]) -> None:
         """Give re-added entries whose text is unchanged their vector back (not paid twice)."""
-        self.db.executemany(
-            "INSERT INTO vectors(entry, model, dims, vector) VALUES (?, ?, ?, ?)",
-            [(entry, *carried[body[:MAX_BODY_CHARS]]) for entry, body in added
-             if body[:MAX_BODY_CHARS] in carried])
+        kept = [(entry, *carried[body[:MAX_BODY_CHARS]]) for entry, body in added
+                if body[:MAX_BODY_CHARS] in carried]
+        if kept:
+            self.generation += 1
+            self.db.executemany(
+                "INSERT INTO vectors(entry, model, dims, vector) VALUES (?, ?, ?, ?)", kept)
 
     def _delete(self, ids: list[int]) -> None:
         for start in range(0, len(ids), 500):
             chunk = [(entry,) for entry in ids[start:start + 500]]
             self.db.executemany("DELETE FROM text WHERE rowid=?", chunk)
             self.db.executemany("DELETE FROM subjects WHERE entry=?", chunk)
-            self.db.executemany("DELETE FROM vectors WHERE entry=?", chunk)
+            if self.db.executemany("DELETE FROM vectors WHERE entry=?", chunk).rowcount:
+                self.generation += 1
             self.db.executemany("DELETE FROM entries WHERE id=?", chunk)
 
     # -- erasure --------------------------------------------------------------------

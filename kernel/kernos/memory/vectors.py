@@ -100,18 +100,20 @@ def missing(index: MemoryIndex, scope: Scope, model: str, dims: int,
     holds a data subject's text."""
     where, params = scope.candidates_sql()
     rows = index.db.execute(
-        "SELECT e.id, e.kind, e.principal, e.name, t.body FROM entries e "
-        "JOIN text t ON t.rowid = e.id "
-        "LEFT JOIN vectors v ON v.entry = e.id AND v.model = ? AND v.dims = ? "
-        f"WHERE v.entry IS NULL AND ({where}) "
+        "SELECT e.id, e.kind, e.principal, e.name FROM entries e "
+        f"WHERE ({where}) AND e.id NOT IN "
+        "(SELECT entry FROM vectors WHERE model = ? AND dims = ?) "
         "AND NOT EXISTS (SELECT 1 FROM subjects s WHERE s.entry = e.id) "
-        "ORDER BY e.id DESC", (model, dims, *params))
+        "ORDER BY e.id DESC", (*params, model, dims))
     found: list[tuple[int, str]] = []
-    for entry, kind, owner, name, body in rows:
+    for entry, kind, owner, name in rows:
         if len(found) >= limit:
             break
+        if not scope.admits(kind, owner, name):
+            continue
+        (body,) = index.db.execute("SELECT body FROM text WHERE rowid = ?", (entry,)).fetchone()
         text = str(body)[:EMBED_TEXT_CHARS]
-        if text.strip() and scope.admits(kind, owner, name):  # a blank text has no meaning
+        if text.strip():  # a blank text has no meaning
             found.append((entry, text))
     return found
 
@@ -122,6 +124,7 @@ def store(index: MemoryIndex, model: str, dims: int,
     np = numpy()
     if not vectors:
         return
+    index.generation += 1
     with index._writing():
         index.db.executemany(
             "INSERT OR REPLACE INTO vectors(entry, model, dims, vector) "
@@ -156,9 +159,9 @@ class VectorCache:
     matrix: Any = None
     """The normalized vectors (float32), one per row."""
     owners: Any = None
-    """Each row's principal (an object array)."""
+    """Each row's principal (a str array: compared in C)."""
     kinds: Any = None
-    """Each row's layer (an object array)."""
+    """Each row's layer (a str array)."""
     names: list[str | None] = field(default_factory=list)
     """Each row's variable name (working entries)."""
 
@@ -173,8 +176,8 @@ class VectorCache:
         if self.ids is None:
             self.ids = np.zeros(0, dtype=np.int64)
             self.matrix = np.zeros((0, self.dims), dtype=np.float32)
-            self.owners = np.zeros(0, dtype=object)
-            self.kinds = np.zeros(0, dtype=object)
+            self.owners = np.zeros(0, dtype=str)
+            self.kinds = np.zeros(0, dtype=str)
         wanted = np.asarray(current, dtype=np.int64)
         keep = np.isin(self.ids, wanted)
         new = sorted(set(current) - set(self.ids[keep].tolist()))
@@ -197,8 +200,8 @@ class VectorCache:
         kept_names = [name for name, kept in zip(self.names, keep.tolist(), strict=True) if kept]
         self.ids = np.concatenate([self.ids[keep], np.asarray(ids, dtype=np.int64)])
         self.matrix = np.vstack([self.matrix[keep], added])
-        self.owners = np.concatenate([self.owners[keep], np.asarray(owners, dtype=object)])
-        self.kinds = np.concatenate([self.kinds[keep], np.asarray(kinds, dtype=object)])
+        self.owners = np.concatenate([self.owners[keep], np.asarray(owners, dtype=str)])
+        self.kinds = np.concatenate([self.kinds[keep], np.asarray(kinds, dtype=str)])
         self.names = kept_names + names
         self.generation = index.generation
 
@@ -221,14 +224,16 @@ def nearest(index: MemoryIndex, scope: Scope, meaning: Meaning,
         return []
     # Candidates by owner and layer (vectorized); the name-level rule is Scope.admits's,
     # row by row below, in rank order, exactly as the words' ranking applies it.
-    candidates = (cache.owners == scope.principal) & np.isin(cache.kinds,
-                                                             sorted(scope.kinds))
+    layers = np.zeros(len(cache.ids), dtype=bool)
+    for kind in scope.kinds:
+        layers |= cache.kinds == kind
+    candidates = (cache.owners == scope.principal) & layers
     if scope.reads_human_names():
         candidates |= (cache.owners == "human") & (cache.kinds == "working")
     rows = np.flatnonzero(candidates)
     if not len(rows):
         return []
-    scores = cache.matrix[rows] @ (query / norm)
+    scores = (cache.matrix @ (query / norm))[rows]  # one product; no copy of the rows
     found: list[tuple[int, float]] = []
     for position in np.argsort(-scores, kind="stable").tolist():
         score = float(scores[position])

@@ -185,10 +185,14 @@ def test_a_match_by_meaning_alone_is_returned(tmp_path: Path) -> None:
     assert [(m["name"], m["matched"]) for m in found] == [("fleet", "meaning")]
     assert fake.calls[0][:3] == ("human", MODEL, ["car"])
     assert fake.calls[0][3] == {"dimensions": DIMS}
-    assert "sedan" in env.agents.context(200, "automobile")
     record = next(r for r in reversed(list(env.image.audit.records())) if r["type"] == "op"
                   and r.get("memory"))
     assert recorded_recalls(env.image.audit, record)[0]["answer"] == found  # replayable
+    assert "sedan" in env.agents.context(200, "automobile")
+    _names(env, lorry="a truck for sale")  # embedded by the next recall, seen by it too
+    with env.op("recall"):
+        again = env.agents.recall("car", kinds=["working"])
+    assert {m["name"] for m in again} == {"fleet", "lorry"}
     env.close()
 
 
@@ -263,17 +267,17 @@ def test_an_agent_never_gets_what_it_may_not_read_by_meaning(tmp_path: Path) -> 
 
 def test_at_most_32_entries_are_embedded_per_recall_newest_first(tmp_path: Path) -> None:
     env, fake = _env(tmp_path)
-    _names(env, **{f"v{n:02}": f"note {n}" for n in range(40)})
+    _names(env, **{f"v{n:02}": f"note {n}" for n in range(1, 40)}, v00="sedan note")
     with env.op("recall 1"):
-        env.agents.recall("car", kinds=["working"])
+        assert env.agents.recall("car", kinds=["working"]) == []
     assert [len(call[2]) for call in fake.calls] == [1, EMBED_PER_RECALL]
     with sqlite3.connect(env.path / "memory" / "index.sqlite") as db:
         visible = [row[0] for row in db.execute(
             "SELECT id FROM entries WHERE kind='working' AND principal='human' "
             "ORDER BY id DESC")]
     assert [entry for entry, _, _ in _vectors(env)] == sorted(visible[:EMBED_PER_RECALL])
-    with env.op("recall 2"):
-        env.agents.recall("car", kinds=["working"])
+    with env.op("recall 2"):  # v00, the oldest, is embedded now, and found at once
+        assert [m["name"] for m in env.agents.recall("car", kinds=["working"])] == ["v00"]
     assert [len(call[2]) for call in fake.calls] == [1, 32, 1, len(visible) - 32]
     with env.op("recall 3"):
         env.agents.recall("car", kinds=["working"])
