@@ -24,6 +24,7 @@ the cell's op::
     agents.remember("invoices are due on the 5th", tags=["billing"])
     agents.recall("invoices due")                     # the human's memories
     agents.recall("invoices", as_="alice")            # what alice may recall
+    agents.memory_embeddings("text-embedding-3-small")  # recall by meaning too
 """
 
 from __future__ import annotations
@@ -242,6 +243,17 @@ class Agents:
         return self.runtime.memory.context(
             principal, max_tokens, query, may_read=may_read_for(self.runtime.registry,
                                                                  principal))
+
+    def memory_embeddings(self, model: str | None, *, dimensions: int | None = None,
+                          mock_response: list[float] | None = None) -> dict[str, Any]:
+        """Let recall also match by meaning, with this embedding model (None: words only).
+
+        Stored in the image in this op (it commits or rolls back with it).  Each recall
+        then embeds its query and, at most 32 at a time, the memories without a vector, as
+        the asking principal: an agent needs ``llm:MODEL`` to recall.  ``mock_response``
+        is a fixed vector every call answers (offline tests)."""
+        return self.runtime.memory.configure_embeddings(
+            model, dimensions=dimensions, mock_response=mock_response)
 
     def _memory_principal(self, as_: str | None) -> str:
         if as_ is None or as_ == "human":

@@ -177,11 +177,13 @@ Actions and their fields (``?`` marks an optional field):
 ``recall``  query, principal?, k?, kinds?  -> ``{"memories": [MEMORY]}``: what
     ``principal`` (default the human) may recall (``kernos.memory``; an agent needs
     ``memory:read``).  MEMORY is ``{"kind", "principal", "title", "text", "score", "op",
-    "name", "at", "status"}``, best first.
+    "name", "at", "status", "matched"}``, best first (``matched``: ``text``, ``meaning`` or
+    ``both``, see ``kernos.memory.vectors``).
 ``remember``  fact, principal?, tags?   (an op by ``principal``; an agent needs
     ``memory:write``) -> ``{"fact": {"id", "text", "tags", "op", "at"}, "op", "commit"}``.
 ``memory``  command   (``stats`` or ``rebuild``) -> the index's entries per kind, the chain
-    head it was built to, its path and size.
+    head it was built to, its path and size, and ``embeddings``: ``{"on", "model",
+    "dimensions", "vectors"}`` (recall by meaning; ``vectors``: entries that have one).
 
 ``policy``  agent, set?, principal?
     -> ``{"agent", "policy": {figure: int}, "own": {figure: int}}``: the agent's

@@ -34,6 +34,12 @@ principal's ``read:``/``write:`` grants); another agent's namespace never.
 Query text is never passed to FTS5 as syntax: it is split into words and
 each is quoted.
 
+Recall by meaning (optional): when the human set an embedding model
+(``agents.memory_embeddings``, :mod:`kernos.memory.embeddings`), recall also
+embeds the query and, a bounded number per recall, the entries the asker may
+read, and fuses the two rankings (:mod:`kernos.memory.vectors`).  Visibility
+is the same single rule (:class:`~kernos.memory.index.Scope`) for both.
+
 The runtime's side (:mod:`kernos.memory.service`, :mod:`kernos.memory.agent`):
 the grants ``memory:read`` / ``memory:write``, freshness before each answer,
 and recording each recall with its op so that a replay answers the same.

@@ -5,6 +5,7 @@ Schema (``<workspace>/memory/index.sqlite``, format :data:`FORMAT`)::
     meta(key, value)          format, built_index, built_hash: the chain head indexed
     entries(id, kind, principal, name, op, audit, at, status, title)
     subjects(entry, subject)  the data subjects whose payloads an entry holds
+    vectors(entry, model, dims, vector)  embeddings (kernos.memory.vectors), when on
     text(body, owner, kind)   FTS5, rowid = entries.id; owner is the principal as one
                               token (``p`` + UTF-8 hex), so that the principal and
                               kind filters run inside the MATCH; ranked by
@@ -21,7 +22,9 @@ Contract:
   the ``index.dirty`` mark, and the next open rebuilds.  An OS crash can
   leave a damaged file the mark does not name: delete the file.
 * **Filtered.** :meth:`MemoryIndex.recall` returns only what ``principal`` may
-  read (see :mod:`kernos.memory`), ranked by bm25 (best first).
+  read (see :mod:`kernos.memory`; one rule, :class:`Scope`), ranked by bm25
+  (best first), or, given the query's vector (``meaning``), by bm25 and cosine
+  fused (:mod:`kernos.memory.vectors`).
 * **Safe queries.** The query is split into words (``\\w+``, at most
   :data:`MAX_TERMS`, each at most :data:`MAX_TERM_CHARS`), each quoted as an
   FTS5 string and OR-ed; no user character reaches FTS5 as syntax.
@@ -38,23 +41,23 @@ Contract:
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from kernos import _faults
 from kernos.audit.log import AuditLog
 from kernos.errors import UsageError
+from kernos.memory.episodes import llm_store, op_entries, records_from
 from kernos.memory.facts import Facts
+from kernos.memory.vectors import Meaning, fuse, nearest
 
-__all__ = ["FORMAT", "INDEX_PATH", "KINDS", "MAX_TERMS", "MAX_TERM_CHARS", "Memory",
-           "MemoryIndex", "WorkingItem", "fts_query"]
+__all__ = ["FORMAT", "FUSION_DEPTH", "INDEX_PATH", "KINDS", "MAX_TERMS", "MAX_TERM_CHARS",
+           "Memory", "MemoryIndex", "Scope", "WorkingItem", "fts_query"]
 
-FORMAT = "2"
+FORMAT = "3"
 INDEX_PATH = "memory/index.sqlite"
 KINDS = frozenset({"working", "episodic", "semantic"})
 MAX_TERMS = 32
@@ -62,6 +65,8 @@ MAX_TERM_CHARS = 64
 MAX_BODY_CHARS = 16_384
 """Text indexed per entry at most (a big payload is cut, not skipped)."""
 PREVIEW_CHARS = 200
+FUSION_DEPTH = 50
+"""Each ranking is cut at max(k, this) before fusion."""
 DIRTY = "index.dirty"
 """Beside the index while a write runs (the journal is in memory, for speed)."""
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -75,8 +80,11 @@ CREATE INDEX entries_owner ON entries(kind, principal);
 CREATE INDEX entries_audit ON entries(audit);
 CREATE TABLE subjects(entry INTEGER NOT NULL, subject TEXT NOT NULL);
 CREATE INDEX subjects_subject ON subjects(subject);
+CREATE INDEX subjects_entry ON subjects(entry);
 CREATE VIRTUAL TABLE text USING fts5(body, owner, kind, tokenize='unicode61');
 INSERT INTO text(text, rank) VALUES ('rank', 'bm25(1.0, 0.0, 0.0)');
+CREATE TABLE vectors(entry INTEGER PRIMARY KEY, model TEXT NOT NULL, dims INTEGER NOT NULL,
+    vector BLOB NOT NULL);
 """
 
 
@@ -107,7 +115,10 @@ class Memory:
     title: str
     """A one-line label (``op 12 committed``, ``event orders.new``, ``x: int``, ``fact 3``)."""
     score: float
-    """bm25 rank (lower is better, as SQLite reports it)."""
+    """Lower is better.  Matched by words only (embeddings off): the bm25 rank as SQLite
+    reports it (negative).  With embeddings on: minus the reciprocal rank fusion,
+    ``-sum(1 / (60 + rank))`` over the words' and the meaning's rankings (between about
+    -0.033 and 0)."""
     op: int | None = None
     """The op, for episodic entries (and the op that stored a fact)."""
     name: str | None = None
@@ -116,6 +127,43 @@ class Memory:
     """When (UTC)."""
     status: str | None = None
     """For episodic entries, the op's status (``void`` once a void record names it)."""
+    matched: str = "text"
+    """How it was found: ``text`` (shares a word with the query), ``meaning`` (its vector
+    is near the query's, no word shared in the ranking) or ``both``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """What a recall may see: the one visibility rule of both rankings."""
+
+    principal: str
+    """Who asks."""
+    kinds: frozenset[str]
+    """The layers asked for."""
+    may_read: Callable[[str], bool] | None = None
+    """Which of the human's names the asker may read (None: none of them)."""
+
+    def reads_human_names(self) -> bool:
+        # Only the human's names: another agent's namespace is never another's to read,
+        # whatever its names are called.
+        return "working" in self.kinds and self.may_read is not None and self.principal != HUMAN
+
+    def admits(self, kind: str, owner: str, name: str | None) -> bool:
+        """Whether an entry (its layer, its principal, its variable) may be returned."""
+        if owner == self.principal:
+            return kind in self.kinds
+        return (self.reads_human_names() and owner == HUMAN and kind == "working"
+                and name is not None and self.may_read is not None and self.may_read(name))
+
+    def candidates_sql(self) -> tuple[str, list[str]]:
+        """A WHERE clause on ``entries e`` for the entries :meth:`admits` may let through."""
+        marks = ",".join("?" * len(self.kinds))
+        where = f"(e.principal = ? AND e.kind IN ({marks}))"
+        params = [self.principal, *sorted(self.kinds)]
+        if self.reads_human_names():
+            where += " OR (e.principal = ? AND e.kind = 'working')"
+            params.append(HUMAN)
+        return where, params
 
 
 def fts_query(query: str, *, join: str = " OR ") -> str | None:
@@ -140,6 +188,10 @@ class MemoryIndex:
         self.db = connection
         self.rebuilt = False
         """Whether the last open or catch-up rebuilt the index from scratch."""
+        self.generation = 0
+        """Moves whenever the vectors table may have changed (the vector cache follows it)."""
+        self.vector_cache: object = None
+        """The vectors of the model last asked, in memory (kernos.memory.vectors)."""
         self._identity = _identity(path)
 
     # -- opening and building -----------------------------------------------------
@@ -186,6 +238,8 @@ class MemoryIndex:
             self._set("built_index", "-1")
             self._set("built_hash", "")
         self.rebuilt = True
+        self.generation += 1
+        self.vector_cache = None
         self._identity = _identity(self.path)
 
     @contextlib.contextmanager
@@ -230,12 +284,13 @@ class MemoryIndex:
             built = -1
         start = built + 1
         erased: set[str] = set()
-        llm = _llm_store(log)
+        llm = llm_store(log)
         with self._writing():
-            for record in _records_from(log, start):
+            for record in records_from(log, start):
                 kind = record.get("type")
                 if kind == "op":
-                    self._index_op(log, record, llm)
+                    for entry in op_entries(log, record, llm):
+                        self._add(**entry)
                 elif kind == "void" and type(record.get("voids")) is int:
                     self.db.execute("UPDATE entries SET status='void' WHERE audit=?",
                                     (record["voids"],))
@@ -264,67 +319,66 @@ class MemoryIndex:
                             [(entry, subject) for subject in sorted(set(subjects))])
         return entry
 
-    def _index_op(self, log: AuditLog, record: dict[str, Any], llm: Any) -> None:
-        principal = str(record.get("principal"))
-        common: dict[str, Any] = {"kind": "episodic", "principal": principal,
-                                  "op": record.get("op"), "audit": record["index"],
-                                  "at": record.get("finished_at") or record.get("at"),
-                                  "status": record.get("status")}
-        code, code_subjects = _code_text(log, record.get("code"))
-        error = record.get("error") or ""
-        status = record.get("status")
-        self._add(body=f"{status} {error}\n{code}", title=f"op {record.get('op')} {status}",
-                  subjects=code_subjects, **common)
-        for event in record.get("events") or []:
-            subjects = list(event.get("subjects", []))
-            try:
-                payload = (event["payload"] if "payload" in event
-                           else log.resolve_event(event, record)["payload"])
-            except (OSError, ValueError, KeyError):
-                payload = None
-            self._add(body=f"{event.get('topic')} {_flat(payload)}",
-                      title=f"event {event.get('topic')}", subjects=subjects, **common)
-        for call in record.get("llm") or []:
-            text, subjects = _llm_text(llm, call)
-            self._add(body=f"{call.get('model')} {text}", title=f"llm {call.get('model')}",
-                      subjects=subjects, **common)
-
     # -- the working and semantic layers -------------------------------------------
 
     def sync_working(self, principal: str, items: Iterable[WorkingItem]) -> None:
         """Replace the working layer of ``principal``'s namespace with ``items``."""
         with self._writing():
-            self._drop("working", principal)
+            carried = self._drop("working", principal)
+            added = []
             for item in items:
                 preview = item.preview[:PREVIEW_CHARS]
-                self._add(kind="working", principal=principal, name=item.name,
-                          body=f"{item.name} {item.type} {preview}",
-                          title=f"{item.name}: {item.type}")
+                body = f"{item.name} {item.type} {preview}"
+                added.append((self._add(kind="working", principal=principal, name=item.name,
+                                        body=body, title=f"{item.name}: {item.type}"), body))
+            self._carry(carried, added)
 
     def sync_semantic(self, principal: str, facts: Facts | None) -> None:
         """Replace ``principal``'s semantic layer with ``facts`` (as the image holds them)."""
         with self._writing():
-            self._drop("semantic", principal)
+            carried = self._drop("semantic", principal)
+            added = []
             for fact in (facts.items if facts is not None else []):
-                self._add(kind="semantic", principal=principal, op=fact.op, at=fact.at,
-                          name=str(fact.id), body=" ".join((fact.text, *fact.tags)),
-                          title=f"fact {fact.id}")
+                body = " ".join((fact.text, *fact.tags))
+                added.append((self._add(kind="semantic", principal=principal, op=fact.op,
+                                        at=fact.at, name=str(fact.id), body=body,
+                                        title=f"fact {fact.id}"), body))
+            self._carry(carried, added)
 
     def semantic_principals(self) -> set[str]:
         """The principals the semantic layer holds facts of."""
         return {row[0] for row in self.db.execute(
             "SELECT DISTINCT principal FROM entries WHERE kind='semantic'")}
 
-    def _drop(self, kind: str, principal: str) -> None:
+    def _drop(self, kind: str, principal: str) -> dict[str, tuple[str, int, bytes]]:
+        """Delete a layer of ``principal``; returns its vectors by text, to carry over."""
+        carried = {str(body)[:MAX_BODY_CHARS]: (model, dims, vector)
+                   for body, model, dims, vector in self.db.execute(
+                       "SELECT t.body, v.model, v.dims, v.vector FROM entries e "
+                       "JOIN vectors v ON v.entry = e.id JOIN text t ON t.rowid = e.id "
+                       "WHERE e.kind=? AND e.principal=?", (kind, principal))}
         ids = [row[0] for row in self.db.execute(
             "SELECT id FROM entries WHERE kind=? AND principal=?", (kind, principal))]
         self._delete(ids)
+        return carried
+
+    def _carry(self, carried: dict[str, tuple[str, int, bytes]],
+               added: list[tuple[int, str]]) -> None:
+        """Give re-added entries whose text is unchanged their vector back (not paid twice)."""
+        kept = [(entry, *carried[body[:MAX_BODY_CHARS]]) for entry, body in added
+                if body[:MAX_BODY_CHARS] in carried]
+        if kept:
+            self.generation += 1
+            self.db.executemany(
+                "INSERT INTO vectors(entry, model, dims, vector) VALUES (?, ?, ?, ?)", kept)
 
     def _delete(self, ids: list[int]) -> None:
         for start in range(0, len(ids), 500):
             chunk = [(entry,) for entry in ids[start:start + 500]]
             self.db.executemany("DELETE FROM text WHERE rowid=?", chunk)
             self.db.executemany("DELETE FROM subjects WHERE entry=?", chunk)
+            if self.db.executemany("DELETE FROM vectors WHERE entry=?", chunk).rowcount:
+                self.generation += 1
             self.db.executemany("DELETE FROM entries WHERE id=?", chunk)
 
     # -- erasure --------------------------------------------------------------------
@@ -351,54 +405,84 @@ class MemoryIndex:
 
     def recall(self, query: str, *, principal: str, k: int = 5,
                kinds: Iterable[str] | None = None,
-               may_read: Callable[[str], bool] | None = None) -> list[Memory]:
-        """The ``k`` best entries for ``query`` that ``principal`` may read."""
+               may_read: Callable[[str], bool] | None = None,
+               meaning: Meaning | None = None) -> list[Memory]:
+        """The ``k`` best entries for ``query`` that ``principal`` may read; with
+        ``meaning`` (the query's vector), the words' and the vectors' rankings fused."""
         if type(k) is not int or not 1 <= k <= 1000:
             raise UsageError(f"recall() takes k from 1 to 1000, not {k!r}")
         chosen = KINDS if kinds is None else _kinds(kinds)
+        scope = Scope(principal=principal, kinds=chosen, may_read=may_read)
+        if meaning is None:
+            return self._by_words(query, scope, k) if chosen else []
+        depth = max(k, FUSION_DEPTH)
+        words = self._by_words(query, scope, depth) if chosen else []
+        near = [entry for entry, _ in nearest(self, scope, meaning, depth)] if chosen else []
+        known = {memory.entry: memory for memory in words}
+        known.update(self._load([entry for entry in near if entry not in known], scope))
+        found: list[Memory] = []
+        for entry, score, matched in fuse([memory.entry for memory in words], near):
+            if entry in known and len(found) < k:
+                found.append(replace(known[entry], score=score, matched=matched))
+        return found
+
+    def _by_words(self, query: str, scope: Scope, k: int) -> list[Memory]:
         every = fts_query(query, join=" AND ")
-        if every is None or not chosen:
+        if every is None:
             return []
-        found = self._recall(every, principal, k, chosen, may_read)
+        found = self._recall(every, scope, k)
         some = fts_query(query)
         if len(found) < k and some != every:  # then entries with only some of the words
             seen = {memory.entry for memory in found}
-            more = self._recall(f"({some}) NOT ({every})", principal, k, chosen, may_read)
+            more = self._recall(f"({some}) NOT ({every})", scope, k)
             found += [memory for memory in more if memory.entry not in seen][:k - len(found)]
         return found
 
-    def _recall(self, expression: str, principal: str, k: int, chosen: frozenset[str],
-                may_read: Callable[[str], bool] | None) -> list[Memory]:
-        kind_filter = " OR ".join(f'"{kind}"' for kind in sorted(chosen))
-        mine = (f'owner : "{_owner(principal)}" AND kind : ({kind_filter}) '
+    def _recall(self, expression: str, scope: Scope, k: int) -> list[Memory]:
+        kind_filter = " OR ".join(f'"{kind}"' for kind in sorted(scope.kinds))
+        mine = (f'owner : "{_owner(scope.principal)}" AND kind : ({kind_filter}) '
                 f"AND ({expression})")
-        found = self._ranked(mine, k, None)
-        if "working" in chosen and may_read is not None and principal != HUMAN:
-            # Only the human's names: another agent's namespace is never another's to read,
-            # whatever its names are called.
+        found = self._ranked(mine, k, scope, every_row=False)
+        if scope.reads_human_names():
             theirs = f'owner : "{_owner(HUMAN)}" AND kind : "working" AND ({expression})'
-            found += self._ranked(theirs, k, may_read)
+            found += self._ranked(theirs, k, scope, every_row=True)
             found.sort(key=lambda memory: memory.score)
         return found[:k]
 
-    def _ranked(self, expression: str, k: int,
-                may_read: Callable[[str], bool] | None) -> list[Memory]:
-        """The best ``k`` entries matching ``expression`` (those ``may_read`` lets through)."""
-        limit = k if may_read is None else -1
+    def _ranked(self, expression: str, k: int, scope: Scope, *,
+                every_row: bool) -> list[Memory]:
+        """The best ``k`` entries matching ``expression`` that ``scope`` admits (read
+        ``every_row`` when some may be refused, else only ``k``)."""
         rows = self.db.execute(
             "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.status, e.title, t.body, "
             "t.score FROM "
             "(SELECT rowid, body, rank AS score FROM text WHERE text MATCH ? "
             "ORDER BY rank LIMIT ?) t JOIN entries e ON e.id = t.rowid ORDER BY t.score",
-            (expression, limit))
+            (expression, -1 if every_row else k))
         found: list[Memory] = []
         for entry, kind, owner, name, op, at, status, title, body, score in rows:
-            if may_read is not None and (name is None or not may_read(name)):
+            if not scope.admits(kind, owner, name):
                 continue
             found.append(Memory(entry=entry, kind=kind, principal=owner, text=body, title=title,
                                 score=float(score), op=op, name=name, at=at, status=status))
             if len(found) >= k:
                 break
+        return found
+
+    def _load(self, entries: list[int], scope: Scope) -> dict[int, Memory]:
+        """The entries ``scope`` admits among ``entries``, by id (score 0 until fused)."""
+        found: dict[int, Memory] = {}
+        for start in range(0, len(entries), 500):
+            chunk = entries[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for entry, kind, owner, name, op, at, status, title, body in self.db.execute(
+                    "SELECT e.id, e.kind, e.principal, e.name, e.op, e.at, e.status, e.title, "
+                    f"t.body FROM entries e JOIN text t ON t.rowid = e.id WHERE e.id IN ({marks})",
+                    chunk):
+                if scope.admits(kind, owner, name):
+                    found[entry] = Memory(entry=entry, kind=kind, principal=owner, text=body,
+                                          title=title, score=0.0, op=op, name=name, at=at,
+                                          status=status)
         return found
 
     def recent(self, *, principal: str, k: int) -> list[Memory]:
@@ -456,18 +540,6 @@ def _identity(path: Path) -> tuple[int, int]:
     return (found.st_dev, found.st_ino)
 
 
-def _records_from(log: AuditLog, start: int) -> Iterator[dict[str, Any]]:
-    """The chain's records from ``start``, read in one pass (not one open per record)."""
-    if start >= len(log):
-        return
-    end = len(log)
-    with open(log.path, "rb") as chain:
-        chain.seek(log.entries[start].offset)
-        for _position in range(start, end):
-            record: dict[str, Any] = json.loads(chain.readline())
-            yield record
-
-
 def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
     connection.execute("PRAGMA secure_delete=ON")
@@ -489,57 +561,6 @@ def _kinds(kinds: Iterable[str]) -> frozenset[str]:
     if unknown:
         raise UsageError(f"recall() knows the kinds {sorted(KINDS)}, not {sorted(unknown)}")
     return chosen
-
-
-def _code_text(log: AuditLog, code: object) -> tuple[str, list[str]]:
-    if not isinstance(code, dict):
-        return "", []
-    if "text" in code:
-        return str(code["text"]), []
-    subjects = [str(subject) for subject in code.get("sealed", [])]
-    data = log.payload(str(code.get("ref")))
-    if data is None:
-        return "", subjects
-    if subjects:
-        opened = log.keyring.open(subjects, data)
-        return ("" if opened is None else opened.decode("utf-8", "replace")), subjects
-    return data.decode("utf-8", "replace"), []
-
-
-def _flat(value: object) -> str:
-    if value is None:
-        return ""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def _llm_store(log: AuditLog) -> Any:
-    from kernos.llm._store import LlmStore
-
-    if not (log.root / "llm").is_dir():
-        return None
-    return LlmStore(log.root, durable=False, keyring=log.keyring)
-
-
-def _llm_text(store: Any, call: dict[str, Any]) -> tuple[str, list[str]]:
-    """The request and response of one recorded call, and the subjects they were sealed for."""
-    from kernos.llm._store import SEALED
-
-    if store is None:
-        return "", []
-    parts: list[str] = []
-    subjects: set[str] = set()
-    for key in ("request", "response"):
-        name = call.get(key)
-        if type(name) is not str:
-            continue
-        try:
-            raw = json.loads((store.objects / f"{name}.json").read_bytes())
-            if isinstance(raw, dict) and isinstance(raw.get(SEALED), dict):
-                subjects |= {str(s) for s in raw[SEALED].get("subjects", [])}
-            parts.append(_flat(store.get(name)))
-        except Exception:  # missing or erased recording: index what remains
-            continue
-    return " ".join(parts), sorted(subjects)
 
 
 def iter_entries(index: MemoryIndex) -> Iterator[tuple[str, str, str]]:

@@ -23,6 +23,16 @@ grants cover (revoked grants cover nothing).  Arguments are checked by exact
 type and bounded (:data:`MAX_QUERY_CHARS`, :data:`MAX_K`, :data:`MAX_TOKENS`);
 answers are plain data (lists of dicts of str, int, float, None).
 
+Recall by meaning (optional, :mod:`kernos.memory.embeddings`): when the human
+configured an embedding model (``agents.memory_embeddings``) and this is not a
+replay, each recall with a query embeds it through :attr:`ImageMemory.embed`
+(the runtime's recorded, budgeted model call, as the asking principal: it needs
+``llm:MODEL``), embeds up to :data:`~kernos.memory.embeddings.EMBED_PER_RECALL`
+of the entries it may read that have no vector yet (newest first, each text
+paid once), and fuses the words' and the vectors' rankings
+(:mod:`kernos.memory.vectors`).  The vectors are written only after every call
+succeeded: a failing call raises (and vetoes the op) with the index as it was.
+
 Replay (I7): an op's recalls are recorded in its audit record (``memory``: the
 request and the answer, sealed for the data subjects whose text it holds, see
 :mod:`kernos.audit.record`).  A replay sets :attr:`ImageMemory.replaying` to
@@ -37,11 +47,21 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernos.errors import UsageError
+from kernos.memory import vectors
+from kernos.memory.embeddings import (
+    CONFIG_NAME,
+    EMBED_PER_RECALL,
+    OFF,
+    EmbeddingConfig,
+    check_config,
+    check_config_slot,
+)
 from kernos.memory.facts import Facts, facts_name, remember
-from kernos.memory.index import KINDS, Memory, MemoryIndex, WorkingItem
+from kernos.memory.index import KINDS, Memory, MemoryIndex, Scope, WorkingItem
+from kernos.memory.vectors import Meaning
 
 if TYPE_CHECKING:
     from kernos.audit.log import AuditLog
@@ -53,6 +73,7 @@ __all__ = [
     "MAX_K",
     "MAX_QUERY_CHARS",
     "MAX_TOKENS",
+    "Embed",
     "ImageMemory",
     "check_request",
     "recorded_recalls",
@@ -94,6 +115,14 @@ def check_request(query: object, k: object, kinds: object, *,
     return query, k, chosen
 
 
+class Embed(Protocol):
+    """The runtime's embedding call (``AgentRuntime.embed_texts``): checks ``principal``'s
+    ``llm:MODEL`` grant, budgets and records the call; one vector per text."""
+
+    def __call__(self, principal: str, model: str, texts: list[str], *,
+                 params: dict[str, Any] | None = None) -> list[list[float]]: ...
+
+
 def plain(memory: Memory) -> dict[str, Any]:
     """One memory as plain data (what agents, the harness and MCP are given)."""
     found = asdict(memory)
@@ -111,6 +140,8 @@ class ImageMemory:
         """(layer, principal) -> the fingerprint of what was last fed to the index."""
         self.replaying: list[dict[str, Any]] | None = None
         """Set by a replay: the recorded recalls of the op being re-run, in order."""
+        self.embed: Embed | None = None
+        """The runtime's embedding call, once wired (None: this runtime cannot call models)."""
 
     # -- the index ------------------------------------------------------------------
 
@@ -144,8 +175,41 @@ class ImageMemory:
     def stats(self) -> dict[str, Any]:
         index = self.index()
         built, digest = index.built_to()
+        config = self.embeddings()
+        embeddings = {"on": config is not None,
+                      "model": None if config is None else config.model,
+                      "dimensions": None if config is None else config.dimensions,
+                      "vectors": 0 if config is None else vectors.count(
+                          index, config.model, config.dimensions)}
         return {"entries": index.count(), "built_to": {"index": built, "hash": digest},
-                "path": str(index.path), "bytes": index.path.stat().st_size}
+                "path": str(index.path), "bytes": index.path.stat().st_size,
+                "embeddings": embeddings}
+
+    # -- the embedding config -----------------------------------------------------------
+
+    def embeddings(self) -> EmbeddingConfig | None:
+        """The embedding config the image holds (None: recall matches words only)."""
+        found = self.image.system.get(CONFIG_NAME)
+        return found if isinstance(found, EmbeddingConfig) else None
+
+    def configure_embeddings(self, model: object, *, dimensions: object = None,
+                             mock_response: object = None) -> dict[str, Any]:
+        """Set (or, with ``model=None``, remove) the embedding config, in the running op of
+        the human; returns it as a dict."""
+        op = self.image.current
+        if op is None or op.principal != HUMAN:
+            raise UsageError("memory_embeddings() changes the image: call it from a cell (an "
+                             "op of the human)")
+        config = check_config(model, dimensions, mock_response)
+        check_config_slot(self.image.system.get(CONFIG_NAME))
+        if config is None:
+            if CONFIG_NAME in self.image.system:
+                self.image.unbind(CONFIG_NAME)
+                op.touch(CONFIG_NAME)
+            return dict(OFF)
+        self.image.bind(CONFIG_NAME, config)
+        op.touch(CONFIG_NAME)
+        return config.describe()
 
     def close(self) -> None:
         if self._index is not None:
@@ -223,8 +287,11 @@ class ImageMemory:
         assert text is not None
         request = {"what": "recall", "principal": principal, "query": text, "k": count,
                    "kinds": chosen}
-        return self._answer(request, lambda index: index.recall(
-            text, principal=principal, k=count, kinds=chosen, may_read=may_read))
+        scope = Scope(principal=principal, kinds=KINDS if chosen is None else frozenset(chosen),
+                      may_read=may_read)
+        return self._answer(request, scope, lambda index, meaning: index.recall(
+            text, principal=principal, k=count, kinds=chosen, may_read=may_read,
+            meaning=meaning))
 
     def context(self, principal: str, max_tokens: object, query: object = None, *,
                 may_read: Callable[[str], bool] | None = None) -> str:
@@ -238,9 +305,10 @@ class ImageMemory:
         request = {"what": "context", "principal": principal, "query": text,
                    "max_tokens": max_tokens}
 
-        def ask(index: MemoryIndex) -> list[Memory]:
+        def ask(index: MemoryIndex, meaning: Meaning | None) -> list[Memory]:
             found = (index.recent(principal=principal, k=50) if text is None else
-                     index.recall(text, principal=principal, k=50, may_read=may_read))
+                     index.recall(text, principal=principal, k=50, may_read=may_read,
+                                  meaning=meaning))
             chosen, used = [], 0
             for memory in found:
                 cost = count_tokens(render(memory) + "\n")
@@ -249,23 +317,53 @@ class ImageMemory:
                     used += cost
             return chosen
 
-        answer = self._answer(request, ask)
+        answer = self._answer(request, Scope(principal=principal, kinds=KINDS,
+                                             may_read=may_read), ask)
         return "\n".join(render(Memory(entry=0, **memory)) for memory in answer)
 
-    def _answer(self, request: dict[str, Any],
-                ask: Callable[[MemoryIndex], list[Memory]]) -> list[dict[str, Any]]:
+    def _answer(self, request: dict[str, Any], scope: Scope,
+                ask: Callable[[MemoryIndex, Meaning | None], list[Memory]]
+                ) -> list[dict[str, Any]]:
         op = self.image.current
         if self.replaying is not None:
             answer, subjects = self._replayed(request), frozenset[str]()
         else:
-            index = self._fresh(str(request["principal"]))
-            found = ask(index)
+            index = self._fresh(scope.principal)
+            query = request.get("query")
+            meaning = (self._meaning(index, scope, query)
+                       if type(query) is str and query.strip() and scope.kinds else None)
+            found = ask(index, meaning)
             answer = [plain(memory) for memory in found]
             subjects = frozenset(index.subjects_of(memory.entry for memory in found))
         if op is not None:
             op.recalls.append((request, json.dumps(answer, ensure_ascii=False),
                                subjects))
         return answer
+
+    def _meaning(self, index: MemoryIndex, scope: Scope, query: str) -> Meaning | None:
+        """The query's vector, when embeddings are on; first embeds up to EMBED_PER_RECALL of
+        the entries ``scope`` admits that have none.  Writes nothing unless every call
+        succeeded."""
+        config = self.embeddings()
+        if config is None:
+            return None
+        if self.embed is None:
+            raise UsageError("embeddings are configured but this runtime cannot call models "
+                             "(install kernos[llm])")
+        vectors.numpy()  # before anything is paid for
+        params = config.params()
+        [vector] = vectors.check_vectors(
+            self.embed(scope.principal, config.model, [query], params=params), 1,
+            config.dimensions)
+        dims = len(vector)
+        pending = vectors.missing(index, scope, config.model, dims, EMBED_PER_RECALL)
+        if pending:
+            made = vectors.check_vectors(
+                self.embed(scope.principal, config.model, [text for _, text in pending],
+                           params=params), len(pending), dims)
+            vectors.store(index, config.model, dims,
+                          [(entry, made[n]) for n, (entry, _) in enumerate(pending)])
+        return Meaning(model=config.model, dims=dims, vector=vector)
 
     def _replayed(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         assert self.replaying is not None
@@ -294,6 +392,9 @@ class ImageMemory:
         op = self._op()
         name = facts_name(principal)
         facts = self._facts(principal)
+        if facts is None and self.image.system.get(name) is not None:
+            raise UsageError(f"{name} holds the memory's embedding config, so the agent named "
+                             f"{principal!r} cannot store facts; give the agent another name")
         if facts is None:
             facts = Facts()
             self.image.bind(name, facts)

@@ -7,6 +7,9 @@ segments, then vacuums.  Two proofs, each reading the file's bytes:
 * a process SIGKILLed between the delete and the VACUUM (crash point
   ``memory.erased``) leaves none of the text: ``secure_delete`` zeroed it;
 * after the erasure the file holds no free page at all: the VACUUM ran.
+
+The erased entries carry vectors (``kernos.memory.vectors``) too: their blobs go
+with them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -23,19 +27,25 @@ from kernos.memory.index import INDEX_PATH
 
 SECRET = "Quillibrand"
 WORDS = " ".join(f"{SECRET}{n} filler text of an erased visit" for n in range(400))
+VECTOR = [1234.5678 + n / 7 for n in range(64)]
+"""The vector of every erased entry: its float32 bytes must leave the file too."""
+BLOB = b"".join(struct.pack("<f", x) for x in VECTOR)
 
 BUILD = f"""
 import sys
 from pathlib import Path
 from kernos.memory import MemoryIndex
+from kernos.memory.vectors import store
 
 index = MemoryIndex.open(Path(sys.argv[1]))
+erased = []
 with index._writing():
     for n in range(40):
-        index._add(kind="episodic", principal="human", body={WORDS!r} + str(n),
-                   title=f"op {{n}}", op=n, subjects=["c-q"])
+        erased.append(index._add(kind="episodic", principal="human", body={WORDS!r} + str(n),
+                                 title=f"op {{n}}", op=n, subjects=["c-q"]))
         index._add(kind="episodic", principal="human", body="a public note " * 50,
                    title=f"note {{n}}", op=1000 + n)
+store(index, "test/embed", 64, [(entry, {VECTOR!r}) for entry in erased])
 index.close()
 """
 ERASE = """
@@ -57,7 +67,7 @@ def _run(code: str, workspace: Path, **env: str) -> subprocess.CompletedProcess[
 def _holds_secret(workspace: Path) -> bool:
     data = b"".join(path.read_bytes() for path in (workspace / "memory").iterdir()
                     if path.is_file())
-    return SECRET.lower().encode() in data.lower()
+    return SECRET.lower().encode() in data.lower() or BLOB in data
 
 
 def test_a_kill_before_the_vacuum_leaves_no_erased_text(tmp_path: Path) -> None:
@@ -65,6 +75,7 @@ def test_a_kill_before_the_vacuum_leaves_no_erased_text(tmp_path: Path) -> None:
     workspace.mkdir()
     assert _run(BUILD, workspace).returncode == 0
     assert _holds_secret(workspace)  # the test can see the text when it is there
+    assert BLOB in (workspace / INDEX_PATH).read_bytes()  # and the vectors
     killed = _run(ERASE, workspace, KERNOS_CRASH_AT="memory.erased")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not _holds_secret(workspace)
@@ -82,5 +93,7 @@ def test_after_an_erasure_the_file_has_no_free_pages(tmp_path: Path) -> None:
     done = _run(ERASE, workspace)
     assert done.returncode == 0 and done.stdout.strip() == "40", done.stderr
     assert not _holds_secret(workspace)
+    with sqlite3.connect(workspace / INDEX_PATH) as db:
+        assert db.execute("SELECT count(*) FROM vectors").fetchone() == (0,)
     with sqlite3.connect(workspace / INDEX_PATH) as db:
         assert db.execute("PRAGMA freelist_count").fetchone() == (0,)
