@@ -151,6 +151,7 @@ class AgentRuntime:
             from kernos.memory.service import ImageMemory
 
             self._memory = ImageMemory(self.image)
+            self._memory.embed = self.embed_texts  # recall by meaning calls models as the asker
         return self._memory
 
     # -- state in the image ------------------------------------------------------

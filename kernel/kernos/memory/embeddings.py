@@ -1,15 +1,13 @@
 """Whether recall also matches by meaning: the embedding model, set by the human in the image.
 
 :class:`EmbeddingConfig` lives at the system name :data:`CONFIG_NAME`
-(``kernos:memory:embeddings``), bound by ``agents.memory_embeddings(model, ...)``
+(``kernos:embeddings``), bound by ``agents.memory_embeddings(model, ...)``
 in the running op: it commits and rolls back with that op, and ``None``
 removes it (embeddings off).  Agents cannot set it: they have no ``agents``
 object, and ``write()`` takes identifiers only, never a ``kernos:`` name.
 
-The name shares the prefix of the facts' names (``kernos:memory:<principal>``),
-so an agent called ``embeddings`` would keep its facts there: each side
-refuses to overwrite the other (:func:`check_config_slot`, and
-``ImageMemory.remember``), with an error that says so.
+It is not under the facts' prefix (``kernos:memory:<principal>``), so no
+agent's name can collide with it.
 
 Nothing here imports Jupyter, numpy or a model client.
 """
@@ -23,9 +21,9 @@ from typing import Any
 from kernos.errors import UsageError
 
 __all__ = ["CONFIG_NAME", "EMBED_PER_RECALL", "MAX_DIMENSIONS", "EmbeddingConfig",
-           "check_config", "check_config_slot"]
+           "check_config"]
 
-CONFIG_NAME = "kernos:memory:embeddings"
+CONFIG_NAME = "kernos:embeddings"
 EMBED_PER_RECALL = 32
 """Entries without a vector embedded per recall at most (newest first): a bounded cost."""
 MAX_DIMENSIONS = 8192
@@ -94,12 +92,3 @@ def check_config(model: object, dimensions: object = None,
             raise UsageError(f"mock_response has {len(vector)} numbers but dimensions is "
                              f"{dimensions}: give as many as dimensions says")
     return EmbeddingConfig(model=model, dimensions=dimensions, mock_response=vector)
-
-
-def check_config_slot(held: object) -> None:
-    """Refuse to replace what :data:`CONFIG_NAME` holds if it is not a config (the facts of
-    an agent named ``embeddings``)."""
-    if held is not None and not isinstance(held, EmbeddingConfig):
-        raise UsageError(f"{CONFIG_NAME} holds the facts of the agent named 'embeddings' "
-                         "(facts live at kernos:memory:<agent>), so the embedding config "
-                         "cannot be stored there; rename that agent first")

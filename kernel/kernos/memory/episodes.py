@@ -2,7 +2,8 @@
 
 :func:`op_entries` turns one ``op`` record into index entries (the op's
 status, error and code; one per event, its topic and payload; one per LLM
-exchange, the request and answer from ``<workspace>/llm/objects``), each with
+exchange, the request and answer from ``<workspace>/llm/objects``, but none
+for the embedding calls recall itself made), each with
 the data subjects whose sealed payloads it holds, so that an erasure finds them.
 """
 
@@ -40,6 +41,8 @@ def op_entries(log: AuditLog, record: dict[str, Any], llm: Any) -> Iterator[dict
         yield {"body": f"{event.get('topic')} {flat(payload)}",
                "title": f"event {event.get('topic')}", "subjects": subjects, **common}
     for call in record.get("llm") or []:
+        if call.get("kind") == "embedding":
+            continue  # the memory's own upkeep (an entry's text, a query): not an exchange
         text, subjects = llm_text(llm, call)
         yield {"body": f"{call.get('model')} {text}", "title": f"llm {call.get('model')}",
                "subjects": subjects, **common}

@@ -57,7 +57,6 @@ from kernos.memory.embeddings import (
     OFF,
     EmbeddingConfig,
     check_config,
-    check_config_slot,
 )
 from kernos.memory.facts import Facts, facts_name, remember
 from kernos.memory.index import KINDS, Memory, MemoryIndex, Scope, WorkingItem
@@ -201,7 +200,6 @@ class ImageMemory:
             raise UsageError("memory_embeddings() changes the image: call it from a cell (an "
                              "op of the human)")
         config = check_config(model, dimensions, mock_response)
-        check_config_slot(self.image.system.get(CONFIG_NAME))
         if config is None:
             if CONFIG_NAME in self.image.system:
                 self.image.unbind(CONFIG_NAME)
@@ -392,9 +390,6 @@ class ImageMemory:
         op = self._op()
         name = facts_name(principal)
         facts = self._facts(principal)
-        if facts is None and self.image.system.get(name) is not None:
-            raise UsageError(f"{name} holds the memory's embedding config, so the agent named "
-                             f"{principal!r} cannot store facts; give the agent another name")
         if facts is None:
             facts = Facts()
             self.image.bind(name, facts)

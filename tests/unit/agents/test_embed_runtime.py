@@ -336,8 +336,12 @@ def test_a_replay_tells_completions_what_they_were_told_whatever_embeddings_say(
         "mock_response='yo', max_tokens=5).cached")
     assert both["status"] == "committed"
     session.env.close()
-    assert [(entry.get("kind"), entry["cached"]) for entry in
-            Harness(tmp_path / "ws").env.image.audit.records()[-1]["llm"]] == [
+    reopened = Harness(tmp_path / "ws")
+    try:
+        calls = reopened.env.image.audit.records()[-1]["llm"]
+    finally:
+        reopened.env.close()
+    assert [(entry.get("kind"), entry["cached"]) for entry in calls] == [
         ("embedding", True), (None, False)]
     report = replay(tmp_path / "ws", into=tmp_path / "replayed")
     assert report.ok, report.summary()

@@ -138,7 +138,7 @@ def test_only_a_human_op_sets_it_and_an_agent_cannot_bind_it(tmp_path: Path) -> 
         env.agents.add("alice")
         env.agents.grant("alice", "write:*")
     op = env.image.begin(source="alice")
-    result = env.runtime.run("alice", "try:\n    write('kernos:memory:embeddings', None)\n"
+    result = env.runtime.run("alice", "try:\n    write('kernos:embeddings', None)\n"
                                       "except BoundaryError:\n    print('refused')\n"
                                       "try:\n    agents.memory_embeddings(None)\n"
                                       "except Exception:\n    print('no agents')\n")
@@ -148,20 +148,15 @@ def test_only_a_human_op_sets_it_and_an_agent_cannot_bind_it(tmp_path: Path) -> 
     env.close()
 
 
-def test_an_agent_named_embeddings_and_the_config_never_overwrite_each_other(
-        tmp_path: Path) -> None:
+def test_an_agent_named_embeddings_keeps_its_facts_beside_the_config(tmp_path: Path) -> None:
     env, _ = _env(tmp_path)
     with env.op("setup"):
         env.agents.add("embeddings")
-        with pytest.raises(UsageError, match="embedding config"):
-            env.agents.remember("a fact", as_="embeddings")
-    assert env.runtime.memory.embeddings() is not None
+        env.agents.remember("a fact", as_="embeddings")
+    assert env.runtime.memory.embeddings() == EmbeddingConfig(model=MODEL, dimensions=DIMS)
     with env.op("off"):
         env.agents.memory_embeddings(None)
-    with env.op("fact"):
-        env.agents.remember("a fact", as_="embeddings")
-    with env.op("on again"), pytest.raises(UsageError, match="facts of the agent"):
-        env.agents.memory_embeddings(MODEL)
+    assert [m["text"] for m in env.agents.recall("fact", as_="embeddings")] == ["a fact"]
     env.close()
 
 
