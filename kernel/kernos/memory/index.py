@@ -68,6 +68,8 @@ PREVIEW_CHARS = 200
 FUSION_DEPTH = 50
 """Each ranking is cut at max(k, this) before fusion."""
 DIRTY = "index.dirty"
+VECTOR_CHANGES = 256
+"""How many vector changes the index remembers for its cache (an older cache reloads all)."""
 """Beside the index while a write runs (the journal is in memory, for speed)."""
 _WORD = re.compile(r"\w+", re.UNICODE)
 HUMAN = "human"
@@ -75,8 +77,10 @@ HUMAN = "human"
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE entries(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, principal TEXT NOT NULL,
-    name TEXT, op INTEGER, audit INTEGER, at TEXT, status TEXT, title TEXT NOT NULL);
+    name TEXT, op INTEGER, audit INTEGER, at TEXT, status TEXT, title TEXT NOT NULL,
+    vec INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX entries_owner ON entries(kind, principal);
+CREATE INDEX entries_unembedded ON entries(principal, id) WHERE vec = 0;
 CREATE INDEX entries_audit ON entries(audit);
 CREATE TABLE subjects(entry INTEGER NOT NULL, subject TEXT NOT NULL);
 CREATE INDEX subjects_subject ON subjects(subject);
@@ -190,6 +194,9 @@ class MemoryIndex:
         """Whether the last open or catch-up rebuilt the index from scratch."""
         self.generation = 0
         """Moves whenever the vectors table may have changed (the vector cache follows it)."""
+        self.vector_changes: list[tuple[int, frozenset[int] | None]] = []
+        """(generation, the entries whose vector it may have changed; None: any), newest
+        last, at most :data:`VECTOR_CHANGES` of them: the cache reloads only those."""
         self.vector_cache: object = None
         """The vectors of the model last asked, in memory (kernos.memory.vectors)."""
         self._identity = _identity(path)
@@ -238,7 +245,7 @@ class MemoryIndex:
             self._set("built_index", "-1")
             self._set("built_hash", "")
         self.rebuilt = True
-        self.generation += 1
+        self.vectors_changed(None)
         self.vector_cache = None
         self._identity = _identity(self.path)
 
@@ -262,6 +269,13 @@ class MemoryIndex:
 
     def _set(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def vectors_changed(self, entries: Iterable[int] | None) -> None:
+        """Move the generation: the vectors of ``entries`` (None: of any entry) may differ."""
+        self.generation += 1
+        self.vector_changes.append((self.generation,
+                                    None if entries is None else frozenset(entries)))
+        del self.vector_changes[:-VECTOR_CHANGES]
 
     def _get(self, key: str) -> str:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -307,16 +321,18 @@ class MemoryIndex:
              name: str | None = None, op: int | None = None, audit: int | None = None,
              at: str | None = None, status: str | None = None,
              subjects: Iterable[str] = ()) -> int:
+        held = sorted(set(subjects))
+        # vec: 0 until a vector is stored (1); -1 for a data subject's text, never embedded
         cursor = self.db.execute(
-            "INSERT INTO entries(kind, principal, name, op, audit, at, status, title) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (kind, principal, name, op, audit, at, status, title))
+            "INSERT INTO entries(kind, principal, name, op, audit, at, status, title, vec) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (kind, principal, name, op, audit, at, status, title, -1 if held else 0))
         entry = cursor.lastrowid
         assert entry is not None
         self.db.execute("INSERT INTO text(rowid, body, owner, kind) VALUES (?, ?, ?, ?)",
                         (entry, body[:MAX_BODY_CHARS], _owner(principal), kind))
         self.db.executemany("INSERT INTO subjects(entry, subject) VALUES (?, ?)",
-                            [(entry, subject) for subject in sorted(set(subjects))])
+                            [(entry, subject) for subject in held])
         return entry
 
     # -- the working and semantic layers -------------------------------------------
@@ -368,9 +384,11 @@ class MemoryIndex:
         kept = [(entry, *carried[body[:MAX_BODY_CHARS]]) for entry, body in added
                 if body[:MAX_BODY_CHARS] in carried]
         if kept:
-            self.generation += 1
+            self.vectors_changed(entry for entry, *_ in kept)
             self.db.executemany(
                 "INSERT INTO vectors(entry, model, dims, vector) VALUES (?, ?, ?, ?)", kept)
+            self.db.executemany("UPDATE entries SET vec = 1 WHERE id = ?",
+                                [(entry,) for entry, *_ in kept])
 
     def _delete(self, ids: list[int]) -> None:
         for start in range(0, len(ids), 500):
@@ -378,7 +396,7 @@ class MemoryIndex:
             self.db.executemany("DELETE FROM text WHERE rowid=?", chunk)
             self.db.executemany("DELETE FROM subjects WHERE entry=?", chunk)
             if self.db.executemany("DELETE FROM vectors WHERE entry=?", chunk).rowcount:
-                self.generation += 1
+                self.vectors_changed(entry for (entry,) in chunk)
             self.db.executemany("DELETE FROM entries WHERE id=?", chunk)
 
     # -- erasure --------------------------------------------------------------------

@@ -12,8 +12,13 @@ Contract:
   semantic re-sync, an erasure) loses its vector in the same transaction; a
   re-sync carries the vector of an unchanged text over to its new entry.
   Erasure's ``secure_delete`` and ``VACUUM`` cover the table like the others.
-* **One model at a time.**  A vector of another model or size than the
-  config's is ignored, and replaced when its entry is embedded again.
+* **One model at a time.**  The index records the model and size of its
+  vectors (``meta``: ``vectors_of``); the first recall with another config
+  drops them all (a switch back finds them again in the recordings, free).
+* **What still needs a vector is found without a scan.**  ``entries.vec``
+  is 0 until a vector is stored (1), -1 for a data subject's text; a partial
+  index on the entries with ``vec = 0`` lets :func:`missing` read the newest
+  few of them, however many entries already have one.
 * **Same visibility.**  The candidates are filtered by the same
   :class:`~kernos.memory.index.Scope` as the words' ranking: a principal's
   own entries of the layers asked for, and the human's names its grants let
@@ -22,8 +27,10 @@ Contract:
   payload is not sent to the model (its recording would keep the text where
   an erasure does not reach); it is found by its words only.
 * **Bounded cost.**  The cosine pass is one matrix product over the vectors
-  of the model, kept in memory per index (refreshed by entry id when the index
-  generation moves, never re-read whole).
+  of the model, kept in memory per index; when the index generation moves, the
+  cache reloads only the entries :attr:`MemoryIndex.vector_changes` names
+  (everything only after a rebuild, a model switch, or more changes than it
+  remembers).  The ranking takes the best rows by a partial sort.
 
 Fusion: reciprocal rank fusion, ``sum(1 / (RRF_K + rank))`` over the two
 rankings (rank 1 is best, each ranking cut at ``depth``).  numpy is imported
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernos.errors import UsageError
@@ -93,24 +100,38 @@ def check_vectors(found: object, texts: int, dims: int | None) -> list[tuple[flo
     return checked
 
 
+HUMAN_SCAN = 4000
+"""The human's names without a vector looked at per recall by an agent (most of them may
+be names it cannot read)."""
+
+
 def missing(index: MemoryIndex, scope: Scope, model: str, dims: int,
             limit: int) -> list[tuple[int, str]]:
     """Up to ``limit`` (entry, text) that ``scope`` admits and that have no vector of
     ``model`` and ``dims``, newest first (the most recently indexed); never an entry that
     holds a data subject's text."""
-    where, params = scope.candidates_sql()
-    rows = index.db.execute(
-        "SELECT e.id, e.kind, e.principal, e.name FROM entries e "
-        f"WHERE ({where}) AND e.id NOT IN "
-        "(SELECT entry FROM vectors WHERE model = ? AND dims = ?) "
-        "AND NOT EXISTS (SELECT 1 FROM subjects s WHERE s.entry = e.id) "
-        "ORDER BY e.id DESC", (*params, model, dims))
+    _one_model(index, model, dims)
+    owners = [scope.principal]
+    if scope.reads_human_names():
+        owners.append("human")
+    rows: list[tuple[int, str, str, str | None]] = []
+    for owner in owners:  # the partial index, newest first, read only as far as needed
+        found_here = 0
+        for entry, kind, principal, name in index.db.execute(
+                "SELECT id, kind, principal, name FROM entries INDEXED BY entries_unembedded "
+                "WHERE vec = 0 AND principal = ? ORDER BY id DESC", (owner,)):
+            if scope.admits(kind, principal, name):
+                rows.append((entry, kind, principal, name))
+                found_here += 1
+            if found_here >= limit or (owner != scope.principal and found_here >= HUMAN_SCAN):
+                break
+    rows.sort(reverse=True)
     found: list[tuple[int, str]] = []
-    for entry, kind, owner, name in rows:
+    for entry, _, _, _ in rows:
         if len(found) >= limit:
             break
-        if not scope.admits(kind, owner, name):
-            continue
+        if index.db.execute("SELECT 1 FROM subjects WHERE entry = ?", (entry,)).fetchone():
+            continue  # vec is -1 for these; a second look costs one indexed read
         (body,) = index.db.execute("SELECT body FROM text WHERE rowid = ?", (entry,)).fetchone()
         text = str(body)[:EMBED_TEXT_CHARS]
         if text.strip():  # a blank text has no meaning
@@ -124,13 +145,28 @@ def store(index: MemoryIndex, model: str, dims: int,
     np = numpy()
     if not vectors:
         return
-    index.generation += 1
+    _one_model(index, model, dims)
+    index.vectors_changed(entry for entry, _ in vectors)
     with index._writing():
         index.db.executemany(
             "INSERT OR REPLACE INTO vectors(entry, model, dims, vector) "
             "SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ?)",
             [(entry, model, dims, np.asarray(vector, dtype="<f4").tobytes(), entry)
              for entry, vector in vectors])
+        index.db.executemany("UPDATE entries SET vec = 1 WHERE id = ? AND vec = 0",
+                             [(entry,) for entry, _ in vectors])
+
+
+def _one_model(index: MemoryIndex, model: str, dims: int) -> None:
+    """The index holds vectors of one model and size: drop the others' (see the contract)."""
+    key = f"{dims}/{model}"
+    if index._get("vectors_of") == key:
+        return
+    with index._writing():
+        index.db.execute("DELETE FROM vectors")
+        index.db.execute("UPDATE entries SET vec = 0 WHERE vec = 1")
+        index._set("vectors_of", key)
+    index.vectors_changed(None)
 
 
 def count(index: MemoryIndex, model: str, dims: int | None) -> int:
@@ -144,66 +180,120 @@ def count(index: MemoryIndex, model: str, dims: int | None) -> int:
     return int(row[0])
 
 
-@dataclass(kw_only=True)
 class VectorCache:
-    """The vectors of one model and size, normalized, as one matrix (see the contract)."""
+    """The vectors of one model and size, normalized, as rows of one matrix (see the contract).
 
-    model: str
-    """The model they were made with."""
-    dims: int
-    """Their size."""
-    generation: int = -1
-    """The index generation they reflect."""
-    ids: Any = None
-    """Entry ids (int64), one per row."""
-    matrix: Any = None
-    """The normalized vectors (float32), one per row."""
-    owners: Any = None
-    """Each row's principal (a str array: compared in C)."""
-    kinds: Any = None
-    """Each row's layer (a str array)."""
-    names: list[str | None] = field(default_factory=list)
-    """Each row's variable name (working entries)."""
+    Rows are appended into spare capacity and a deleted entry's row is only marked dead, so
+    following a few changes copies nothing; the dead rows are dropped when they are a
+    quarter of the matrix.
+    """
+
+    def __init__(self, *, model: str, dims: int) -> None:
+        self.model = model
+        self.dims = dims
+        self.generation = -1
+        """The index generation the rows reflect (-1: nothing loaded)."""
+        self.size = 0
+        """Rows in use (alive or dead)."""
+        self.dead = 0
+        self.row_of: dict[int, int] = {}
+        """Entry id -> its live row."""
+        self.codes: dict[str, int] = {}
+        """Principal -> the small int the owners column holds (compared in C)."""
+        self.names: list[str | None] = []
+        """Each row's variable name (working entries)."""
+        np = numpy()
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.matrix = np.zeros((0, dims), dtype=np.float32)
+        self.owners = np.zeros(0, dtype=np.int32)
+        self.kinds = np.zeros(0, dtype=np.int8)
+        self.alive = np.zeros(0, dtype=bool)
+
+    def code(self, principal: str) -> int:
+        return self.codes.setdefault(principal, len(self.codes))
 
     def refresh(self, index: MemoryIndex) -> None:
-        """Catch up with the index: drop rows whose vector is gone, load the new ones."""
-        if self.generation == index.generation and self.ids is not None:
+        """Catch up with the index: reload the entries changed since, or everything."""
+        if self.generation == index.generation:
             return
-        np = numpy()
-        current = [row[0] for row in index.db.execute(
-            "SELECT entry FROM vectors WHERE model = ? AND dims = ? ORDER BY entry",
-            (self.model, self.dims))]
-        if self.ids is None:
-            self.ids = np.zeros(0, dtype=np.int64)
-            self.matrix = np.zeros((0, self.dims), dtype=np.float32)
-            self.owners = np.zeros(0, dtype=str)
-            self.kinds = np.zeros(0, dtype=str)
-        wanted = np.asarray(current, dtype=np.int64)
-        keep = np.isin(self.ids, wanted)
-        new = sorted(set(current) - set(self.ids[keep].tolist()))
-        ids, rows, owners, kinds, names = [], [], [], [], []
-        for start in range(0, len(new), 500):
-            chunk = new[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for entry, kind, owner, name, blob in index.db.execute(
-                    "SELECT v.entry, e.kind, e.principal, e.name, v.vector FROM vectors v "
-                    f"JOIN entries e ON e.id = v.entry WHERE v.entry IN ({marks})", chunk):
-                ids.append(entry)
-                rows.append(np.frombuffer(blob, dtype="<f4"))
-                owners.append(owner)
-                kinds.append(kind)
-                names.append(name)
-        added = (np.vstack(rows).astype(np.float32) if rows
-                 else np.zeros((0, self.dims), dtype=np.float32))
-        norms = np.linalg.norm(added, axis=1, keepdims=True)
-        added = np.divide(added, norms, out=np.zeros_like(added), where=norms > 0)
-        kept_names = [name for name, kept in zip(self.names, keep.tolist(), strict=True) if kept]
-        self.ids = np.concatenate([self.ids[keep], np.asarray(ids, dtype=np.int64)])
-        self.matrix = np.vstack([self.matrix[keep], added])
-        self.owners = np.concatenate([self.owners[keep], np.asarray(owners, dtype=str)])
-        self.kinds = np.concatenate([self.kinds[keep], np.asarray(kinds, dtype=str)])
-        self.names = kept_names + names
+        changes = [entries for generation, entries in index.vector_changes
+                   if generation > self.generation]
+        known = (self.generation >= 0 and index.vector_changes
+                 and index.vector_changes[0][0] <= self.generation + 1)
+        if not known or any(entries is None for entries in changes):
+            self.__init__(model=self.model, dims=self.dims)  # type: ignore[misc]
+            self._load(index, None)
+        else:
+            touched = sorted(set().union(*[entries for entries in changes if entries]))
+            for entry in touched:
+                row = self.row_of.pop(entry, None)
+                if row is not None:
+                    self.alive[row] = False
+                    self.dead += 1
+            self._load(index, touched)
+            if self.dead > max(1000, self.size // 4):
+                self._compact()
         self.generation = index.generation
+
+    def _load(self, index: MemoryIndex, entries: list[int] | None) -> None:
+        """Append the vectors of ``entries`` (None: all) that the index holds."""
+        np = numpy()
+        query = ("SELECT v.entry, e.kind, e.principal, e.name, v.vector FROM vectors v "
+                 "JOIN entries e ON e.id = v.entry WHERE v.model = ? AND v.dims = ?")
+        chunks: list[list[int] | None] = (
+            [None] if entries is None else
+            [entries[start:start + 500] for start in range(0, len(entries), 500)])
+        for chunk in chunks:
+            params: list[Any] = [self.model, self.dims]
+            sql = query
+            if chunk is not None:
+                sql += f" AND v.entry IN ({','.join('?' * len(chunk))})"
+                params += chunk
+            rows = index.db.execute(sql, params).fetchall()
+            if not rows:
+                continue
+            added = np.vstack([np.frombuffer(blob, dtype="<f4") for *_, blob in rows])
+            norms = np.linalg.norm(added, axis=1, keepdims=True)
+            added = np.divide(added, norms, out=np.zeros_like(added), where=norms > 0)
+            start = self._reserve(len(rows))
+            end = start + len(rows)
+            self.matrix[start:end] = added
+            self.ids[start:end] = [row[0] for row in rows]
+            self.kinds[start:end] = [_KIND_CODES.get(row[1], -1) for row in rows]
+            self.owners[start:end] = [self.code(row[2]) for row in rows]
+            self.alive[start:end] = True
+            self.names[start:end] = [row[3] for row in rows]
+            for offset, row in enumerate(rows):
+                self.row_of[row[0]] = start + offset
+            self.size = end
+
+    def _reserve(self, count: int) -> int:
+        """Room for ``count`` more rows (capacity grows by half); the first free row."""
+        np = numpy()
+        if self.size + count > len(self.ids):
+            capacity = max(self.size + count, len(self.ids) * 3 // 2, 1024)
+            for name, shape in (("ids", (capacity,)), ("owners", (capacity,)),
+                                ("kinds", (capacity,)), ("alive", (capacity,)),
+                                ("matrix", (capacity, self.dims))):
+                old = getattr(self, name)
+                grown = np.zeros(shape, dtype=old.dtype)
+                grown[:self.size] = old[:self.size]
+                setattr(self, name, grown)
+            self.names.extend([None] * (capacity - len(self.names)))
+        return self.size
+
+    def _compact(self) -> None:
+        live = self.alive[:self.size].nonzero()[0]
+        for name in ("ids", "owners", "kinds", "alive", "matrix"):
+            column = getattr(self, name)
+            column[:len(live)] = column[live]
+        self.names[:len(live)] = [self.names[row] for row in live.tolist()]
+        self.size, self.dead = len(live), 0
+        self.alive[self.size:] = False
+        self.row_of = {int(entry): row for row, entry in enumerate(self.ids[:self.size].tolist())}
+
+
+_KIND_CODES = {"working": 0, "episodic": 1, "semantic": 2}
 
 
 def nearest(index: MemoryIndex, scope: Scope, meaning: Meaning,
@@ -216,7 +306,7 @@ def nearest(index: MemoryIndex, scope: Scope, meaning: Meaning,
                                                                           meaning.dims):
         cache = index.vector_cache = VectorCache(model=meaning.model, dims=meaning.dims)
     cache.refresh(index)
-    if not len(cache.ids):
+    if not cache.size:
         return []
     query = np.asarray(meaning.vector, dtype=np.float32)
     norm = float(np.linalg.norm(query))
@@ -224,24 +314,43 @@ def nearest(index: MemoryIndex, scope: Scope, meaning: Meaning,
         return []
     # Candidates by owner and layer (vectorized); the name-level rule is Scope.admits's,
     # row by row below, in rank order, exactly as the words' ranking applies it.
-    layers = np.zeros(len(cache.ids), dtype=bool)
+    size = cache.size
+    kinds, owners = cache.kinds[:size], cache.owners[:size]
+    layers = np.zeros(size, dtype=bool)
     for kind in scope.kinds:
-        layers |= cache.kinds == kind
-    candidates = (cache.owners == scope.principal) & layers
+        layers |= kinds == _KIND_CODES[kind]
+    mine = cache.codes.get(scope.principal, -1)
+    candidates = cache.alive[:size] & (owners == mine) & layers
     if scope.reads_human_names():
-        candidates |= (cache.owners == "human") & (cache.kinds == "working")
+        candidates |= (cache.alive[:size] & (owners == cache.codes.get("human", -1))
+                       & (kinds == _KIND_CODES["working"]))
     rows = np.flatnonzero(candidates)
     if not len(rows):
         return []
-    scores = (cache.matrix @ (query / norm))[rows]  # one product; no copy of the rows
+    scores = (cache.matrix[:size] @ (query / norm))[rows]  # no copy of the rows
+    names = {code: principal for principal, code in cache.codes.items()}
+    kind_names = {code: kind for kind, code in _KIND_CODES.items()}
     found: list[tuple[int, float]] = []
-    for position in np.argsort(-scores, kind="stable").tolist():
-        score = float(scores[position])
-        if score <= 0.0 or len(found) >= depth:
+    # The best rows by a partial sort (with every row tied with the last of them), best
+    # first and, among equals, the newest entry first; all rows only if too few pass admits.
+    for take in (min(len(rows), depth * 4), len(rows)):
+        if take < len(rows):
+            bar = np.partition(-scores, take - 1)[take - 1]
+            best = np.flatnonzero(-scores <= bar)
+        else:
+            best = np.arange(len(rows))
+        order = best[np.lexsort((-cache.ids[rows[best]], -scores[best]))]
+        found = []
+        for position in order.tolist():
+            score = float(scores[position])
+            if score <= 0.0 or len(found) >= depth:
+                break
+            row = int(rows[position])
+            if scope.admits(kind_names[int(kinds[row])], names[int(owners[row])],
+                            cache.names[row]):
+                found.append((int(cache.ids[row]), score))
+        if len(found) >= depth or take == len(rows):
             break
-        row = int(rows[position])
-        if scope.admits(str(cache.kinds[row]), str(cache.owners[row]), cache.names[row]):
-            found.append((int(cache.ids[row]), score))
     return found
 
 
