@@ -8,6 +8,23 @@ The contract:
   including commits that only SRC's tail holds (``kernos.store.tail``: not
   yet folded into git).  SRC is opened read-only and never written: a fork
   works while a kernel holds SRC, and leaves SRC's files as they were.
+* **DST holds nothing SRC can still lose.**  Under a group commit SRC's
+  kernel writes a commit's frame (and its audit record) before it syncs
+  them, and acknowledges the op only after the sync; a fork that read such a
+  frame and then saw SRC's machine lose power would name a commit and a
+  record SRC's chain never kept (:func:`check_origin` would fail, or worse,
+  meet another record at that index).  So the fork makes durable what it
+  read before it builds DST: one ``fdatasync`` of SRC's tail and of its audit
+  chain, through read-only descriptors opened before anything is read (the
+  same files, even if a fold empties the tail meanwhile).  That writes no
+  byte of SRC; it asks the disk to keep what SRC wrote, which SRC's own next
+  sync does anyway, so an op DST holds is one SRC restores after any crash
+  (acknowledged or not, as for any op whose sync finished before its reply
+  went out).  A sync the disk refuses refuses the fork.  Left open: after a
+  disk I/O error, Linux may report the error to only one of the descriptors
+  that sync a file, so if SRC's own sync saw it first (and SRC then cuts its
+  frame off) the fork's sync can succeed on a frame SRC drops; that needs a
+  failing disk, and SRC's kernel stops committing on it.
 * **Objects are shared, not copied: every pack (and loose object) of SRC is
   hard-linked into DST**, as ``git clone --local`` does.  A pack is never
   changed once written (Kernos and git only create packs and unlink them),
@@ -72,7 +89,7 @@ from kernos.audit import AuditLog, open_audit
 from kernos.errors import KernosError, UsageError, WorkspaceCorrupt, WorkspaceError
 from kernos.personal import Keyring
 from kernos.store.objects import fsync_dir
-from kernos.store.workspace import Workspace, op_of
+from kernos.store.workspace import AUDIT_CHAIN, Workspace, op_of
 
 __all__ = ["Forked", "Origin", "check_origin", "fork", "split_source"]
 
@@ -158,7 +175,8 @@ def fork(source: str | os.PathLike[str], dest: str | os.PathLike[str],
     dest_path = Path(dest).expanduser().absolute()
     _check_dest(dest_path, source_path)
     staging = dest_path.parent / f".{dest_path.name}.forking-{os.getpid()}"
-    with Workspace.open(source_path, writable=False, create=False) as src:
+    with Workspace.open(source_path, writable=False, create=False) as src, \
+            _SourceFiles(src.path) as written:
         commit = src.resolve(ref)
         op = op_of(src.read_commit(commit))
         forked_from = _origin_facts(src, commit, op)
@@ -166,7 +184,7 @@ def fork(source: str | os.PathLike[str], dest: str | os.PathLike[str],
         for stale in dest_path.parent.glob(f".{dest_path.name}.forking-*"):
             shutil.rmtree(stale, ignore_errors=True)  # a fork that died
         try:
-            result = _build(src, staging, commit, op, forked_from)
+            result = _build(src, staging, commit, op, forked_from, written)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -205,12 +223,49 @@ def _origin_facts(src: Workspace, commit: bytes, op: int | None) -> dict[str, An
             "op": op, "audit": {"index": index, "hash": digest}}
 
 
+class _SourceFiles:
+    """Read-only descriptors of SRC's tail and audit chain, opened before the fork reads
+    them; :meth:`make_durable` syncs what SRC wrote to them (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.descriptors: list[tuple[Path, int]] = []
+
+    def __enter__(self) -> _SourceFiles:
+        for path in (self.root / "tail", self.root / AUDIT_CHAIN):
+            try:
+                self.descriptors.append((path, os.open(path, os.O_RDONLY)))
+            except FileNotFoundError:
+                continue  # nothing written there yet: nothing to lose
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _path, fd in self.descriptors:
+            os.close(fd)
+        self.descriptors = []
+
+    def make_durable(self) -> None:
+        """Everything SRC wrote to these files so far is on disk, or a clear error."""
+        for path, fd in self.descriptors:
+            try:
+                os.fdatasync(fd)
+            except OSError as error:
+                raise WorkspaceError(
+                    f"the disk did not confirm {path} of the source (fdatasync: "
+                    f"{error.strerror or error}), so its newest commits may still be lost "
+                    "there; nothing was forked. Check the source's disk, then fork again.",
+                    path=str(path)) from error
+
+
 def _build(src: Workspace, staging: Path, commit: bytes, op: int | None,
-           forked_from: dict[str, Any]) -> dict[str, Any]:
+           forked_from: dict[str, Any], written: _SourceFiles) -> dict[str, Any]:
     # The tail first: a fold that runs meanwhile turns it into a pack that the listing
     # below then finds; read after the listing, a fold could hide commits from both.
     src.tail.refresh()
     tail_objects = dict(src.tail.objects.items())
+    # Everything the fork takes from SRC has been read by now (REF, the audit head, the
+    # tail's objects): make it as durable in SRC as it is about to be in DST.
+    written.make_durable()
     with Workspace.open(staging, purpose="kernos fork") as dst:
         linked, copied = _share_objects(src.git_dir / "objects", dst.git_dir / "objects")
         dst.objects.add_packed(tail_objects.items())

@@ -49,6 +49,7 @@ from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
 from kernos.kernel.interrupts import OpInterrupts
+from kernos.kernel.leaving import InFlight
 from kernos.kernel.loops import LoopDriver
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
@@ -131,6 +132,7 @@ class KernosKernel(IPythonKernel):
         self.loop_driver = LoopDriver(self)
         """Turns agents' running loops between requests (kernos.kernel.loops)."""
         self.inspection = KernelBackend(self)
+        self.in_flight = InFlight(self.log)
         self.comm_manager.register_target(INSPECTOR_TARGET, self.inspection.open)
         # Hidden (interactive=False): the kernel's own names, never persisted.
         self.ipython.push({"agents": self.agents, "events": self.events, "audit": self.audit,
@@ -151,7 +153,9 @@ class KernosKernel(IPythonKernel):
         # cell's output, an inspector's view, an event backlog) can be lost.
         for message_type, handler in list(self.shell_handlers.items()):
             if message_type != REQUEST_TYPE:
-                self.shell_handlers[message_type] = self._durable_first(handler)
+                handler = self._durable_first(handler)
+            # Counted while served: a shutdown lets it reply first (kernos.kernel.leaving).
+            self.shell_handlers[message_type] = self.in_flight.tracked(handler)
         super().start()
         self._attach()
         # The big values load once the kernel serves requests: loading them beside
@@ -713,6 +717,10 @@ class KernosKernel(IPythonKernel):
         }
 
     def do_shutdown(self, restart: bool) -> dict[str, Any]:  # type: ignore[override]
+        # An interrupted cell rolls back and replies before the workspace and the shell
+        # channel close under it (kernos.kernel.leaving).
+        if not self.in_flight.settle():
+            self.log.info("Kernos: shutting down while a request is still being served")
         self.loop_driver.stop()
         if self.image is not None:
             self.control.withdraw(Path(self.image.workspace.path))

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos import _faults
+from kernos.store import repack
 from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, compresses, inflate_entry
 from kernos.store.space import (
     NOT_FOLDED,
@@ -437,6 +438,8 @@ class ObjectStore(LooseObjects):
     folds loose objects in, and deletes what it merged only once the new pack
     is durable, so a ``kill -9`` at any instant loses nothing.  Ops never
     wait for it: the packs it replaces stay readable until the next rescan.
+    It ends with its kernel and never runs beside another repack of the
+    workspace (:mod:`kernos.store.repack`).
     """
 
     def __init__(self, git_dir: Path, *, journal: Path, scratch: Path, durable: bool,
@@ -623,20 +626,24 @@ class ObjectStore(LooseObjects):
             self._loose_estimate = _estimate_loose(self.objects)
         if len(self.packs) < REPACK_PACKS and self._loose_estimate < REPACK_LOOSE:
             return False
-        self._repack = subprocess.Popen(
-            [*_NICE, "git", *GIT_FSYNC, f"--git-dir={self.git_dir}", "repack", "-d", "-q",
-             "--geometric=2"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+        # Under a watchdog that ends it with this process, and under a lock that keeps
+        # it alone (kernos.store.repack): a dead kernel's repack may still be ending.
+        self._repack = repack.start(self.git_dir, [
+            *_NICE, "git", *GIT_FSYNC, f"--git-dir={self.git_dir}", "repack", "-d", "-q",
+            "--geometric=2"])
+        if self._repack is None:
+            return False
         self._loose_estimate = 0
         return True
 
     def wait_for_maintenance(self, timeout: float | None = None) -> None:
-        """Wait for a running background repack (tests and ``kernos gc``)."""
+        """Wait for a running background repack, this process's or another's (a kernel
+        killed meanwhile) (tests, ``kernos prune``, a replay)."""
         if self._repack is not None:
             self._repack.wait(timeout)
             self._repack = None
             self.packs.refresh()
+        repack.wait_for_repacks(self.git_dir, timeout)
 
     def discard(self) -> None:
         self._builder = PackBuilder()

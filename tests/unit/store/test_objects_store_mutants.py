@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import pytest
 from disk_support import Syncs
 from kernos.errors import DiskFull
 from kernos.store import objects as objects_module
+from kernos.store import repack as repack_module
 from kernos.store.objects import ObjectStore, object_id
 from kernos.store.packs import Pack, PackBuilder
 from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED
@@ -847,12 +849,17 @@ def test_a_geometric_repack_starts_in_the_background_when_packs_pile_up(
     assert repacks == [] and store.maintain() is False  # 2 packs: below the threshold
     commit_one(store, b"3")  # 3 packs: the threshold
     [repack] = repacks
-    assert repack.args == [*objects_module._NICE, "git", "-c",
-                           "core.fsync=objects,derived-metadata,reference", "-c",
-                           "core.fsyncMethod=fsync", f"--git-dir={repo}", "repack", "-d", "-q",
-                           "--geometric=2"]
+    # Under the watchdog that ends it with this process, holding the repack lock's fd.
+    watchdog, lock = repack.args[:6], repack.kwargs["pass_fds"]
+    assert watchdog == [sys.executable, "-I", "-S", str(repack_module.WATCHDOG),
+                        str(os.getpid()), str(lock[0])]
+    assert repack.args[6:] == [*objects_module._NICE, "git", "-c",
+                               "core.fsync=objects,derived-metadata,reference", "-c",
+                               "core.fsyncMethod=fsync", f"--git-dir={repo}", "repack", "-d",
+                               "-q", "--geometric=2"]
     assert repack.kwargs == {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
-                             "stderr": subprocess.DEVNULL, "start_new_session": True}
+                             "stderr": subprocess.DEVNULL, "start_new_session": True,
+                             "pass_fds": lock}
     commit_one(store, b"4")
     assert store.maintain() is False and len(repacks) == 1  # one at a time
     repack.done = 0  # it finished: its packs are picked up, and another may start
@@ -864,6 +871,26 @@ def test_a_geometric_repack_starts_in_the_background_when_packs_pile_up(
     assert store.maintain() is False and len(store.packs) == 1  # rescanned: one pack left
     assert store.maintain() is False and len(repacks) == 2  # and nothing runs any more
     store.wait_for_maintenance(1)
+
+
+def test_no_repack_starts_while_another_holds_the_repack_lock(
+        new: Any, repo: Path, monkeypatch: pytest.MonkeyPatch, repacks: list[Repack]) -> None:
+    """A dead kernel's repack still ending (or a prune's) holds the lock: none starts
+    beside it, and the next commit asks again."""
+    import fcntl
+
+    monkeypatch.setattr(objects_module, "REPACK_PACKS", 1)
+    store = new()
+    held = os.open(repo / repack_module.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        commit_one(store, b"1")
+        assert repacks == [] and store.maintain() is False
+        assert repack_module.wait_for_repacks(repo, timeout=0) is False
+    finally:
+        os.close(held)
+    assert repack_module.wait_for_repacks(repo, timeout=0) is True
+    assert store.maintain() is True and len(repacks) == 1
 
 
 def test_loose_objects_start_a_repack_from_the_estimate_counted_once(
