@@ -6,9 +6,17 @@ keeps *no* state of its own that outlives an op: the registry
 the image, so they commit, roll back and restore with it, and the runtime
 looks them up afresh on every call (a rollback may have replaced them).
 Denials and the grants used are noted on the op, and so reach its audit
-record (``kernos.audit``), committed or not.  Events (``kernos.events``) run
-through :attr:`AgentRuntime.events`, which knows how to run an agent's
-subscriber as that agent.
+record (``kernos.audit``), committed or not.
+
+Here: the agent namespaces, the human's operations, running agent code,
+denials, and the calls from agent code on grants and the image.  Three
+seams live in private modules, each with its contract in its docstring, and
+the runtime delegates to them the names other modules call:
+
+* ``_tools``: tools defined, pinned per op and called (:attr:`AgentRuntime.toolbox`);
+* ``_llm``: LLM calls and embeddings, granted and budgeted (:attr:`AgentRuntime.models`);
+* ``_events``: agents on the event bus (:attr:`AgentRuntime.events`), which
+  runs an agent's subscriber as that agent.
 
 Every mutation goes through the op that is running (``image.current``); the
 runtime tells the op which runtime names it changed (``op.touch``), and
@@ -28,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from kernos import amounts
 from kernos._time import utc_now
-from kernos.agents import context
+from kernos.agents import _events, context
 from kernos.agents._llm import Models
 from kernos.agents._tools import Toolbox
-from kernos.agents.boundary import ObjectView, check_bounded, to_agent, to_host
+from kernos.agents.boundary import ObjectView, to_agent, to_host
 from kernos.agents.capabilities import Grant, amount, parse_capability
 from kernos.agents.context import BoundedOutput, RunContext
 from kernos.agents.guards import AGENT_BUILTINS
@@ -43,7 +51,6 @@ from kernos.effects import EffectRunner
 from kernos.errors import (
     BoundaryError,
     CapabilityDenied,
-    EventError,
     InvalidGrant,
     KernosError,
     OpVetoed,
@@ -51,7 +58,6 @@ from kernos.errors import (
     UnknownTool,
     UsageError,
 )
-from kernos.events.bus import EventBus
 from kernos.image import Image
 from kernos.op import Op
 
@@ -127,8 +133,8 @@ class AgentRuntime:
         """LLM calls and embeddings, granted and budgeted (see kernos.agents._llm)."""
         self.toolbox = Toolbox(self)
         """Tools defined, pinned and called (see kernos.agents._tools)."""
-        self.events = EventBus(image, runner=self._run_subscriber,
-                               authorize=self._authorize_event, principal=self._principal)
+        self.events = _events.bus_for(self)
+        """The image's event bus, which runs an agent's subscriber as that agent."""
         self.effects = EffectRunner(self)
         """Executes external effects after their op commits (see kernos.effects)."""
         self._breakers: Breakers | None = None
@@ -579,84 +585,16 @@ class AgentRuntime:
         return self.toolbox.call_as(principal, name, arguments)
 
 
-    # -- events ---------------------------------------------------------------------------
-
-    def _principal(self) -> str | None:
-        ctx = context.running()
-        return None if ctx is None else ctx.principal
-
-    def _authorize_event(self, principal: str, kind: str, target: str) -> None:
-        ctx = context.running()
-        if ctx is None or ctx.principal != principal:
-            raise UsageError(f"events are checked against {principal!r}'s grants only while "
-                             "its code runs")
-        self._require(ctx, kind, target)
-
-    def _run_subscriber(self, principal: str, handler: Callable[..., Any], event: Any) -> None:
-        """Run an in-image subscriber as its own principal, inside the running op."""
-        op = self._op()
-        outer = context.running()
-        if principal == HUMAN:
-            token = context.suspend()  # trusted code: not under the emitter's authority
-            try:
-                handler(event)
-            finally:
-                context.leave(token)
-            return
-        self.registry.principal(principal)
-        trip = self.breakers.circuit(principal)
-        if trip is not None and not self.breakers.replaying:
-            # Not run, and the emitter's op goes on: refusing it would let a tripped
-            # agent veto every op that emits what it subscribed to.  Recorded instead.
-            skipped = op.facts.setdefault("circuit_skipped", [])
-            if len(skipped) < 20:
-                skipped.append({"agent": principal, "policy": trip.policy,
-                                "topic": str(event.get("topic") if isinstance(event, dict)
-                                             else getattr(event, "topic", ""))[:200],
-                                "tripped_op": trip.op})
-            return
-        op.touch(namespace_key(principal), REGISTRY)
-        if outer is None:
-            with self._running(principal, op):
-                handler(event)
-            return
-        # Already under a supervisor (an agent emitted): switch principal only.
-        inner = RunContext(runtime=self, principal=principal, op=op, limits=outer.limits,
-                           output=outer.output, depth=outer.depth + 1)
-        token = context.enter(inner)
-        try:
-            handler(event)
-        finally:
-            outer.denials += inner.denials
-            context.leave(token)
+    # -- events (see kernos.agents._events) -------------------------------------------------
 
     def emit(self, ctx: RunContext, topic: object, payload: object) -> None:
-        try:
-            plain = to_host(payload)
-            if ctx.foreign() is not None and type(topic) is str:
-                self._require(ctx, "emit", topic)  # the bus checks only the principal
-            self.events.emit(topic, plain, principal=ctx.principal)
-        except (EventError, BoundaryError) as error:
-            raise self._invalid(ctx, error) from None
+        _events.emit(self, ctx, topic, payload)
 
     def subscribe(self, ctx: RunContext, pattern: object, handler: object) -> object:
-        self._on_own_behalf(ctx, "subscribe")
-        try:
-            check_bounded({"the handler": handler},
-                          what=f"a subscriber of {ctx.principal!r}")
-        except BoundaryError as error:
-            raise self._invalid(ctx, error) from None
-        try:
-            return self.events.subscribe(pattern, handler, principal=ctx.principal)
-        except EventError as error:
-            raise self._invalid(ctx, error) from None
+        return _events.subscribe(self, ctx, pattern, handler)
 
     def unsubscribe(self, ctx: RunContext, subscription_id: object) -> None:
-        self._on_own_behalf(ctx, "unsubscribe")
-        try:
-            self.events.unsubscribe(subscription_id, principal=ctx.principal)
-        except UsageError as error:
-            raise self._invalid(ctx, error) from None
+        _events.unsubscribe(self, ctx, subscription_id)
 
     # -- LLM calls and embeddings (see kernos.agents._llm) ----------------------------------
 
