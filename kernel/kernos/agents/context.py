@@ -72,6 +72,13 @@ class RunContext:
         """The author of a tool running for someone else, if one is running."""
         return next((name for name in self.bounds if name != self.principal), None)
 
+    def bounded_by(self, principal: str) -> str:
+        """Why ``principal``'s grants count in a check of this principal's, if they do."""
+        if principal == self.principal:
+            return ""
+        return (f"inside a tool {principal!r} wrote, {principal!r}'s grants bound it too, and "
+                f"{principal!r} does not hold it")
+
 
 _CURRENT: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "kernos_agent_context", default=None)

@@ -282,6 +282,17 @@ class Registry:
         return [grant for grant in self.grants.values()
                 if principal is None or grant.principal == principal]
 
+    def chain(self, grant: Grant) -> list[Grant]:
+        """``grant`` and every grant it was derived from, nearest first."""
+        chain = [grant]
+        while chain[-1].parent is not None:
+            chain.append(self.grants[chain[-1].parent])
+        return chain
+
+    def chains(self, grants: list[Grant]) -> list[Grant]:
+        """Every grant of each one's chain, each once (an author's and a caller's may meet)."""
+        return list({id(link): link for grant in grants for link in self.chain(grant)}.values())
+
     # -- tools -----------------------------------------------------------------
 
     def define_tool(self, *, name: object, function: Callable[..., Any], schema: object,

@@ -38,6 +38,8 @@ a workspace opens, so a circuit stays open across restarts.  Only ``trip`` and
 ``reset`` lines are synced (a crash may lose the counts of the ops just
 before it, never an open circuit).  An agent with no policy (its own or an
 ancestor's) is not counted at all: supervision starts with its first policy.
+The journal itself (its lines, the state they give, compaction) is
+:class:`kernos.agents._journal.Journal`; this module decides what to write.
 
 **An open circuit** refuses every op of its agent *before its body runs*
 (:meth:`Breakers.admit` raises :class:`~kernos.errors.CircuitOpen`, and vetoes
@@ -100,22 +102,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
-import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos._time import utc_now
 from kernos.agents import context
-from kernos.agents._journal import BurnWindow, copy_journal, line
+from kernos.agents._journal import AgentState, BurnWindow, Journal, Trip, copy_journal
 from kernos.agents.registry import HUMAN
 from kernos.audit.canonical import canonical
 from kernos.errors import CapabilityDenied, CircuitOpen, InvalidGrant, UsageError
-from kernos.store.objects import replace_file
 
 if TYPE_CHECKING:
     from kernos.agents.runtime import AgentRuntime
@@ -203,33 +202,6 @@ class Supervision:
         self.safe: dict[str, SafePoint] = {}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Trip:
-    """Why a circuit is open."""
-
-    agent: str
-    policy: str
-    """``failures``, ``repeats`` ... (the figure that tripped)."""
-    limit: int
-    figures: dict[str, Any]
-    message: str
-    op: int
-    at: str
-
-
-@dataclass(kw_only=True)
-class _State:
-    """One agent's counters since its last reset (from the journal)."""
-
-    first: float | None = None
-    iterations: int = 0
-    failures: int = 0
-    failed_ops: list[int] = field(default_factory=list)
-    last: str | None = None
-    run: int = 0
-    trip: Trip | None = None
-
-
 def fingerprint(kind: str, text: str, arguments: object = None) -> str:
     """What makes two ops "the same": the code (or tool) and its arguments, hashed."""
     try:
@@ -250,15 +222,14 @@ class Breakers:
         self.path: Path = workspace.path / JOURNAL_FILE
         self.durable = bool(workspace.durable)
         self._lock = threading.Lock()
-        self._states: dict[str, _State] = {}
+        self._journal = Journal(self.path, durable=self.durable)
+        """Counters and circuits, outside the image (guarded by ``_lock``)."""
         self.replaying = False
         """Set by replay: the original's journal decided which ops ran (a refused op
         is replayed as refused, from its audit record); nothing is counted again."""
         self._burn = BurnWindow(WINDOW_SECONDS)
-        self._ended: set[int] = set()
         self._admitted: set[tuple[str, int]] = set()
-        self._announced: set[tuple[str, int]] = set()
-        self._load()
+        self._journal.load(compact_over=COMPACT_LINES)
 
     # -- policies (in the image) -----------------------------------------------------
 
@@ -347,13 +318,13 @@ class Breakers:
     def circuit(self, agent: str) -> Trip | None:
         """Why ``agent``'s circuit is open, or None if it is closed."""
         with self._lock:
-            state = self._states.get(agent)
+            state = self._journal.states.get(agent)
             return None if state is None else state.trip
 
     def circuits(self) -> dict[str, Trip]:
         """Every open circuit, by agent."""
         with self._lock:
-            return {agent: state.trip for agent, state in sorted(self._states.items())
+            return {agent: state.trip for agent, state in sorted(self._journal.states.items())
                     if state.trip is not None}
 
     def refuse_if_open(self, agent: str, op: Op, *, via: str) -> None:
@@ -372,9 +343,9 @@ class Breakers:
     def pending(self) -> list[Trip]:
         """The trips whose ``kernos.circuit.open`` event no committed op has emitted yet."""
         with self._lock:
-            return [state.trip for state in self._states.values()
+            return [state.trip for state in self._journal.states.values()
                     if state.trip is not None and (state.trip.agent, state.trip.op)
-                    not in self._announced]
+                    not in self._journal.announced]
 
     def admit(self, agent: str, op: Op, fingerprint_of: Callable[[], str]) -> None:
         """Before an op of ``agent`` runs: raise CircuitOpen (and veto) or count it in.
@@ -387,10 +358,10 @@ class Breakers:
         policy = self.effective(agent)
         now = self.clock()
         with self._lock:
-            state = self._states.get(agent)
+            state = self._journal.states.get(agent)
             if (state is None or state.trip is None) and not policy.describe():
                 return  # unsupervised: nothing counted, nothing written
-            state = self._states.setdefault(agent, _State())
+            state = self._journal.states.setdefault(agent, AgentState())
             trip = state.trip
             if trip is None and (agent, op.id) in self._admitted:
                 return  # one op is one iteration, however many runs it holds
@@ -400,12 +371,12 @@ class Breakers:
             if trip is not None:
                 raise _refuse(op, trip, via="op")
             self._admitted.add((agent, op.id))
-            self._write({"type": "admit", "agent": agent, "op": op.id, "sha": print_,
-                         "at": now})
-            self._apply_admit(state, print_, now)
+            self._journal.write({"type": "admit", "agent": agent, "op": op.id,
+                                 "sha": print_, "at": now})
+            self._journal.apply_admit(state, print_, now)
         op.transaction.join(_Outcome(self, agent, op))
 
-    def _check_before(self, agent: str, policy: Policy, state: _State, print_: str,
+    def _check_before(self, agent: str, policy: Policy, state: AgentState, print_: str,
                       now: float, op: int) -> Trip | None:
         found: tuple[str, int, dict[str, Any], str] | None = None
         if policy.iterations is not None and state.iterations >= policy.iterations:
@@ -441,12 +412,13 @@ class Breakers:
             return None
         return self._trip(agent, state, *found, op=op)
 
-    def _trip(self, agent: str, state: _State, policy: str, limit: int,
+    def _trip(self, agent: str, state: AgentState, policy: str, limit: int,
               figures: dict[str, Any], message: str, *, op: int) -> Trip:
         trip = Trip(agent=agent, policy=policy, limit=limit, figures=figures,
                     message=message, op=op, at=utc_now())
-        self._write({"type": "trip", "agent": agent, "policy": policy, "limit": limit,
-                     "figures": figures, "message": message, "op": op, "at": trip.at})
+        self._journal.write({"type": "trip", "agent": agent, "policy": policy,
+                             "limit": limit, "figures": figures, "message": message,
+                             "op": op, "at": trip.at})
         state.trip = trip
         return trip
 
@@ -480,12 +452,12 @@ class Breakers:
         """An admitted op of ``agent`` committed (``ok``) or did not."""
         policy = self.effective(agent)
         with self._lock:
-            if op in self._ended:
+            if op in self._journal.ended:
                 return
-            self._ended.add(op)
-            state = self._states.setdefault(agent, _State())
-            self._write({"type": "end", "agent": agent, "op": op, "ok": ok})
-            self._apply_end(state, op, ok)
+            self._journal.ended.add(op)
+            state = self._journal.states.setdefault(agent, AgentState())
+            self._journal.write({"type": "end", "agent": agent, "op": op, "ok": ok})
+            self._journal.apply_end(state, op, ok)
             if state.trip is None and policy.failures is not None \
                     and state.failures >= policy.failures:
                 shown = ", ".join(str(n) for n in state.failed_ops[-5:])
@@ -510,11 +482,12 @@ class Breakers:
             restored = self.restore_safe(agent)
         current = self.runtime.image.current
         with self._lock:
-            state = self._states.get(agent)
+            state = self._journal.states.get(agent)
             was = None if state is None or state.trip is None else state.trip.policy
-            self._write({"type": "reset", "agent": agent,
-                         "op": None if current is None else current.id, "at": self.clock()})
-            self._states[agent] = _State()
+            self._journal.write({"type": "reset", "agent": agent,
+                                 "op": None if current is None else current.id,
+                                 "at": self.clock()})
+            self._journal.states[agent] = AgentState()
         if current is not None:
             current.facts["circuit_reset"] = {"agent": agent, "was": was,
                                               "restored_from": restored}
@@ -528,91 +501,6 @@ class Breakers:
 
         return self._burn.charged(self.runtime.image.workspace.path / LEDGER_FILE,
                                   f"principal:{agent}", now)
-
-    # -- the journal (outside the image) --------------------------------------------------
-
-    def _load(self) -> None:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        lines = data[:data.rfind(b"\n") + 1].splitlines()
-        for text in lines:
-            entry = json.loads(text)
-            state = self._states.setdefault(entry["agent"], _State())
-            kind = entry["type"]
-            if kind == "admit":
-                self._apply_admit(state, entry["sha"], entry["at"])
-            elif kind == "end":
-                self._ended.add(entry["op"])
-                self._apply_end(state, entry["op"], entry["ok"])
-            elif kind == "state":
-                self._states[entry["agent"]] = _State(
-                    first=entry["first"], iterations=entry["iterations"],
-                    failures=entry["failures"], failed_ops=entry["failed_ops"],
-                    last=entry["last"], run=entry["run"])
-            elif kind == "trip":
-                state.trip = Trip(agent=entry["agent"], policy=entry["policy"],
-                                  limit=entry["limit"], figures=entry["figures"],
-                                  message=entry["message"], op=entry["op"], at=entry["at"])
-            elif kind == "reset":
-                self._states[entry["agent"]] = _State()
-            elif kind == "announced":
-                self._announced.add((entry["agent"], entry["op"]))
-        if len(lines) > COMPACT_LINES:
-            self._compact()
-
-    def _compact(self) -> None:
-        """Rewrite the journal as the state it gives: one ``state`` line per agent, plus
-        its open trip and whether that was announced.  Atomic (a new file, synced, renamed
-        over the old one), so a crash leaves either journal, both giving the same state."""
-        entries: list[dict[str, Any]] = []
-        for agent, state in sorted(self._states.items()):
-            entries.append({"type": "state", "agent": agent, "first": state.first,
-                            "iterations": state.iterations, "failures": state.failures,
-                            "failed_ops": state.failed_ops, "last": state.last,
-                            "run": state.run})
-            trip = state.trip
-            if trip is not None:
-                entries.append({"type": "trip", "agent": agent, "policy": trip.policy,
-                                "limit": trip.limit, "figures": trip.figures,
-                                "message": trip.message, "op": trip.op, "at": trip.at})
-                if (agent, trip.op) in self._announced:
-                    entries.append({"type": "announced", "agent": agent, "op": trip.op})
-        temporary = self.path.with_name(self.path.name + ".compacting")
-        try:  # a crash leaves the old journal or the new one
-            replace_file(self.path, b"".join(line(entry) for entry in entries),
-                         durable=self.durable, temporary=temporary)
-        except OSError:  # a read-only or full disk: the old journal still serves
-            temporary.unlink(missing_ok=True)
-
-    @staticmethod
-    def _apply_admit(state: _State, print_: str, now: float) -> None:
-        if state.first is None:
-            state.first = now
-        state.iterations += 1
-        state.run = state.run + 1 if print_ == state.last else 1
-        state.last = print_
-
-    @staticmethod
-    def _apply_end(state: _State, op: int, ok: bool) -> None:
-        if ok:
-            state.failures, state.failed_ops = 0, []
-        else:
-            state.failures += 1
-            state.failed_ops = [*state.failed_ops[-9:], op]
-
-    def _write(self, entry: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = line(entry)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-            if self.durable and entry["type"] in ("trip", "reset"):
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
 
 class _AfterOutcome:
     """A transaction participant that only acts once its op's outcome is known."""
@@ -646,11 +534,11 @@ class _Announced(_AfterOutcome):
         return "~~kernos.supervisor.announced"
 
     def tpc_finish(self, txn: Any) -> None:
-        breakers = self.breakers
+        breakers, journal = self.breakers, self.breakers._journal
         with breakers._lock:
             for trip in self.trips:
-                breakers._announced.add((trip.agent, trip.op))
-                breakers._write({"type": "announced", "agent": trip.agent, "op": trip.op})
+                journal.announced.add((trip.agent, trip.op))
+                journal.write({"type": "announced", "agent": trip.agent, "op": trip.op})
 
 
 class _Outcome(_AfterOutcome):

@@ -101,6 +101,28 @@ def test_a_budget_is_bounded_by_the_authors_too(env) -> None:  # type: ignore[no
     assert used == {"victim": "5", "mallory": "5"}
 
 
+def test_an_llm_call_needs_the_authors_grant_too(env) -> None:  # type: ignore[no-untyped-def]
+    define(env, "mallory", "ask",
+           "def ask(x=''):\n    return llm('gpt-4o-mini', [{'role': 'user', 'content': x}])\n")
+    with env.op():
+        env.agents.grant("victim", "call:ask")
+        env.agents.grant("victim", "llm:gpt-4o-mini", 1000)
+    out = vetoed(env, "victim", "try:\n    call('ask', x='hi')\nexcept CapabilityDenied as e:\n"
+                                "    print('denied', e)")
+    assert out.startswith("denied") and "mallory" in out
+    assert env.agents.denials()[-1]["capability"] == "llm:gpt-4o-mini"
+
+
+def test_an_event_emitted_for_the_human_needs_the_authors_grant(env) -> None:  # type: ignore[no-untyped-def]
+    define(env, "mallory", "shout", "def shout(x=''):\n    emit('news', {'x': x})\n")
+    op = env.image.begin(source="")
+    with pytest.raises(CapabilityDenied, match="mallory"):
+        env.agents.call("shout", x="hi")  # the bus checks no grant of the human's
+    with pytest.raises(OpVetoed):
+        op.commit()
+    assert env.agents.denials()[-1]["capability"] == "emit:news"
+
+
 @pytest.mark.parametrize("action", ["spawn", "define"])
 def test_a_tool_cannot_act_on_its_callers_behalf(env, action: str) -> None:  # type: ignore[no-untyped-def]
     agents = env.runtime.agents()
