@@ -116,14 +116,14 @@ def missing(index: MemoryIndex, scope: Scope, model: str, dims: int,
         owners.append("human")
     rows: list[tuple[int, str, str, str | None]] = []
     for owner in owners:  # the partial index, newest first, read only as far as needed
-        found_here = 0
-        for entry, kind, principal, name in index.db.execute(
+        taken = 0
+        for read, (entry, kind, principal, name) in enumerate(index.db.execute(
                 "SELECT id, kind, principal, name FROM entries INDEXED BY entries_unembedded "
-                "WHERE vec = 0 AND principal = ? ORDER BY id DESC", (owner,)):
+                "WHERE vec = 0 AND principal = ? ORDER BY id DESC", (owner,)), start=1):
             if scope.admits(kind, principal, name):
                 rows.append((entry, kind, principal, name))
-                found_here += 1
-            if found_here >= limit or (owner != scope.principal and found_here >= HUMAN_SCAN):
+                taken += 1
+            if taken >= limit or (owner != scope.principal and read >= HUMAN_SCAN):
                 break
     rows.sort(reverse=True)
     found: list[tuple[int, str]] = []

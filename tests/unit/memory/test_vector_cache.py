@@ -10,7 +10,7 @@ import pytest
 
 from kernos.memory import MemoryIndex, WorkingItem
 from kernos.memory.index import KINDS, Scope
-from kernos.memory.vectors import Meaning, VectorCache, missing, nearest, store
+from kernos.memory.vectors import HUMAN_SCAN, Meaning, VectorCache, missing, nearest, store
 
 np = pytest.importorskip("numpy")
 
@@ -139,4 +139,19 @@ def test_another_model_drops_the_vectors_and_they_are_missing_again(tmp_path: Pa
     assert len(missing(index, scope, "other", DIMS, 32)) == 10
     assert index.db.execute("SELECT count(*) FROM vectors").fetchone()[0] == 0
     assert len(missing(index, scope, MODEL, DIMS, 32)) == 10
+    index.close()
+
+
+def test_an_agent_looks_at_a_bounded_number_of_the_humans_names(tmp_path: Path) -> None:
+    """Most of the human's names may be ones the agent cannot read: the search for names
+    still without a vector reads at most HUMAN_SCAN of them per recall, newest first."""
+    rng = random.Random(5)
+    index = _open(tmp_path / "ws")
+    index.sync_working("human", _items("h", HUMAN_SCAN + 50, rng))
+    oldest = f"h{0}"
+    scope = Scope(principal="alice", kinds=KINDS, may_read=lambda name: name in (oldest, "h7"))
+    assert missing(index, scope, MODEL, DIMS, 32) == []  # both beyond the newest HUMAN_SCAN
+    near = Scope(principal="alice", kinds=KINDS,
+                 may_read=lambda name: name == f"h{HUMAN_SCAN + 49}")
+    assert len(missing(index, near, MODEL, DIMS, 32)) == 1
     index.close()
