@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernos.errors import KernosError
+from kernos.store import repack
 from kernos.store.objects import GIT_FSYNC
 from kernos.store.workspace import Workspace
 
@@ -59,17 +60,25 @@ def gc(path: Path, *, timeout: float = 3600) -> tuple[Footprint, Footprint]:
     """Repack every object of the workspace at ``path`` into one pack; before and after."""
     with Workspace.open(path, writable=False) as workspace:
         git_dir = workspace.git_dir
-    before = footprint(git_dir)
-    # --keep-unreachable: a kernel may be between writing a pack (a commit's, a fold's)
-    # and moving its ref; without it `-a -d` would drop that pack's objects.
-    for command in (["repack", "-a", "-d", "-q", "--keep-unreachable"], ["prune-packed", "-q"]):
-        done = subprocess.run(["git", *GIT_FSYNC, f"--git-dir={git_dir}", *command],
-                              capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise KernosError(f"git {command[0]} failed in {git_dir}: "
-                              f"{done.stderr.strip()[:500]}; the workspace is as it was "
-                              "(git replaces packs only once the new one is complete)")
-    return before, footprint(git_dir)
+    # A kernel's background repack (or a dead kernel's, still ending) and this one
+    # never run at once: gc waits for it and holds the lock (kernos.store.repack).
+    with repack.held(git_dir, timeout) as free:
+        if not free:
+            raise KernosError(f"a repack still runs in {git_dir} (a kernel's background one, "
+                              f"or another kernos gc) after {timeout:.0f} s; run kernos gc "
+                              "again when it has ended. Nothing was changed")
+        before = footprint(git_dir)
+        # --keep-unreachable: a kernel may be between writing a pack (a commit's, a fold's)
+        # and moving its ref; without it `-a -d` would drop that pack's objects.
+        for command in (["repack", "-a", "-d", "-q", "--keep-unreachable"],
+                        ["prune-packed", "-q"]):
+            done = subprocess.run(["git", *GIT_FSYNC, f"--git-dir={git_dir}", *command],
+                                  capture_output=True, text=True, timeout=timeout)
+            if done.returncode != 0:
+                raise KernosError(f"git {command[0]} failed in {git_dir}: "
+                                  f"{done.stderr.strip()[:500]}; the workspace is as it was "
+                                  "(git replaces packs only once the new one is complete)")
+        return before, footprint(git_dir)
 
 
 def loosen(git_dir: Path) -> None:

@@ -17,7 +17,8 @@ in the background when the packs grow many.  Two rules around it:
    A kernel whose predecessor's repack is still ending starts none
    (:func:`start` returns None; the next commit asks again), and a prune
    or a replay that must not race a repack waits for the lock
-   (:func:`wait_for_repacks`).
+   (:func:`wait_for_repacks`), and ``kernos gc`` holds it while it repacks
+   (:func:`held`).
 
 A repack ended half way is harmless: git deletes the packs it merges only
 once the new pack is durable, so at worst it leaves a temporary file
@@ -32,10 +33,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["LOCK", "start", "wait_for_repacks"]
+__all__ = ["LOCK", "held", "start", "wait_for_repacks"]
 
 LOCK = "kernos-repack.lock"
 """The repack lock's file, in the workspace's ``history.git``."""
@@ -77,22 +78,35 @@ def start(git_dir: Path, command: Sequence[str]) -> subprocess.Popen[bytes] | No
 
 def wait_for_repacks(git_dir: Path, timeout: float | None = None) -> bool:
     """Wait until no repack holds the lock (any process's); whether it is free."""
+    with held(git_dir, timeout) as free:
+        return free
+
+
+@contextlib.contextmanager
+def held(git_dir: Path, timeout: float | None = None) -> Iterator[bool]:
+    """Hold the repack lock while the block runs (a ``kernos gc``): no background repack
+    starts meanwhile.  Waits up to ``timeout`` for one that runs; yields whether the lock
+    was taken (True in a read-only workspace, where no kernel of ours repacks)."""
     try:
         fd = _open_lock(git_dir)
     except OSError:
-        return True  # a read-only workspace: no kernel of ours repacks in it
+        yield True
+        return
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:
-                    return False
+                    yield False
+                    return
                 time.sleep(_WAIT_STEP)
-                continue
+        try:
+            yield True
+        finally:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
-            return True
     finally:
         os.close(fd)

@@ -140,6 +140,41 @@ def test_a_git_that_fails_in_gc_is_named_with_its_own_words(
     assert ran == ["repack", "prune-packed"][: ran.index(failing) + 1] and ran[-1] == failing
 
 
+def test_gc_never_runs_beside_another_repack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repack holding the lock (a kernel's background one, a dead kernel's still ending):
+    gc waits for it, refuses after its timeout with nothing changed, and while gc repacks
+    no background repack starts."""
+    import fcntl
+    import os
+
+    from kernos.store import repack
+
+    path = tmp_path / "ws"
+    sessions(path, 2)
+    git_dir = path / "history.git"
+    other = os.open(git_dir / repack.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(other, fcntl.LOCK_EX)  # another process's repack, as the lock sees it
+    try:
+        before = footprint(git_dir)
+        with pytest.raises(KernosError, match="a repack still runs"):
+            gc(path, timeout=0.2)
+        assert footprint(git_dir) == before
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+    started: list[object] = []
+    real_run = maintenance.subprocess.run
+
+    def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        started.append(repack.start(git_dir, ["true"]))  # a kernel asking meanwhile
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(maintenance.subprocess, "run", run)
+    _, after = gc(path)
+    assert started == [None, None] and after.packs == 1
+
+
 def test_loosen_turns_every_pack_into_loose_objects(tmp_path: Path) -> None:
     path = tmp_path / "ws"
     sessions(path, 2)
