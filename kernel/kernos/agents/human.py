@@ -134,8 +134,14 @@ class Agents:
         return loops.set_status(self.runtime, agent, "stopped", reason)
 
     def loops(self) -> list[dict[str, Any]]:
-        """Every loop: agent, status, iteration, plan, pending (a count), every_ms ..."""
-        return loops.loops(self.runtime.image)
+        """Every loop: agent, status, iteration, plan, pending (a count), every_ms ..., and
+        ``output``: what its last iteration committed in this kernel printed (None before
+        one did; kept in memory only, see kernos.agents.loop)."""
+        held = loops.outputs_of(self.runtime)
+        found = loops.loops(self.runtime.image)
+        for entry in found:
+            entry["output"] = held.last(entry["agent"])
+        return found
 
     def run(self, agent: str, source: str) -> RunResult:
         """Run agent code as ``agent`` in this cell's op; prints what it printed."""

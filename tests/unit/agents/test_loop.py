@@ -65,6 +65,16 @@ def test_each_iteration_is_one_op_that_advances_the_counter_and_survives_a_reope
         loop.iterate(env.runtime, "alice")
 
 
+def test_the_human_sees_what_the_last_iteration_printed(env) -> None:  # type: ignore[no-untyped-def]
+    start(env, APPEND + "print('turn', loop_state()['iteration'])\n")
+    assert env.agents.loops()[0]["output"] is None
+    turns(env, 2)
+    [described] = env.agents.loops()
+    assert described["output"]["text"] == "turn 1\n" and described["output"]["iteration"] == 1
+    env.reopen()  # held in the kernel's memory only, never in the image
+    assert env.agents.loops()[0]["output"] is None
+
+
 def test_a_failing_step_does_not_advance_and_runs_again(env) -> None:  # type: ignore[no-untyped-def]
     step = APPEND + ("if loop_state()['iteration'] == 1 and read('flags')['fail']:\n"
                      "    raise ValueError('flaky')\n")
