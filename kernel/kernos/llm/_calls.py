@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import decimal
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,9 +51,6 @@ from kernos.personal import touched_subjects
 
 __all__ = ["Completion", "LlmClient", "ToolCall", "Usage"]
 
-IN_DOUBT = frozenset({"Timeout", "APIConnectionError"})
-"""Provider errors after which the provider may have done the work: charged the worst case
-(as is a malformed answer); other provider errors (refusals) are charged nothing."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,13 +192,14 @@ class LlmClient:
                 answer = _provider.normalize(raw, request)
             except LLMError as error:
                 # A malformed answer was still produced (and billed); a refused call was not.
-                in_doubt = not isinstance(error, LLMProviderError) or error.kind in IN_DOUBT
+                in_doubt = (not isinstance(error, LLMProviderError)
+                            or error.kind in _provider.IN_DOUBT)
                 spent = worst if in_doubt else 0
                 ledger.settle(number, tokens=spent, cost=worst_cost if spent else None,
                               facts={"error": type(error).__name__})
                 entry.update(error=type(error).__name__, tokens=_tokens(spent, 0))
                 if not isinstance(error, LLMProviderError):
-                    entry["response"] = self.store.put({"raw": _jsonable(raw)},
+                    entry["response"] = self.store.put({"raw": _provider.jsonable(raw)},
                                                        subjects=subjects)
                 raise
             except Exception as error:
@@ -277,26 +274,6 @@ def _cost(text: object) -> decimal.Decimal | None:
 
 def _tokens(total: int, prompt: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": total - prompt, "total_tokens": total}
-
-
-def _jsonable(raw: object) -> Any:
-    """A malformed answer, kept for inspection as JSON (unknown objects as their type, a
-    NaN or an infinity as its name: canonical JSON holds neither)."""
-    try:
-        return _finite(json.loads(json.dumps(raw, default=lambda item:
-                                              f"<{type(item).__name__}>")))
-    except (TypeError, ValueError, RecursionError):
-        return f"<{type(raw).__name__}>"
-
-
-def _finite(value: Any) -> Any:
-    if type(value) is float and not math.isfinite(value):
-        return repr(value)
-    if type(value) is list:
-        return [_finite(item) for item in value]
-    if type(value) is dict:
-        return {key: _finite(item) for key, item in value.items()}
-    return value
 
 
 def _tool_calls(answer: dict[str, Any], request: Request) -> list[ToolCall]:

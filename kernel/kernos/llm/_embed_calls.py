@@ -76,8 +76,6 @@ __all__ = ["BATCH", "Embedding", "embed"]
 
 BATCH = 64
 """The most texts one provider call embeds."""
-IN_DOUBT = frozenset({"Timeout", "APIConnectionError"})
-"""As for completions: after these the provider may have done the work."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,10 +217,10 @@ def _call(client: LlmClient, batch: list[EmbeddingRequest], worst: dict[str, int
         vectors, reported, answered_model = _checked(raw, len(batch), params, head, model)
     except LLMError as error:
         # A malformed answer was still produced (and billed); a refused call was not.
-        in_doubt = not isinstance(error, LLMProviderError) or error.kind in IN_DOUBT
+        in_doubt = not isinstance(error, LLMProviderError) or error.kind in _provider.IN_DOUBT
         facts: dict[str, Any] = {"kind": "embedding", "error": type(error).__name__}
         if raw is not None:  # kept for inspection, as a malformed completion is
-            facts["response"] = store.put({"raw": _jsonable(raw)}, subjects=subjects)
+            facts["response"] = store.put({"raw": _provider.jsonable(raw)}, subjects=subjects)
         ledger.settle(number, tokens=tokens if in_doubt else 0,
                       cost=cost if in_doubt else None, facts=facts)
         raise
@@ -336,9 +334,3 @@ def _split(total: int, weights: list[int]) -> list[int]:
 
 def _kind(value: object) -> str:
     return "missing" if value is None else f"a {type(value).__name__}"
-
-
-def _jsonable(raw: dict[str, Any]) -> Any:
-    from kernos.llm._calls import _jsonable  # _calls imports this module
-
-    return _jsonable(raw)

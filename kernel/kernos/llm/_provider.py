@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import math
 import os
 import re
 from collections.abc import Callable
@@ -26,6 +27,10 @@ from kernos.llm._request import Request
 
 __all__ = ["call", "call_embedding", "count_text_tokens", "estimate_cost",
            "estimate_prompt_tokens", "litellm", "normalize", "redact", "warm"]
+
+IN_DOUBT = frozenset({"Timeout", "APIConnectionError"})
+"""Provider errors after which the provider may have done the work: charged the worst case
+(as is a malformed answer); other provider errors (refusals) are charged nothing."""
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH", re.IGNORECASE)
 _module: Any = None
@@ -245,3 +250,23 @@ def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int) -> dec
     # sum is rounded up to the places budgets count in (kernos.amounts), never down.
     return amounts.round_up(amounts.add(decimal.Decimal(repr(float(prompt))),
                                         decimal.Decimal(repr(float(completion)))))
+
+
+def jsonable(raw: object) -> Any:
+    """A malformed answer, kept for inspection as JSON (unknown objects as their type, a
+    NaN or an infinity as its name: canonical JSON holds neither)."""
+    try:
+        return _finite(json.loads(json.dumps(raw, default=lambda item:
+                                              f"<{type(item).__name__}>")))
+    except (TypeError, ValueError, RecursionError):
+        return f"<{type(raw).__name__}>"
+
+
+def _finite(value: Any) -> Any:
+    if type(value) is float and not math.isfinite(value):
+        return repr(value)
+    if type(value) is list:
+        return [_finite(item) for item in value]
+    if type(value) is dict:
+        return {key: _finite(item) for key, item in value.items()}
+    return value
