@@ -191,6 +191,10 @@ class VectorCache:
     def __init__(self, *, model: str, dims: int) -> None:
         self.model = model
         self.dims = dims
+        self._empty()
+
+    def _empty(self) -> None:
+        """No rows (what a full reload starts from)."""
         self.generation = -1
         """The index generation the rows reflect (-1: nothing loaded)."""
         self.size = 0
@@ -204,7 +208,7 @@ class VectorCache:
         """Each row's variable name (working entries)."""
         np = numpy()
         self.ids = np.zeros(0, dtype=np.int64)
-        self.matrix = np.zeros((0, dims), dtype=np.float32)
+        self.matrix = np.zeros((0, self.dims), dtype=np.float32)
         self.owners = np.zeros(0, dtype=np.int32)
         self.kinds = np.zeros(0, dtype=np.int8)
         self.alive = np.zeros(0, dtype=bool)
@@ -221,7 +225,7 @@ class VectorCache:
         known = (self.generation >= 0 and index.vector_changes
                  and index.vector_changes[0][0] <= self.generation + 1)
         if not known or any(entries is None for entries in changes):
-            self.__init__(model=self.model, dims=self.dims)  # type: ignore[misc]
+            self._empty()
             self._load(index, None)
         else:
             touched = sorted(set().union(*[entries for entries in changes if entries]))
