@@ -15,9 +15,10 @@ roll back.  Kernos uses the **outbox** semantics:
    (synced); after the implementation returns, a record with state
    ``done`` and the result.  The audit log is the journal: append-only,
    hash-chained, and never rolled back.
-3. *Record.*  A follow-up op, by the same principal (kind ``effect``), sets
-   each effect's status, result and attempts in the outbox; its audit record
-   lists them.
+3. *Record.*  A follow-up op, by the principal that called the tool (kind
+   ``effect``), sets each effect's status, result and attempts in the outbox;
+   its audit record lists them.  An op that queued the effects of several
+   principals (a subscriber's, say) is followed by one such op per principal.
 
 **Idempotency key.**  ``<workspace>-<op>-<position>``: the workspace part
 (from the audit log's genesis record) keeps two workspaces that share a
@@ -281,9 +282,12 @@ class EffectRunner:
         # The ops that queued them may still wait for their sync (a group commit): an
         # effect reaches the world only once its op is durable.
         image.workspace.make_durable()
-        by_op: dict[int, list[Effect]] = {}
+        # One follow-up op per queuing op and principal: an op can queue the effects of
+        # several (a subscriber's run as it, inside the emitter's op), and each one's
+        # outcomes are recorded by an op of its own principal, never of another.
+        by_op: dict[tuple[int, str], list[Effect]] = {}
         for effect in waiting:
-            by_op.setdefault(effect.op, []).append(effect)
+            by_op.setdefault((effect.op, effect.principal), []).append(effect)
         reports = []
         for effects in by_op.values():
             try:

@@ -17,7 +17,9 @@ Delivery is synchronous and depth-first, inside the emitting op:
    human's subscriber is trusted Python; an agent's is its own restricted
    code, run with that agent's grants and limits;
 3. an event a subscriber emits is delivered, completely, before ``emit``
-   returns to that subscriber (depth-first), one level deeper.  Past
+   returns to that subscriber (depth-first), one level deeper; it is the
+   subscriber's event (its ``principal``), not the op's, also when the human's
+   subscriber emits inside an agent's op.  Past
    :data:`MAX_DEPTH` levels, or :data:`MAX_EVENTS` events in one op, the op
    is vetoed and :class:`~kernos.errors.EventCascadeTooDeep` raised.
 
@@ -36,6 +38,7 @@ by reference, with each personal value sealed under its subject's key.
 from __future__ import annotations
 
 import base64
+import contextvars
 import copy
 import types
 from collections.abc import Callable
@@ -76,6 +79,10 @@ MAX_PAYLOAD_BYTES = 1 << 20
 """Canonical size of one payload."""
 HUMAN = "human"
 _RESERVED = frozenset({"$personal", "$erased"})
+_SUBSCRIBER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "kernos_event_subscriber", default=None)
+"""The principal of the subscriber running now, if one is: the human's subscriber runs
+outside any agent's context, and what it emits is still not the op's principal's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +193,7 @@ class EventBus:
 
     def _who(self, op: Op) -> str:
         found = self.current_principal() if self.current_principal is not None else None
-        return found or op.principal
+        return found or _SUBSCRIBER.get() or op.principal
 
     # -- subscribing ----------------------------------------------------------------
 
@@ -269,6 +276,7 @@ class EventBus:
         return event
 
     def _deliver(self, op: Op, sub: Subscription, event: Event) -> None:
+        token = _SUBSCRIBER.set(sub.principal)  # what the handler emits is its principal's
         try:
             argument = dataclass_copy(event) if sub.principal == HUMAN else agent_view(event)
             if self.runner is not None:
@@ -287,6 +295,8 @@ class EventBus:
             op.veto(f"subscriber {sub.id} was interrupted ({type(error).__name__})",
                     status="interrupted")
             raise
+        finally:
+            _SUBSCRIBER.reset(token)
 
     def stored_form(self, payload: object) -> Any:
         """The payload as the audit log stores it (personal values sealed); checks it."""

@@ -11,6 +11,9 @@ Three layers, one full-text index:
     Each past op of a principal, from the audit chain: one entry for the op
     (op number, status, error, code), one per event (topic and payload), one
     per LLM exchange (the request and answer from ``<workspace>/llm/objects``).
+    Each belongs to the principal that made it, not to the op's: an agent's
+    subscriber runs inside the emitter's op, and what it emits or asks a model
+    is the subscriber's (:mod:`kernos.memory.episodes`).
 ``semantic``
     Facts an agent stored with :func:`remember`.  **They live in the image**,
     as a :class:`Facts` value under ``kernos:memory:<principal>`` (see

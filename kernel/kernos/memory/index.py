@@ -57,7 +57,9 @@ from kernos.memory.vectors import Meaning, fuse, nearest
 __all__ = ["FORMAT", "FUSION_DEPTH", "INDEX_PATH", "KINDS", "MAX_TERMS", "MAX_TERM_CHARS",
            "Memory", "MemoryIndex", "Scope", "WorkingItem", "fts_query"]
 
-FORMAT = "3"
+FORMAT = "4"
+"""Moved whenever what an entry holds changes, so that older caches are rebuilt (4: each
+episodic entry belongs to the principal that made it, not to the op's)."""
 INDEX_PATH = "memory/index.sqlite"
 KINDS = frozenset({"working", "episodic", "semantic"})
 MAX_TERMS = 32
@@ -68,9 +70,9 @@ PREVIEW_CHARS = 200
 FUSION_DEPTH = 50
 """Each ranking is cut at max(k, this) before fusion."""
 DIRTY = "index.dirty"
+"""Beside the index while a write runs (the journal is in memory, for speed)."""
 VECTOR_CHANGES = 256
 """How many vector changes the index remembers for its cache (an older cache reloads all)."""
-"""Beside the index while a write runs (the journal is in memory, for speed)."""
 _WORD = re.compile(r"\w+", re.UNICODE)
 HUMAN = "human"
 
@@ -113,7 +115,9 @@ class Memory:
     kind: str
     """working, episodic or semantic."""
     principal: str
-    """Whose it is (the op's principal, the namespace owner, the fact's author)."""
+    """Whose it is: who made it for an episodic entry (the op's principal for the op, the
+    emitter for an event, the caller for an LLM exchange), the namespace's owner for a
+    working one, the fact's author for a semantic one."""
     text: str
     """The indexed text."""
     title: str

@@ -181,7 +181,7 @@ def test_the_index_file_is_sqlite_with_fts5(tmp_path: Path) -> None:
     index = MemoryIndex.open(_bare(tmp_path))
     index.close()
     with sqlite3.connect(tmp_path / "ws" / INDEX_PATH) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta WHERE key='format'").fetchone() == ("4",)
 
 
 def test_entries_with_every_word_come_before_those_with_some(tmp_path: Path) -> None:
