@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 
 from kernos import Image, Workspace
+from kernos.store.identity import load_identity
 from kernos.store.remote import RemoteConfig, clone, push
 from kernos.store.remote_push import AutoPusher
 
@@ -93,7 +94,7 @@ def clone_times(root: Path, megabytes: int) -> tuple[float, float]:
     RemoteConfig.load(root / "big").add("origin", str(root / "big.git"))
     push(root / "big")
     started = time.monotonic()
-    clone(str(root / "big.git"), root / "clone")
+    clone(str(root / "big.git"), root / "clone", trust=[load_identity(root / "big").key_id])
     ours = time.monotonic() - started
     started = time.monotonic()
     subprocess.run(["git", "clone", "--quiet", "--bare", "--no-local", str(root / "big.git"),

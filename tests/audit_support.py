@@ -27,9 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from kernos.audit import record_hash
 from kernos.audit.canonical import canonical
 from kernos.audit.log import AuditLog
+from kernos.audit.signing import sign
 from kernos.personal import Keyring
 from support import git_view_current
 
@@ -48,8 +51,14 @@ CLI_TIMEOUT = 120
 # -- kernels outside the function-scoped fixtures -----------------------------------------
 
 def new_log(root: Path, **options: Any) -> AuditLog:
-    """An ``AuditLog`` alone in ``root``, with its keyring beside it."""
+    """An ``AuditLog`` alone in ``root``, with its keyring beside it; it signs with the
+    test's one key (``SIGNER``) unless given another, so no identity file is made."""
+    options.setdefault("signer", SIGNER)
     return AuditLog(root, keyring=Keyring(root / "keys"), **options)
+
+
+SIGNER = Ed25519PrivateKey.generate()
+"""The key the logs of :func:`new_log` sign with."""
 
 
 def kernel_class() -> type:
@@ -134,11 +143,29 @@ def write_chain_lines(workspace: Path, lines: list[bytes]) -> None:
     chain_path(workspace).write_bytes(b"".join(line + b"\n" for line in lines))
 
 
-def resealed(record: dict[str, Any]) -> bytes:
-    """The canonical line of ``record`` with its hash recomputed (a forger's tool)."""
-    record = dict(record)
-    record["hash"] = record_hash(record)
-    return canonical(record)
+def resealed(record: dict[str, Any], key: Ed25519PrivateKey | None = None) -> bytes:
+    """The canonical line of ``record`` with its hash recomputed (a forger's tool); see
+    :func:`reseal` for ``key``."""
+    return canonical(reseal(record, key))
+
+
+def reseal(record: dict[str, Any], key: Ed25519PrivateKey | None = None) -> dict[str, Any]:
+    """``record`` signed again (if it was signed) and its hash recomputed: what a forger
+    who holds the writer's key does.  ``key``: that key (:func:`writer_key` reads a
+    workspace's); by default ``SIGNER``, which the tests of tests/unit/audit sign with
+    (their conftest says so to every workspace they open)."""
+    body = {name: value for name, value in record.items()
+            if name not in ("hash", "signer", "sig")}
+    if "signer" in record:
+        body = sign(body, SIGNER if key is None else key)
+    return {**body, "hash": record_hash(body)}
+
+
+def writer_key(workspace: Path) -> Ed25519PrivateKey:
+    """The signing key of ``workspace`` (a forger who can write the workspace reads it)."""
+    secret = json.loads((workspace / "identity.json").read_text())["secret"]
+    return Ed25519PrivateKey.from_private_bytes(
+        base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
 
 
 # -- the history with git itself -------------------------------------------------------------

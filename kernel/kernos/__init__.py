@@ -28,6 +28,7 @@ from kernos.errors import (
     RemoteDiverged,
     RemoteError,
     RemoteLeaseHeld,
+    RemoteRefused,
     RequestRejected,
     RestoreError,
     SubscriberFailed,
@@ -39,6 +40,7 @@ from kernos.errors import (
     WorkspaceError,
     WorkspaceFormatError,
     WorkspaceLocked,
+    WorkspaceUntrusted,
 )
 from kernos.image import Image, RestoreReport
 from kernos.op import AbortReport, CheckoutReport, CommitReport, Op
@@ -62,6 +64,7 @@ __all__ = [
     "RemoteDiverged",
     "RemoteError",
     "RemoteLeaseHeld",
+    "RemoteRefused",
     "RequestRejected",
     "RestoreError",
     "RestoreReport",
@@ -77,6 +80,7 @@ __all__ = [
     "WorkspaceError",
     "WorkspaceFormatError",
     "WorkspaceLocked",
+    "WorkspaceUntrusted",
     "__version__",
     "default_workspace",
     "inspect",

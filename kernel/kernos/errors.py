@@ -18,6 +18,7 @@ The tree::
     │   ├── WorkspaceLocked       another process owns the workspace
     │   ├── WorkspaceCorrupt      the history on disk is damaged or unreadable
     │   ├── WorkspaceFormatError  written by a newer Kernos, or not a workspace at all
+    │   ├── WorkspaceUntrusted    a clone whose writers are not trusted yet: nothing is restored
     │   └── DiskFull              a write found no space (ENOSPC, EDQUOT); also an OSError
     ├── CommitFailed              an op could not be committed; the image was rolled back
     ├── OpVetoed                  an op was rolled back at commit (a denial, a breached limit)
@@ -29,6 +30,7 @@ The tree::
     ├── AuditError                the audit log cannot be read or appended to as asked
     ├── RemoteError               a git remote cannot be reached or used as asked
     │   ├── RemoteDiverged        a push or pull that would fork the history (another writer)
+    │   ├── RemoteRefused         a pull or clone refused what the remote holds; nothing changed
     │   └── RemoteLeaseHeld       another workspace holds the remote's writer lease
     ├── ErasedValue               a personal value whose subject was erased
     ├── RestoreError              a snapshot could not be loaded into the namespace
@@ -77,6 +79,7 @@ __all__ = [
     "RemoteDiverged",
     "RemoteError",
     "RemoteLeaseHeld",
+    "RemoteRefused",
     "RequestRejected",
     "RestoreError",
     "SubscriberFailed",
@@ -90,6 +93,7 @@ __all__ = [
     "WorkspaceError",
     "WorkspaceFormatError",
     "WorkspaceLocked",
+    "WorkspaceUntrusted",
 ]
 
 
@@ -171,6 +175,32 @@ class WorkspaceCorrupt(WorkspaceError):
 
 class WorkspaceFormatError(WorkspaceError):
     """The directory is not a Kernos workspace this version can read."""
+
+
+class WorkspaceUntrusted(WorkspaceError):
+    """A clone whose audit records are signed by writers this workspace does not trust yet.
+
+    Restoring a snapshot runs pickle, which runs code: nothing is restored, replayed or
+    forked from it until the human trusts each writer (``kernos remote trust``).
+    """
+
+    def __init__(self, path: str, *, url: str, signers: list[str], unsigned: int) -> None:
+        self.url = url
+        self.signers = signers
+        self.unsigned = unsigned
+        where = f" -w {shlex.quote(path)}"
+        steps = [f"`kernos remote trust {key}{where}`" for key in signers]
+        if unsigned:
+            steps.append(f"`kernos remote trust --accept-unsigned{where}` (its {unsigned} "
+                         "records from before signing existed)")
+        who = ", ".join(signers) if signers else "no key"
+        super().__init__(
+            f"The workspace {path} was cloned from {url}, whose records are signed by {who}"
+            + (f" ({unsigned} unsigned)" if unsigned else "") + ", which it does not trust "
+            "yet. Restoring a snapshot runs code (pickle), so nothing in it is restored until "
+            "you trust its writers: compare each key id with the one `kernos remote trust` "
+            "prints in the writer's own workspace, then run " + " and ".join(steps) + ". "
+            "`kernos log` and `kernos audit verify` work meanwhile.", path=path)
 
 
 class DiskFull(WorkspaceError, OSError):
@@ -349,6 +379,25 @@ class CircuitOpen(KernosError):
             f"{agent!r}'s circuit is open ({message}), so its op was refused before it ran "
             f"and rolls back. Only a human closes it: `agents.reset({agent!r})` once the "
             "cause is dealt with.")
+        self.sub_agent: str | None = None
+        """The sub-agent whose op was refused, when the open circuit is an ancestor's."""
+
+    @classmethod
+    def for_sub_agent(cls, sub_agent: str, ancestors: list[str], agent: str, policy: str,
+                      message: str, *, via: str) -> CircuitOpen:
+        """``sub_agent``'s op (or ``via``: its tool) refused because ``agent``, reached
+        through ``ancestors`` (nearest first, ending at ``agent``), has an open circuit."""
+        error = cls(agent, policy, message)
+        error.sub_agent = sub_agent
+        chain = ", ".join(f"a sub-agent of {name!r}" for name in ancestors)
+        what = (f"{sub_agent!r}'s op was refused before it ran and rolls back" if via == "op"
+                else f"{sub_agent!r}'s {via} was refused before it ran and the op rolls back")
+        error.args = (
+            f"{sub_agent!r} is {chain}, whose circuit is open ({message}), so {what} (a "
+            "sub-agent stops while an ancestor's circuit is open). Once the cause is dealt "
+            f"with, only a human closes it: `agents.reset({agent!r})` in a cell or `kernos "
+            f"agent reset {agent}` in a shell; then {sub_agent!r} runs again.",)
+        return error
 
 
 class BoundaryError(KernosError):
@@ -445,6 +494,21 @@ class RemoteDiverged(RemoteError):
     def __init__(self, message: str, *, remote: str, writer: str) -> None:
         self.writer = writer
         """Who moved the remote last, as far as it says (host, workspace id, when)."""
+        super().__init__(message, remote=remote)
+
+
+class RemoteRefused(RemoteError):
+    """A pull or clone refused what the remote holds (tampered, unsigned, untrusted, planted,
+    oversized or malformed); the local workspace was not changed."""
+
+    def __init__(self, message: str, *, remote: str, record: int | None = None,
+                 commit: str | None = None, path: str | None = None) -> None:
+        self.record = record
+        """The audit record that was wrong, if one was."""
+        self.commit = commit
+        """The commit that was wrong, if one was."""
+        self.path = path
+        """The path in the remote's tree that was wrong, if one was."""
         super().__init__(message, remote=remote)
 
 

@@ -89,6 +89,7 @@ from kernos.audit import AuditLog, open_audit
 from kernos.errors import KernosError, UsageError, WorkspaceCorrupt, WorkspaceError
 from kernos.personal import Keyring
 from kernos.store.objects import fsync_dir
+from kernos.store.trust import require_trusted
 from kernos.store.workspace import AUDIT_CHAIN, Workspace, op_of
 
 __all__ = ["Forked", "Origin", "check_origin", "fork", "split_source"]
@@ -175,6 +176,8 @@ def fork(source: str | os.PathLike[str], dest: str | os.PathLike[str],
     dest_path = Path(dest).expanduser().absolute()
     _check_dest(dest_path, source_path)
     staging = dest_path.parent / f".{dest_path.name}.forking-{os.getpid()}"
+    # A fork of an untrusted clone would be a workspace nobody marked untrusted.
+    require_trusted(source_path)
     with Workspace.open(source_path, writable=False, create=False) as src, \
             _SourceFiles(src.path) as written:
         commit = src.resolve(ref)

@@ -56,6 +56,7 @@ from kernos.store.snapshots import (
     read_snapshot,
     trim_buffer_cache,
 )
+from kernos.store.trust import require_trusted
 from kernos.store.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -139,6 +140,8 @@ class Image:
     ) -> None:
         if not workspace.writable:
             raise UsageError("an Image needs a workspace opened writable (it holds the lock)")
+        # Restoring runs pickle, which runs code: not from writers nobody here trusts.
+        require_trusted(workspace.path)
         self.workspace = workspace
         self.namespace = namespace
         self.is_persistent = is_persistent

@@ -58,7 +58,9 @@ class Machines:
 def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machines]:
     base = tmp_path_factory.mktemp("two-machines")
     remotes = base / "remotes"
-    install = ["--remote", f"origin={remotes}/{{workspace}}.git"]
+    # One deployment: both machines sign with the operator's key, so B trusts what A pushed.
+    install = ["--remote", f"origin={remotes}/{{workspace}}.git",
+               "--signing-key", str(base / "signing.pem")]
     with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
         patch.setenv("KERNEL_USERNAME", USERNAME)
         patch.delenv("KERNOS_GATEWAY_TOKEN", raising=False)
@@ -257,6 +259,18 @@ def test_install_writes_the_remote_template_and_refuses_what_it_cannot_use(
                           .read_text())
         assert spec["env"]["KERNOS_REMOTE"] == template
         assert spec["env"].get("KERNOS_REMOTE_LEASE") == lease
+    key = tmp_path / "keys" / "signing.pem"
+    key.parent.mkdir()
+    done = subprocess.run([*install, "--dest", str(tmp_path / "signed"), "--signing-key",
+                           str(key)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    spec = json.loads((tmp_path / "signed" / "kernels" / "kernos" / "kernel.json").read_text())
+    assert spec["env"]["KERNOS_SIGNING_KEY"] == str(key)
+    assert key.stat().st_mode & 0o777 == 0o600 and b"PRIVATE KEY" in key.read_bytes()
+    made = key.read_bytes()
+    subprocess.run([*install, "--dest", str(tmp_path / "again"), "--signing-key", str(key)],
+                   check=True, capture_output=True)
+    assert key.read_bytes() == made  # an existing key is the deployment's: kept
     done = subprocess.run([*install, "--remote", "/srv/no-name.git"], capture_output=True,
                           text=True, check=False)
     assert done.returncode == 2 and "--remote takes NAME=URL" in done.stderr

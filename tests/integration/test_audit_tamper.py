@@ -35,6 +35,7 @@ from audit_support import (
     shut_down,
     verify,
     write_chain_lines,
+    writer_key,
 )
 from kernos.audit import record_hash
 from kernos.store.maintenance import loosen
@@ -285,7 +286,7 @@ def test_a_forged_record_inserted(pristine: Pristine, tmp_path: Path, index: int
     before = pristine.records[index - 1]
     forged = {**pristine.records[FAILED], "index": index, "prev": before["hash"],
               "op": 99, "principal": "mallory", "at": before["at"]}
-    line = resealed(forged)
+    line = resealed(forged, writer_key(copy))
     assert record_hash(json.loads(line)) == json.loads(line)["hash"]  # it looks genuine
     lines.insert(index, line)
     write_chain_lines(copy, lines)
@@ -302,7 +303,7 @@ def test_a_forged_record_inserted_after_the_last_commit(pristine: Pristine,
     index = RECORDS - 1
     forged = {**pristine.records[FAILED], "index": index,
               "prev": pristine.records[index - 1]["hash"], "op": 99, "principal": "mallory"}
-    lines.insert(index, resealed(forged))
+    lines.insert(index, resealed(forged, writer_key(copy)))
     write_chain_lines(copy, lines)
     tampered(verify(copy), index + 1, "inserted")
 
@@ -319,7 +320,7 @@ def test_a_consistently_rewritten_suffix(pristine: Pristine, tmp_path: Path,
     lines = chain_lines(copy)
     for position in range(index, RECORDS):
         records[position]["prev"] = records[position - 1]["hash"]
-        lines[position] = resealed(records[position])
+        lines[position] = resealed(records[position], writer_key(copy))
         records[position] = json.loads(lines[position])
     write_chain_lines(copy, lines)
     assert all(record_hash(record) == record["hash"] and record["prev"] == previous["hash"]
@@ -336,7 +337,7 @@ def test_a_rewritten_suffix_after_the_last_commit_needs_an_anchor(pristine: Pris
     last = RECORDS - 1
     records[last]["principal"] = "human"
     lines = chain_lines(copy)
-    lines[last] = resealed(records[last])
+    lines[last] = resealed(records[last], writer_key(copy))
     write_chain_lines(copy, lines)
     assert verify(copy).returncode == 0
     tampered(verify(copy, anchor=pristine.head), last, "anchor")

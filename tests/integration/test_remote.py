@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from remote_support import signers_of, trust_flags
+
 if TYPE_CHECKING:
     from conftest import Kernel
 
@@ -84,7 +86,7 @@ def test_a_pushed_workspace_clones_verifies_and_restores_hash_for_hash(
     assert remote_ref(url) == head(source)
     kernel.stop()
 
-    ok(kernos("clone", str(url), str(copy)))
+    ok(kernos("clone", str(url), str(copy), *trust_flags(url)))
     verified = kernos("audit", "verify", "-w", str(copy))
     assert verified.returncode == 0 and verified.stdout.startswith("ok:"), verified
     assert head(copy) == head(source)
@@ -118,8 +120,8 @@ def test_two_clones_commit_and_the_second_push_is_refused_naming_the_first(
     first.stop()
     ok(kernos("remote", "add", "origin", str(url), "-w", str(tmp_path / "seed")))
     ok(kernos("push", "-w", str(tmp_path / "seed")))
-    ok(kernos("clone", str(url), str(tmp_path / "a")))
-    ok(kernos("clone", str(url), str(tmp_path / "b")))
+    ok(kernos("clone", str(url), str(tmp_path / "a"), *trust_flags(url)))
+    ok(kernos("clone", str(url), str(tmp_path / "b"), *trust_flags(url)))
     a, b = kernel_factory(tmp_path / "a"), kernel_factory(tmp_path / "b")
     committed(a, "x = 'written on a'")
     committed(b, "x = 'written on b'")
@@ -150,7 +152,7 @@ def test_an_op_committed_before_kill9_still_reaches_the_remote(
     kernel.kill9()
     assert (workspace / "tail").stat().st_size > 0, "the op under test must be in the tail"
     ok(kernos("push", "-w", str(workspace)))  # from disk: the tail the kernel left
-    ok(kernos("clone", str(url), str(tmp_path / "copy")))
+    ok(kernos("clone", str(url), str(tmp_path / "copy"), *trust_flags(url)))
     assert kernel_factory(tmp_path / "copy").value("x") == 2
     restarted = kernel_factory(workspace)
     assert restarted.value("x") == 2
@@ -169,7 +171,8 @@ def test_a_kernel_with_kernos_remote_materializes_leases_and_pushes(
     ok(kernos("remote", "add", "origin", str(url), "-w", str(tmp_path / "seed")))
     ok(kernos("push", "-w", str(tmp_path / "seed")))
     env = {"KERNOS_REMOTE": f"origin={url}", "KERNOS_REMOTE_LEASE": "1" if lease else "0",
-           "KERNOS_REMOTE_INTERVAL_MS": "50"}
+           "KERNOS_REMOTE_INTERVAL_MS": "50",
+           "KERNOS_TRUST": ",".join(signers_of(url))}  # the operator pins the seed's writer
     machine_a = kernel_factory(tmp_path / "machine-a", env)  # materialized from the remote
     assert machine_a.value("x") == 1
     assert remote_ref(url, "refs/kernos/lease") is not None
@@ -207,7 +210,7 @@ def test_the_remote_commands_list_remove_release_and_fail_clearly(
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("kernos push: this workspace has no remote 'elsewhere'")
     ok(kernos("push", *w))
-    ok(kernos("clone", str(url), str(tmp_path / "other")))
+    ok(kernos("clone", str(url), str(tmp_path / "other"), *trust_flags(url)))
     env = {"KERNOS_REMOTE": "origin", "KERNOS_REMOTE_LEASE": "1"}
     holder = kernel_factory(tmp_path / "other", env)  # the other copy holds the lease
     assert holder.value("x") == 1
@@ -219,7 +222,7 @@ def test_the_remote_commands_list_remove_release_and_fail_clearly(
     assert released["released"]["workspace"] == other_id
     ok(kernos("remote", "remove", "origin", *w))
     assert json.loads(ok(kernos("remote", "list", "--json", *w)))["remotes"] == []
-    clone_again = kernos("clone", str(url), str(workspace))
+    clone_again = kernos("clone", str(url), str(workspace), *trust_flags(url))
     assert clone_again.returncode == 2 and "not empty" in clone_again.stderr
 
 
@@ -241,7 +244,7 @@ def test_a_kernel_killed_before_its_push_pushes_the_op_when_it_comes_back(
     while remote_ref(url) != acknowledged and time.monotonic() < deadline:
         time.sleep(0.05)
     assert remote_ref(url) == acknowledged
-    ok(kernos("clone", str(url), str(tmp_path / "copy")))
+    ok(kernos("clone", str(url), str(tmp_path / "copy"), *trust_flags(url)))
     assert kernos("audit", "verify", "-w", str(tmp_path / "copy")).returncode == 0
 
 
@@ -258,14 +261,14 @@ def test_a_pruned_workspace_pushes_and_an_old_copy_pulls_through_the_cli(
     ok(kernos("remote", "add", "origin", str(url), *w))
     ok(kernos("push", *w))
     pushed = remote_ref(url)
-    ok(kernos("clone", str(url), str(tmp_path / "old")))
+    ok(kernos("clone", str(url), str(tmp_path / "old"), *trust_flags(url)))
     pruned = json.loads(ok(kernos("prune", "--keep-last", "2", "--json", *w)))
     assert pruned["pruned"] and pruned["head"]["to"] != pushed
     result = json.loads(ok(kernos("push", "--json", *w)))
     assert result["prunes"] == [pruned["record"]] and result["before"] == pushed
     assert remote_ref(url) == head(source) == result["head"]
 
-    ok(kernos("clone", str(url), str(tmp_path / "fresh")))
+    ok(kernos("clone", str(url), str(tmp_path / "fresh"), *trust_flags(url)))
     pulled = json.loads(ok(kernos("pull", "--json", "-w", str(tmp_path / "old"))))
     renamed = [kept for kept in pruned["kept"] if kept["new_commit"] != kept["commit"]]
     assert renamed  # the old copy had those under their old ids: they go too

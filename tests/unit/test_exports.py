@@ -10,11 +10,12 @@ import kernos
 EXPECTED = {
     "AbortReport", "AuditError", "CheckoutReport", "CommitFailed", "CommitReport",
     "ErasedValue", "EventCascadeTooDeep", "EventError", "Image", "KernosError", "Op",
-    "Personal", "RemoteDiverged", "RemoteError", "RemoteLeaseHeld",
+    "Personal", "RemoteDiverged", "RemoteError", "RemoteLeaseHeld", "RemoteRefused",
     "SubscriberFailed", "UnknownSubject", "personal", "RequestRejected",
     "RestoreError", "RestoreReport", "TransactionStateError",
     "UnknownRef", "Unpersisted", "UnpersistedValueError", "UsageError", "Workspace",
     "WorkspaceCorrupt", "WorkspaceError", "WorkspaceFormatError", "WorkspaceLocked",
+    "WorkspaceUntrusted",
     "__version__", "default_workspace", "inspect",
 }
 

@@ -10,7 +10,9 @@ Layout, beside the history in the workspace::
 A record is a JSON object.  Every record has ``v`` (format), ``index`` (its
 position, from 0), ``type``, ``at`` (UTC time), ``prev`` (the previous
 record's hash; 64 zeros for the first) and ``hash``: SHA-256 over the
-canonical encoding of the record without ``hash``.  Types:
+canonical encoding of the record without ``hash``.  Records appended since
+signing began also carry ``signer`` and ``sig``: the writer's key id and its
+Ed25519 signature (``signing.py``), which ``hash`` covers too.  Types:
 
 ``genesis``
     The first record.  ``adopts`` names the history's head when the log was
@@ -71,10 +73,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
+from kernos.audit.signing import sign
 from kernos.errors import AuditError
 from kernos.personal import Keyring
+from kernos.store.identity import load_identity
 from kernos.store.space import reporting_full_disk, write_all
 
 __all__ = ["GENESIS_PREV", "AuditLog", "Entry", "record_hash", "restore_records"]
@@ -138,7 +144,7 @@ class AuditLog:
     """The audit chain of one workspace.  Writable only by the process holding its lock."""
 
     def __init__(self, root: Path, *, keyring: Keyring, durable: bool = True,
-                 writable: bool = True) -> None:
+                 writable: bool = True, signer: Ed25519PrivateKey | None = None) -> None:
         self.root = root
         self.directory = root / DIRECTORY
         self.path = self.directory / CHAIN
@@ -148,6 +154,9 @@ class AuditLog:
         self.unsynced = False
         """Whether the last record was appended without an fsync (see :meth:`append`)."""
         self.writable = writable
+        self._signer = signer
+        """Loaded at the first append (``signer``): opening a log never touches the
+        workspace's identity, so a damaged chain refused at open changes nothing."""
         self.published = -1
         """Index of the newest op record whose commit is visible."""
         self.notes: list[str] = []
@@ -465,6 +474,7 @@ class AuditLog:
             raise AuditError("this audit log was opened read-only", path=str(self.path))
         index, previous = self.head()
         record = {"v": FORMAT, "at": utc_now(), **body, "index": index + 1, "prev": previous}
+        record = sign(record, self.signer)
         record["hash"] = record_hash(record)
         line = canonical(record) + b"\n"
         with reporting_full_disk(self.path, "the audit log", needed=len(line),
@@ -522,9 +532,18 @@ class AuditLog:
             self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (kept open)
         return self._file
 
+    @property
+    def signer(self) -> Ed25519PrivateKey:
+        """The key every record this log appends is signed with (``kernos.audit.signing``):
+        this workspace copy's (``kernos.store.identity``)."""
+        if self._signer is None:  # (a copy made by pickling: the key never travels with it)
+            self._signer = load_identity(self.root).key
+        return self._signer
+
     def __getstate__(self) -> dict[str, Any]:
-        # A value that refers to the workspace copies the log; open files stay here.
-        return {**self.__dict__, "_file": None, "_inflight_file": None}
+        # A value that refers to the workspace copies the log; open files stay here, and so
+        # does the signing key (a copy could end up in a snapshot, and snapshots travel).
+        return {**self.__dict__, "_file": None, "_inflight_file": None, "_signer": None}
 
     def close(self) -> None:
         for handle in (self._file, self._inflight_file):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Problem", "Pruned", "VerifyReport"]
+__all__ = ["Problem", "Pruned", "Signer", "VerifyReport"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +46,26 @@ class Pruned:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Signer:
+    """A key that signed records verify read."""
+
+    key: str
+    """Its key id (``ed25519:...``)."""
+    records: int
+    """How many of the records read it signed."""
+    trusted: bool
+    """Whether this workspace trusts it (its own key, or one trusted since)."""
+
+    def summary(self) -> str:
+        return (f"signed by {self.key}: {self.records} record{'' if self.records == 1 else 's'}"
+                + ("" if self.trusted else " (NOT TRUSTED here: `kernos remote trust` lists "
+                   "the trusted keys)"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "records": self.records, "trusted": self.trusted}
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyReport:
     """The outcome of :func:`verify`."""
 
@@ -69,6 +89,10 @@ class VerifyReport:
     origin: str | None = None
     """For a fork (``kernos fork``): where it came from, and whether its source confirmed
     it."""
+    signers: tuple[Signer, ...] = ()
+    """The keys that signed the records read, in the order they first appear."""
+    unsigned: int = 0
+    """Records read from before signing existed (written by an older Kernos)."""
 
     @property
     def ok(self) -> bool:
@@ -105,13 +129,14 @@ class VerifyReport:
                 "without --since checks them)")
 
     def summary(self) -> str:
+        signed = f"; {self.signed()}" if self.signed() else ""
         if self.ok:
             if self.since is None:
                 lines = [f"ok: {self.records} records, {self.commits} snapshots and "
-                         f"{self.objects} objects verified"]
+                         f"{self.objects} objects verified{signed}"]
             else:
                 lines = [f"ok: {self.range()}: {self.commits} snapshots and {self.objects} "
-                         "objects verified"]
+                         f"objects verified{signed}"]
         else:
             first = self.problems[0]
             lines = [f"FAILED: first bad record is {first.index}: {first.what}"]
@@ -119,6 +144,8 @@ class VerifyReport:
                       for problem in self.problems[1:10]]
             if len(self.problems) > 10:
                 lines.append(f"  ... and {len(self.problems) - 10} more")
+            if signed:
+                lines.append(signed[2:])
             if self.since is not None:
                 lines.append(f"verified: {self.range()}")
         lines += [pruned.summary() for pruned in self.pruned]
@@ -132,6 +159,14 @@ class VerifyReport:
             lines.append(f"head {self.head}")
         return "\n".join(lines)
 
+    def signed(self) -> str:
+        """Who signed the records read, in words (empty when none was read)."""
+        parts = [signer.summary() for signer in self.signers]
+        if self.unsigned:
+            parts.append(f"unsigned: {self.unsigned} record{'' if self.unsigned == 1 else 's'} "
+                         "from before signing existed (written by an older Kernos)")
+        return "; ".join(parts)
+
     def to_json(self) -> dict[str, Any]:
         first, last = self.verified
         return {"ok": self.ok, "records": self.records, "head": self.head,
@@ -141,4 +176,6 @@ class VerifyReport:
                 "since": self.since, "verified": {"first": first, "last": last},
                 "range": self.range(), "not_read": self.not_read(),
                 "pruned": [pruned.to_json() for pruned in self.pruned],
-                "unfinished": self.unfinished, "origin": self.origin}
+                "unfinished": self.unfinished, "origin": self.origin,
+                "signers": [signer.to_json() for signer in self.signers],
+                "unsigned": self.unsigned}

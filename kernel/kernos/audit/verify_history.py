@@ -14,27 +14,62 @@ share; ``verify.py`` reads the chain into it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
 
 from kernos.audit.pruning import Prunes, Pruning
 from kernos.audit.report import Problem
 from kernos.audit.suffix import Suffix
 from kernos.errors import KernosError
-from kernos.store.objects import decode_commit, decode_tree, object_id
+from kernos.store.objects import CommitData, decode_commit, decode_tree, object_id
 from kernos.store.retention import with_parent
 from kernos.store.snapshots import MANIFEST
-from kernos.store.workspace import Workspace
 
-__all__ = ["Checks", "HistoryChecks"]
+__all__ = ["Checks", "HistoryChecks", "HistorySource", "ObjectSource"]
+
+
+class ObjectSource(Protocol):
+    """Where the checks read objects from: a workspace's ``ObjectStore``, or a view of
+    objects not in the workspace yet (a pull's, before it lands)."""
+
+    @property
+    def journal(self) -> Path:
+        """The file that names a half-written batch (``unpublished``)."""
+
+    def read(self, sha: bytes) -> tuple[bytes, bytes]: ...
+
+
+class HistorySource(Protocol):
+    """What the checks read: a :class:`~kernos.store.workspace.Workspace`, or a candidate
+    that looks like one (what a pull would make of it: ``kernos.store.remote_pull``)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def objects(self) -> ObjectSource: ...
+
+    def head(self) -> bytes | None: ...
+
+    def read_object(self, sha: bytes) -> tuple[bytes, bytes]: ...
+
+    def read_commit(self, sha: bytes) -> CommitData: ...
+
+    def history(self, start: bytes | None = None) -> Iterator[tuple[bytes, CommitData]]: ...
 
 _UNKNOWN = "?"
 """A commit not known (with ``since``, before a record says): no commit id is ``?``."""
 
 
+def _nothing_vouched(sha: bytes) -> bool:
+    return False
+
+
 class Checks:
     """What verify has read and found so far."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: HistorySource) -> None:
         self.workspace = workspace
         self.problems: list[Problem] = []
         self.records: list[dict[str, Any] | None] = []
@@ -51,6 +86,13 @@ class Checks:
         """Prune record -> committed op records in the range whose snapshot it deleted."""
         self.unfinished: str | None = None
         """The newest op record, if it names a commit that was never published."""
+        self.vouched: Callable[[bytes], bool] = _nothing_vouched
+        """Whether an object is vouched for already, so neither it nor what it reaches is
+        read again: nothing in a workspace's own verify; for a pull's candidate, the objects
+        the workspace had before it (``kernos.store.remote_pull``)."""
+        self.known_head: str | None = _UNKNOWN
+        """With ``since``: the branch as the records up to the anchor left it, when the
+        caller knows it (None: empty); ``_UNKNOWN`` otherwise."""
 
     def bad(self, index: int, what: str) -> None:
         self.problems.append(Problem(index=index, what=what))
@@ -111,6 +153,10 @@ class HistoryChecks(Checks):
                     self._adoption(current, forked=forked)
                     if check_objects:
                         self._history_objects(current, 0)
+        elif self.known_head is not _UNKNOWN:
+            # The caller knows the branch as the records up to the anchor left it (a pull:
+            # this workspace's own head, the anchor being its newest record).
+            head = current = self.known_head
         else:
             anchor = self.records[0]
             committed = (anchor is not None and anchor.get("type") == "op"
@@ -366,7 +412,7 @@ class HistoryChecks(Checks):
         stack = [(root, path)]
         while stack:
             sha, where = stack.pop()
-            if sha in self.seen_objects:
+            if sha in self.seen_objects or self.vouched(sha):
                 continue
             self.seen_objects.add(sha)
             try:
@@ -392,7 +438,7 @@ class HistoryChecks(Checks):
                              if entry.sha not in self.seen_objects)
 
 
-def unpublished(workspace: Workspace, commit: str) -> bool:
+def unpublished(workspace: HistorySource, commit: str) -> bool:
     """Whether ``commit`` was never published: it is not in the history, or it is the
     batch the pending journal says is half-written (its pack may be on disk; the next
     open deletes it: ``ObjectStore.recover``)."""
@@ -409,7 +455,7 @@ def unpublished(workspace: Workspace, commit: str) -> bool:
     return f"commit {commit}" in lines
 
 
-def _bound_index(workspace: Workspace, tree: bytes) -> int | None:
+def _bound_index(workspace: HistorySource, tree: bytes) -> int | None:
     """The record index a snapshot's manifest says its op got, if it binds the chain."""
     try:
         _, data = workspace.read_object(tree)

@@ -24,7 +24,8 @@ class Exit(enum.IntEnum):
     or ``audit verify`` found tampering."""
     USAGE = 2
     """Bad arguments or input: an unknown ref, name, agent or tool, a path that is not a
-    workspace, a workspace a kernel holds for an offline write."""
+    workspace, a workspace a kernel holds for an offline write, a pull or clone that refused
+    what the remote holds (tampered, unsigned, untrusted, planted: nothing changed)."""
     CONFLICT = 3
     """A precondition of ``run`` failed (``--expect`` or ``--predicate``): nothing ran; or a
     push or pull was refused (another writer moved the remote, or holds its lease)."""

@@ -18,7 +18,7 @@ exit status:
        rejected), or `audit verify` found tampering
   2    usage or input error: bad arguments, an unknown ref, name, agent or tool,
        a path that is not a workspace, a workspace a kernel holds (offline writes,
-       prune)
+       prune), a pull or clone that refused what the remote holds (nothing changed)
   3    conflict: a precondition of `run` failed (--expect, --predicate); nothing ran;
        or a push/pull refused: another writer moved the remote or holds its lease
   4    no kernel: none runs where one is needed, one could not start, or it died

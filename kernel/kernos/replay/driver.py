@@ -85,6 +85,7 @@ from kernos.memory.service import recorded_recalls
 from kernos.replay.cells import CellCompiler
 from kernos.replay.digest import describe_difference, state_digest
 from kernos.store.snapshots import read_group, read_snapshot
+from kernos.store.trust import require_trusted
 from kernos.store.workspace import Workspace, op_of
 
 __all__ = ["Divergence", "ReplayReport", "Step", "replay"]
@@ -203,6 +204,7 @@ def replay(source: str | Path, *, start: str | None = None, end: str | None = No
     commit id); by default the whole history.  ``into`` is the new
     workspace's directory (it must not exist yet; default: a temporary one).
     """
+    require_trusted(Path(source).expanduser().absolute())  # a replay runs its recorded code
     original = Workspace.open(source, writable=False)
     try:
         target = Path(into) if into is not None else Path(

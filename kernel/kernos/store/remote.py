@@ -18,11 +18,21 @@ The contract
 * :func:`pull` is fast-forward only as well, or over the remote's prunes
   (its chain extends ours, and its prune records map our head into its
   history: this copy has no op the remote lacks); then it deletes here what
-  only the pruned commits reached, as a prune does.  It needs the workspace
-  to itself (a kernel holding it makes it fail with ``WorkspaceLocked``): it
-  moves the history's ref, so it takes the workspace lock.
-* :func:`clone` builds a whole workspace from a remote; ``kernos audit
-  verify`` passes on it and a kernel started on it restores the same state.
+  only the pruned commits reached, as a prune does.  It treats the remote as
+  hostile input (:mod:`kernos.store.remote_pull`): everything is fetched
+  aside and checked (paths, sizes, every new record's hash, link and
+  signature by a key this workspace trusts, every new commit named by
+  exactly one record, prunes consistent with the history they rewrite) before
+  anything lands, in one step a ``kill -9`` cannot leave half done
+  (:mod:`kernos.store.remote_land`); a refusal changes nothing here.  It needs
+  the workspace to itself (a kernel holding it makes it fail with
+  ``WorkspaceLocked``): it moves the history's ref, so it takes the workspace
+  lock.
+* :func:`clone` builds a whole workspace from a remote, checked the same way;
+  ``kernos audit verify`` passes on it.  Its writers' keys must be trusted
+  (``trust=``, a prompt on a terminal, ``$KERNOS_TRUST``, or this machine's
+  own key) before a kernel restores anything from it
+  (:mod:`kernos.store.trust`): restoring runs pickle.
 * :func:`materialize` clones only when the directory is not a workspace yet
   (a kernel starting on a fresh machine).
 
@@ -51,18 +61,23 @@ Layout on the remote (an ordinary git repository)::
                           push names when the remote has no lease
     refs/kernos/lease     the writer lease, when one is held (``kernos.store.remote_lease``)
 
-What travels is an allowlist (:data:`ALLOWED`); everything else stays: the
-per-subject keys (``keys/``, so personal values are unreadable on the remote,
-as after an erasure), the lock, ``kernel.json`` (connection info with its HMAC
-key), the commit tail file (its commits travel as git objects), buffers,
-``tmp/``, ``pending``, ``audit/inflight.json``, ``llm/tmp``.
+What travels is an allowlist (:data:`ALLOWED`, each file of the exact shape
+``kernos.store.remote_pull.SHAPES`` names, which is all a pull accepts);
+everything else stays: the writer's signing key (``identity.json``), the
+trusted keys (``trust.json``), the per-subject keys (``keys/``, so personal
+values are unreadable on the remote, as after an erasure), the lock,
+``kernel.json`` (connection info with its HMAC key), the commit tail file
+(its commits travel as git objects), buffers, ``tmp/``, ``pending``,
+``audit/inflight.json``, ``llm/tmp``.
 
 Records of the remotes: ``<workspace>/remotes.json`` (never pushed)::
 
-    {"id": "<this workspace copy's id>", "remotes": {"origin": {"url": "...", "lease": false}}}
+    {"id": "<the writer it was written for>", "key": "ed25519:...",
+     "remotes": {"origin": {"url": "...", "lease": false}}}
 
-The id names this copy of the workspace (a clone gets its own) in the lease
-and in the pusher trailers.  ``lease: true`` makes a kernel started with
+The writer id (``kernos.store.identity``: a clone or a copy made by hand gets
+its own) names this copy of the workspace in the lease and in the pusher
+trailers.  ``lease: true`` makes a kernel started with
 ``KERNOS_REMOTE=<name>`` take the remote's writer lease (see
 :func:`kernos.store.remote_start.start_remote`).
 
@@ -84,31 +99,31 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernos.audit.log import record_hash
-from kernos.errors import RemoteDiverged, RemoteError, UsageError, WorkspaceFormatError
-from kernos.store.objects import fsync_all, fsync_dir, replace_file
+from kernos.errors import (
+    RemoteDiverged,
+    RemoteError,
+    RemoteRefused,
+    UsageError,
+    WorkspaceFormatError,
+)
+from kernos.store.identity import load_identity
 from kernos.store.remote_config import RemoteConfig, absolute_url, ensure_bare, local_path
 from kernos.store.remote_git import (
     Staging,
     describe_pusher,
-    git,
     ls_remote,
     push_refs,
     pusher_trailers,
 )
-from kernos.store.remote_prune import (
-    PrunedSince,
-    drop_pruned,
-    follow_tags,
-    pulled_over_prune,
-    pushed_over_prune,
-)
-from kernos.store.space import NOT_FOLDED
-from kernos.store.workspace import BRANCH, FORMAT, Workspace
+from kernos.store.remote_land import land, stage
+from kernos.store.remote_prune import PrunedSince, follow_tags, pushed_over_prune
+from kernos.store.remote_pull import Quarantine, take
+from kernos.store.trust import Trust, check_key_id
+from kernos.store.workspace import BRANCH, Workspace
 
 __all__ = [
     "ALLOWED",
@@ -144,7 +159,10 @@ ALLOWED: dict[str, tuple[str, str]] = {
 }
 """Every workspace file a push carries (``*``: each file directly in that directory), and
 where it goes: (which ref, path in its tree; ``.jsonl`` files are cut into segments)."""
-_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_NAMES = {"audit/payloads/*": re.compile(r"[0-9a-f]{64}"),
+          "llm/objects/*": re.compile(r"[0-9a-f]{64}\.json"),
+          "llm/recordings/*": re.compile(r"[0-9a-f]{64}")}
+"""The names a push carries in each directory (``kernos.store.remote_pull.SHAPES``)."""
 
 
 # -- reading what travels -----------------------------------------------------------------
@@ -168,15 +186,15 @@ def _segment_name(index: int) -> str:
     return f"{index // SEGMENT_GROUP:05d}/{index:08d}.jsonl"
 
 
-def _directory_files(directory: Path) -> dict[str, Path]:
-    """The allowlisted files directly in ``directory`` (no temporary or hidden names)."""
+def _directory_files(directory: Path, shape: re.Pattern[str]) -> dict[str, Path]:
+    """The files directly in ``directory`` whose names have ``shape`` (a pull accepts no
+    other: no temporary or hidden names)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return {}
     return {name: directory / name for name in names
-            if _FILE.fullmatch(name) and not name.endswith(".tmp") and
-            (directory / name).is_file()}
+            if shape.fullmatch(name) and (directory / name).is_file()}
 
 
 @dataclass(kw_only=True)
@@ -202,7 +220,7 @@ def _read_workspace(root: Path, stage: Staging) -> _Snapshot:
     files: dict[str, dict[str, Path]] = {"meta": {}, "audit": {}, "llm": {}}
     for pattern, (ref, where) in ALLOWED.items():
         if pattern.endswith("/*"):
-            for name, path in _directory_files(root / pattern[:-2]).items():
+            for name, path in _directory_files(root / pattern[:-2], _NAMES[pattern]).items():
                 files[ref][f"{where}{name[:2]}/{name}"] = path
         elif not pattern.endswith(".jsonl") and (root / pattern).is_file():
             files[ref][where] = root / pattern
@@ -398,7 +416,7 @@ def _append_only(stage: Staging, name: str, what: str, prefix: str, lines: list[
 
 @dataclass(frozen=True, kw_only=True)
 class PullResult:
-    """What one pull did."""
+    """What one pull (or clone) did."""
 
     remote: str
     head: str | None
@@ -415,134 +433,110 @@ class PullResult:
     dropped: int = 0
     """The commits deleted here (with what only they reach): those the prunes deleted, and
     the old ids of those they renamed."""
+    signers: tuple[tuple[str, int], ...] = ()
+    """(key id, records it signed) of the records appended."""
+    unsigned: int = 0
+    """Records appended without a signature (accepted by the human)."""
+    untrusted: tuple[str, ...] = ()
+    """A clone: the signers it does not trust yet (nothing in it is restored until it does:
+    ``kernos remote trust``)."""
+    unsigned_pending: int = 0
+    """A clone: unsigned records not accepted yet (the same)."""
 
     def to_json(self) -> dict[str, object]:
         return {"remote": self.remote, "head": self.head, "before": self.before,
                 "records": self.records, "files": self.files, "prunes": list(self.prunes),
-                "dropped": self.dropped}
+                "dropped": self.dropped,
+                "signers": [{"key": key, "records": count} for key, count in self.signers],
+                "unsigned": self.unsigned, "untrusted": list(self.untrusted),
+                "unsigned_pending": self.unsigned_pending}
 
 
-def pull(workspace: str | os.PathLike[str], name: str = "origin") -> PullResult:
-    """Fast-forward the workspace to its remote ``name`` (the workspace lock is taken: a
-    running kernel makes this fail with ``WorkspaceLocked``)."""
+def pull(workspace: str | os.PathLike[str], name: str = "origin", *,
+         accept_unsigned: bool = False) -> PullResult:
+    """Bring the workspace up to its remote ``name``: a fast-forward, or over the remote's
+    prunes, all or nothing (:mod:`kernos.store.remote_pull`).  The workspace lock is taken:
+    a running kernel makes this fail with ``WorkspaceLocked``.  ``accept_unsigned``: take
+    the remote's unsigned records (from a Kernos before signing) this once."""
     root = Path(workspace).expanduser().absolute()
     config = RemoteConfig.load(root)
     url = config.url(name)
     with Workspace.open(root, create=False, purpose="kernos pull") as local:
-        return _pull_into(local, config, name, url)
+        trust = Trust.load(root, own=load_identity(root).own)
+        if trust.untrusted is not None:
+            raise RemoteRefused(
+                f"Refused: this workspace is a clone whose writers are not trusted yet (see "
+                f"`kernos remote trust -w {root}`); trust them before pulling more of their "
+                "records. Nothing was changed here.", remote=name)
+        return _take(local, name, url, trust=trust, accept_unsigned=accept_unsigned)
 
 
-def _pull_into(local: Workspace, config: RemoteConfig, name: str, url: str) -> PullResult:
+def _take(local: Workspace, name: str, url: str, *, trust: Trust, accept_unsigned: bool,
+          clone: bool = False,
+          confirm: Callable[[Sequence[str], int], bool] | None = None) -> PullResult:
+    """Fetch, check and land (see :mod:`kernos.store.remote_pull`)."""
     root = local.path
-    stage = Staging(root)
-    with stage.locked():
-        stage.forget_pruned()
-        theirs = stage.fetch(url, name, [AUDIT_REF, LLM_REF, META_REF])
-        ours = local.head()
-        remote_head = ls_remote(url, [BRANCH]).get(BRANCH)
-        if remote_head is not None and remote_head != ours:
-            # Straight into the history (objects only, durably; the ref moves below, if
-            # at all): the staging repository sees them through its alternates.
-            git(local.git_dir, "-c", "core.fsync=committed", "fetch", "--no-tags",
-                "--no-write-fetch-head", "--quiet", url, remote_head.hex(),
-                what=f"fetching the history from {url}")
-        target, since = ours, None
-        if remote_head is not None and remote_head != ours:
-            if ours is None or stage.is_ancestor(ours, remote_head):
-                target = remote_head
-            elif not stage.is_ancestor(remote_head, ours):
-                audit = theirs.get(AUDIT_REF)
-                since = pulled_over_prune(
-                    stage, name, ours, remote_head, _whole_lines(root / "audit/chain.jsonl"),
-                    [] if audit is None else _tree_lines(stage, audit, "chain/"),
-                    describe_pusher(stage, theirs.get(META_REF)))
-                target = remote_head
-        if target is not None and target != ours:
-            # The objects are in (durably); now the ref: the history's commit point.
-            local._move_ref(target, lambda temporary: fsync_all([temporary])
-                            if local.durable else None, then=NOT_FOLDED)
-        # Then the append-only stores (a crash before this is finished by the next pull).
-        records, written = 0, 0
-        audit, llm = theirs.get(AUDIT_REF), theirs.get(LLM_REF)
-        if audit is not None:
-            count, files = _extend(stage, root / "audit", "chain.jsonl", "chain/",
-                                   stage.tree_files(stage.tree_of(audit)), name, "audit chain")
-            records, written = records + count, written + files
-        if llm is not None:
-            count, files = _extend(stage, root / "llm", "calls.jsonl", "calls/",
-                                   stage.tree_files(stage.tree_of(llm)), name, "LLM ledger")
-            written += files
-        dropped = 0
-        if since is not None and ours is not None and target is not None:
-            # Only now (the chain has the prune records): a crash before leaves the old
-            # objects, which the records still name, to `kernos gc`.
-            dropped = drop_pruned(local, since, ours, target)
-        return PullResult(remote=name, head=target.hex() if target else None,
-                          before=ours.hex() if ours else None, records=records, files=written,
-                          prunes=tuple(p.index for p in since.prunes.prunings) if since
-                          else (), dropped=dropped)
+    quarantine = Quarantine(root)
+    quarantine.create()
+    head = local.head()
+    try:
+        incoming = take(root, quarantine, url=url, name=name, head=head, trust=trust,
+                        accept_unsigned=accept_unsigned or clone, clone=clone,
+                        awaiting=(lambda signers: [key for key in signers
+                                                   if not trust.trusts(key)])
+                        if clone else None)
+        quarantine.close()
+        pending = list((trust.untrusted or {}).get("signers") or [])
+        unsigned = 0 if accept_unsigned else incoming.unsigned
+        if clone and (pending or unsigned):
+            if confirm is not None and confirm(pending, unsigned):
+                for key in pending:
+                    trust.add(key, how="clone", note=f"trusted at the first clone of {url}")
+            else:
+                trust.mark_untrusted(url=url, signers=pending, unsigned=unsigned)
+        if not clone and not incoming.changes:
+            quarantine.discard()
+            return PullResult(remote=name, head=_hex(head), before=_hex(head), records=0,
+                              files=0)
+        stage(local, incoming, trust=_trust_document(trust) if clone else None,
+              remote=(name, url) if clone else None)
+    except BaseException:
+        quarantine.discard()
+        raise
+    landed = land(local)
+    untrusted = (trust.untrusted or {}) if clone else {}
+    return PullResult(remote=name, head=_hex(incoming.new_head), before=_hex(head),
+                      records=incoming.records, files=len(incoming.files),
+                      prunes=tuple(p.index for p in incoming.prunes.prunes.prunings)
+                      if incoming.prunes else (), dropped=landed.dropped,
+                      signers=tuple(sorted(incoming.signers.items())),
+                      unsigned=incoming.unsigned if not untrusted.get("unsigned") else 0,
+                      untrusted=tuple(untrusted.get("signers") or ()),
+                      unsigned_pending=int(untrusted.get("unsigned") or 0))
 
 
-def _tree_lines(stage: Staging, tree: Mapping[str, bytes] | bytes, prefix: str) -> list[bytes]:
-    """The lines of a store's log on the remote (``tree``: its files, or its commit)."""
-    files = stage.tree_files(stage.tree_of(tree)) if isinstance(tree, bytes) else tree
-    return [line for path in sorted(p for p in files if p.startswith(prefix))
-            for line in stage.cat(files[path]).splitlines(keepends=True)]
+def _hex(sha: bytes | None) -> str | None:
+    return None if sha is None else sha.hex()
 
 
-def _extend(stage: Staging, directory: Path, log_name: str, prefix: str,
-            tree: Mapping[str, bytes], name: str, what: str) -> tuple[int, int]:
-    """Bring one append-only store up to the remote's: new files, then the log's new lines."""
-    written = 0
-    for path, sha in tree.items():
-        if path.startswith(prefix):
-            continue
-        sub, _, rest = path.partition("/")
-        shard, _, file_name = rest.partition("/")
-        if not (_FILE.fullmatch(sub) and _FILE.fullmatch(file_name)
-                and shard == file_name[:2]):
-            raise RemoteError(f"the remote {name} holds {path!r}, which Kernos never pushes; "
-                              "it is not a Kernos remote, or it was tampered with", remote=name)
-        target = directory / sub / file_name
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(target, stage.cat(sha), durable=True,
-                         temporary=target.with_name(f".{file_name}.pull.tmp"))
-            written += 1
-    remote_lines = _tree_lines(stage, tree, prefix)
-    log = directory / log_name
-    local_lines = _whole_lines(log)
-    if remote_lines[:len(local_lines)] != local_lines:
-        if local_lines[:len(remote_lines)] == remote_lines:
-            return 0, written  # ours is ahead (not pushed yet)
-        raise RemoteDiverged(
-            f"Refused: this workspace's {what} is not a prefix of the remote {name}'s: "
-            "both were appended to. Clone the remote into a new workspace to see its side.",
-            remote=name, writer="another writer")
-    new = remote_lines[len(local_lines):]
-    if new:
-        if log_name == "chain.jsonl":  # a last check that the lines chain before they land
-            for line in new:
-                record = json.loads(line)
-                if record_hash(record) != record.get("hash"):
-                    raise RemoteError(f"the remote {name}'s {what} record "
-                                      f"{record.get('index')} does not match its hash; the "
-                                      "remote was tampered with", remote=name)
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as handle:
-            handle.truncate(sum(len(line) for line in local_lines))  # a torn end goes
-            handle.write(b"".join(new))
-            handle.flush()
-            os.fsync(handle.fileno())
-        fsync_dir(directory)
-    return len(new), written
+def _trust_document(trust: Trust) -> dict[str, object]:
+    return {"v": 1, "keys": trust.keys, "untrusted": trust.untrusted}
 
 
-def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin"
-          ) -> PullResult:
-    """A new workspace at ``destination`` (absent or empty) from the remote at ``url``."""
+def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin",
+          trust: Sequence[str] = (), accept_unsigned: bool = False,
+          confirm: Callable[[Sequence[str], int], bool] | None = None) -> PullResult:
+    """A new workspace at ``destination`` (absent or empty) from the remote at ``url``.
+
+    Everything is checked as a pull checks it.  Its records' signers are trusted when
+    ``trust`` names them (or they are this machine's own, or ``$KERNOS_TRUST`` names
+    them), or when ``confirm(signers, unsigned)`` says so (the CLI asks the human on a
+    terminal); otherwise the clone is left untrusted: nothing in it is restored until
+    ``kernos remote trust`` (:mod:`kernos.store.trust`).
+    """
     root = Path(destination).expanduser().absolute()
     url = absolute_url(url)
+    keys = [check_key_id(key) for key in trust]
     if root.exists() and any(root.iterdir()):
         raise UsageError(f"{root} exists and is not empty; clone into a new directory")
     remote = ls_remote(url, [BRANCH, META_REF])
@@ -552,21 +546,11 @@ def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin"
     created = not root.exists()
     try:
         with Workspace.open(root, create=True, purpose="kernos clone") as local:
-            config = RemoteConfig.load(root)
-            config.add(name, url)
-            result = _pull_into(local, config, name, url)
-            stage = Staging(root)
-            meta = stage.tree_files(stage.tree_of(remote[META_REF]))
-            for file_name in ("workspace.json", "settings.json"):
-                if file_name in meta:
-                    data = stage.cat(meta[file_name])
-                    if file_name == "workspace.json" and int(json.loads(data)["format"]) > FORMAT:
-                        raise WorkspaceFormatError(
-                            f"{url} holds a workspace of a newer Kernos; upgrade Kernos to "
-                            "clone it", path=str(root))
-                    replace_file(root / file_name, data, durable=True,
-                                 temporary=root / f"{file_name}.tmp")
-        return result
+            trusted = Trust.load(root, own=load_identity(root).own)
+            for key in keys:
+                trusted.add(key, how="clone", note=f"--trust at the clone of {url}")
+            return _take(local, name, url, trust=trusted, accept_unsigned=accept_unsigned,
+                         clone=True, confirm=confirm)
     except BaseException:
         if created:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,7 +1,10 @@
 """The records of a workspace's remotes: ``<workspace>/remotes.json`` (never pushed).
 
 See :mod:`kernos.store.remote` for what it means; this module only reads and
-writes it, and turns what a user typed into a URL git takes.
+writes it, and turns what a user typed into a URL git takes.  The file names
+the writer it was written for (``id`` and ``key``, from
+:mod:`kernos.store.identity`); the writer id a push or lease uses is always the
+identity's, so a copy made by hand acts as a writer of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernos.errors import RemoteError, UsageError
+from kernos.store.identity import load_identity
 from kernos.store.objects import replace_file
 from kernos.store.remote_git import git
 
@@ -26,32 +30,41 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 @dataclass(kw_only=True)
 class RemoteConfig:
-    """``remotes.json``: this copy's id and its remotes."""
+    """``remotes.json``: this copy's remotes, and the writer it was written for."""
 
     path: Path
     """The workspace directory."""
-    id: str
-    """This copy of the workspace (a clone gets its own)."""
     remotes: dict[str, dict[str, object]] = field(default_factory=dict)
     """Name -> ``{"url": ..., "lease": bool}``."""
+    written_for: str | None = None
+    """The writer id the file names (``id``): a copy made by hand names the original."""
 
     @classmethod
     def load(cls, workspace: Path) -> RemoteConfig:
         try:
             data = json.loads((workspace / REMOTES).read_text())
         except FileNotFoundError:
-            return cls(path=workspace, id=secrets.token_hex(8))
+            return cls(path=workspace)
         except (OSError, ValueError) as error:
             raise RemoteError(f"{workspace / REMOTES} is unreadable ({error}); fix it, or "
                               "delete it and add the remotes again") from None
-        return cls(path=workspace, id=str(data.get("id") or secrets.token_hex(8)),
-                   remotes=dict(data.get("remotes") or {}))
+        return cls(path=workspace, remotes=dict(data.get("remotes") or {}),
+                   written_for=data.get("id") if type(data.get("id")) is str else None)
+
+    @property
+    def id(self) -> str:
+        """This copy's writer id, from its identity (``kernos.store.identity``), never
+        from the file: a directory copied by hand keeps the original's ``remotes.json``,
+        but gets an identity of its own, so it cannot take the original's lease."""
+        return load_identity(self.path).id
 
     def save(self) -> None:
-        data = {"id": self.id, "remotes": self.remotes}
+        identity = load_identity(self.path)
+        data = {"id": identity.id, "key": identity.key_id, "remotes": self.remotes}
         path = self.path / REMOTES
         replace_file(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
                      durable=True, temporary=path.with_name(path.name + ".tmp"))
+        self.written_for = identity.id
 
     def add(self, name: str, url: str, *, lease: bool = False) -> None:
         if not _NAME.fullmatch(name):

@@ -12,6 +12,12 @@ Layout::
                           (see buffers.py; delete it at will)
         pending           exists only while a commit is being written
         pruning           exists only while a ``kernos prune`` is not finished
+        pulling           exists only while a ``kernos pull`` or clone is landing
+        incoming/         what a pull fetched and checked, while it runs
+                          (see kernos.store.remote_pull and remote_land)
+        identity.json     this copy as a writer: its id and signing key, never pushed
+                          (see kernos.store.identity)
+        trust.json        the writer keys whose records it accepts (kernos.store.trust)
         tmp/              temporary object files, renamed into history.git
         audit/            the audit log (see kernos.audit.log)
         llm/              LLM requests, answers, recordings and the spending ledger,
@@ -214,12 +220,14 @@ class Workspace:
             try:
                 folded = workspace._recover_tail()
                 note = workspace.objects.recover(workspace.head())
-                # A prune that a crash interrupted is finished (or forgotten) next.
+                # A pull, then a prune, that a crash interrupted is finished (or forgotten).
+                from kernos.store.remote_land import finish_interrupted as finish_pull
                 from kernos.store.retention import finish_interrupted
 
+                pulled = finish_pull(workspace)
                 pruned = finish_interrupted(workspace)
                 workspace.recovery_note = "; ".join(
-                    n for n in (folded, note, pruned) if n) or None
+                    n for n in (folded, note, pulled, pruned) if n) or None
             except BaseException:
                 workspace.close()
                 raise

@@ -6,9 +6,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+)
 
-from audit_support import new_log
+from audit_support import SIGNER, new_log
 from kernos.audit.log import AuditLog
+
+
+@pytest.fixture(autouse=True)
+def _one_signing_key(tmp_path_factory: pytest.TempPathFactory,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every workspace these tests open signs with ``SIGNER``, the key the forgers' tools
+    (``audit_support.reseal``) sign with: a forger who holds the writer's key."""
+    path = tmp_path_factory.mktemp("signing") / "key.pem"
+    path.write_bytes(SIGNER.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    monkeypatch.setenv("KERNOS_SIGNING_KEY", str(path))
 
 
 @pytest.fixture

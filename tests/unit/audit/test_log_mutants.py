@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from audit_support import new_log
+from audit_support import new_log, reseal
 from kernos.audit import log as log_module
 from kernos.audit.canonical import canonical, digest
 from kernos.audit.log import AuditLog, record_hash
@@ -237,7 +237,7 @@ def damage_message(path: Path, index: int, problem: str) -> str:
 
 def resealed_line(record: dict[str, Any]) -> bytes:
     record = {key: value for key, value in record.items() if key != "hash"}
-    return canonical({**record, "hash": record_hash(record)}) + b"\n"
+    return canonical(reseal(record)) + b"\n"
 
 
 @pytest.mark.parametrize("damage, index, problem", [

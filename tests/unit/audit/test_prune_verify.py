@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from audit_support import reseal
 from core_support import CoreEnv
 from kernos import Workspace
-from kernos.audit import open_audit, record_hash, verify
+from kernos.audit import open_audit, verify
 from kernos.audit.canonical import canonical
 from kernos.audit.pruning import record_body
 from kernos.prune import Policy, prune
@@ -40,8 +41,7 @@ def write_records(path: Path, chain: list[dict[str, Any]]) -> None:
     previous = "0" * 64
     lines = []
     for record in chain:
-        record = {**record, "prev": previous}
-        record["hash"] = record_hash(record)
+        record = reseal({**record, "prev": previous})
         previous = record["hash"]
         lines.append(canonical(record) + b"\n")
     (path / "audit" / "chain.jsonl").write_bytes(b"".join(lines))

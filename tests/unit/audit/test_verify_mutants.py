@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from audit_support import reseal
 from core_support import CoreEnv, abort
-from kernos.audit import record_hash, verify
+from kernos.audit import verify
 from kernos.audit.canonical import canonical
 from kernos.audit.report import Problem
 from kernos.errors import UsageError
@@ -60,9 +61,9 @@ def write_records(path: Path, chain: list[dict[str, Any]]) -> None:
 
 
 def sealed(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with its hash recomputed (and nothing else: its prev stays as it is)."""
-    record = {key: value for key, value in record.items() if key != "hash"}
-    return {**record, "hash": record_hash(record)}
+    """``record`` signed again with the writer's key and its hash recomputed (and nothing
+    else: its prev stays as it is)."""
+    return reseal(record)
 
 
 def append(path: Path, *bodies: dict[str, Any]) -> list[dict[str, Any]]:
@@ -70,7 +71,7 @@ def append(path: Path, *bodies: dict[str, Any]) -> list[dict[str, Any]]:
     chain = records(path)
     for body in bodies:
         chain.append(sealed({"v": 1, "at": chain[-1]["at"], **body, "index": len(chain),
-                             "prev": chain[-1]["hash"]}))
+                             "prev": chain[-1]["hash"], "signer": ""}))
     write_records(path, chain)
     return chain
 

@@ -6,6 +6,7 @@ process (``CoreEnv``), the remotes are bare repositories on disk.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import threading
@@ -30,6 +31,7 @@ from kernos.store.remote import (
 )
 from kernos.store.remote_lease import acquire_lease, release_lease
 from kernos.store.remote_push import AutoPusher
+from remote_support import signers_of
 
 
 def git(*args: str) -> str:
@@ -64,14 +66,16 @@ def test_clone_restores_the_same_history_audit_and_values(tmp_path: Path) -> Non
     env.run("y = {'k': [1, 2, 3]}")
     llm = tmp_path / "a" / "llm" / "objects"
     llm.mkdir(parents=True)
-    (llm / ("ab" * 32 + ".json")).write_text('{"a": 1}')
+    stored = b'{"a":1}'  # named by its hash, as the LLM store names what it keeps
+    (llm / (hashlib.sha256(stored).hexdigest() + ".json")).write_bytes(stored)
     (tmp_path / "a" / "llm" / "calls.jsonl").write_text('{"call": 1}\n')
     push(tmp_path / "a")
     env.close()
 
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     assert head_of(tmp_path / "b") == head_of(tmp_path / "a")
-    for name in ("audit/chain.jsonl", "llm/calls.jsonl", "llm/objects/" + "ab" * 32 + ".json",
+    for name in ("audit/chain.jsonl", "llm/calls.jsonl",
+                 "llm/objects/" + hashlib.sha256(stored).hexdigest() + ".json",
                  "workspace.json"):
         assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "a" / name).read_bytes()
     assert verify(str(tmp_path / "b")).ok
@@ -92,7 +96,7 @@ def test_push_beside_the_writer_carries_commits_still_in_the_tail(tmp_path: Path
     push(tmp_path / "a")  # the lock is held by env: a push only reads
     assert remote_head(url) == env.workspace.head().hex()  # type: ignore[union-attr]
     env.close()
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     assert CoreEnv(tmp_path / "b").ns["x"] == 2
 
 
@@ -117,12 +121,15 @@ def test_secrets_never_reach_the_remote(tmp_path: Path) -> None:
     env.close()
     pushed = _remote_bytes(url)
     assert b'"type": "op"' in pushed or b'"type":"op"' in pushed  # the scan sees the chain
-    for secret in (key, key.hex().encode(), connection["key"].encode()):
+    signing = json.loads((tmp_path / "a" / "identity.json").read_text())["secret"]
+    for secret in (key, key.hex().encode(), connection["key"].encode(), signing.encode()):
         assert secret not in pushed
     assert b"the card 4111" not in pushed
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     assert not (tmp_path / "b" / "keys").exists()
     assert not (tmp_path / "b" / "kernel.json").exists()
+    copied = json.loads((tmp_path / "b" / "identity.json").read_text())
+    assert copied["secret"] != signing  # the clone is a writer of its own
 
 
 def test_a_push_that_would_fork_the_history_is_refused_naming_the_writer(
@@ -132,7 +139,7 @@ def test_a_push_that_would_fork_the_history_is_refused_naming_the_writer(
     env.run("x = 1")
     push(tmp_path / "a")
     env.close()
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     a, b = CoreEnv(tmp_path / "a"), CoreEnv(tmp_path / "b")
     a.run("x = 'from a'")
     b.run("x = 'from b'")
@@ -156,7 +163,7 @@ def test_a_push_behind_the_remote_says_pull_and_pull_fast_forwards(tmp_path: Pat
     env = workspace_with_remote(tmp_path / "a", url)
     env.run("x = 1")
     push(tmp_path / "a")
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     env.run("x = 2")
     push(tmp_path / "a")
     env.close()
@@ -294,7 +301,7 @@ def test_a_live_lease_refuses_another_pusher_until_force_released(tmp_path: Path
     env.run("x = 1")
     push(tmp_path / "a")
     env.close()
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     lease = acquire_lease(tmp_path / "a", "origin")
     push(tmp_path / "a")  # its own lease does not stop it
     b = CoreEnv(tmp_path / "b")
@@ -375,7 +382,7 @@ def test_a_record_whose_commit_is_not_published_yet_waits_for_the_next_push(
     result = push(tmp_path / "a")
     assert result.records == last["index"] + 1
     chain.write_bytes(published)  # the op never committed: the crash recovery would void it
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     assert (tmp_path / "b" / "audit" / "chain.jsonl").read_bytes() == published
     assert verify(str(tmp_path / "b")).ok
 
@@ -412,7 +419,7 @@ def test_the_staging_repository_stays_a_handful_of_files(tmp_path: Path,
     env.run("x = 'after'")
     push(tmp_path / "a")  # what the next push needs was kept
     env.close()
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     assert CoreEnv(tmp_path / "b").ns["x"] == "after"
     assert verify(str(tmp_path / "b")).ok
 
@@ -426,7 +433,7 @@ def test_a_rolled_back_op_pushed_elsewhere_still_refuses_the_other_chain(
     env = workspace_with_remote(tmp_path / "a", url)
     env.run("x = 1")
     push(tmp_path / "a")
-    clone(str(url), tmp_path / "b")
+    clone(str(url), tmp_path / "b", trust=signers_of(url))
     abort(env, "x = 2\nraise ValueError('no')")
     push(tmp_path / "a")
     env.close()

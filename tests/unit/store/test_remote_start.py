@@ -19,6 +19,16 @@ from kernos.audit import verify
 from kernos.errors import RemoteDiverged, RemoteError, RemoteLeaseHeld, UsageError, WorkspaceError
 from kernos.store.remote import RemoteConfig
 from kernos.store.remote_start import remote_url, start_remote
+from remote_support import operator_key
+
+
+@pytest.fixture(autouse=True)
+def _one_deployment(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machines of these tests are one deployment: their kernels sign with the
+    operator's key, so a machine resuming another's workspace trusts its records."""
+    monkeypatch.setenv("KERNOS_SIGNING_KEY",
+                       str(operator_key(tmp_path_factory.mktemp("operator"))))
 
 
 def head_of(path: Path) -> str | None:
