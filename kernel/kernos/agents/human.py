@@ -93,12 +93,17 @@ class Agents:
         return self.runtime.breakers.effective(agent).describe()
 
     def circuit(self, agent: str) -> dict[str, Any] | None:
-        """Why ``agent``'s circuit is open (policy, figures, message), or None if closed."""
+        """Why ``agent``'s circuit is open (policy, figures, message), or None if closed.
+
+        ``agent`` in the answer is whose circuit it is: a sub-agent's is open while an
+        ancestor's is, and only resetting that ancestor closes it.
+        """
         self.runtime.registry.principal(agent)
         trip = self.runtime.breakers.circuit(agent)
-        return None if trip is None else {"policy": trip.policy, "limit": trip.limit,
-                                          "figures": trip.figures, "message": trip.message,
-                                          "op": trip.op, "at": trip.at}
+        return None if trip is None else {"agent": trip.agent, "policy": trip.policy,
+                                          "limit": trip.limit, "figures": trip.figures,
+                                          "message": trip.message, "op": trip.op,
+                                          "at": trip.at}
 
     def checkpoint(self, agent: str, *, safe: bool = True) -> dict[str, Any]:
         """Tag ``agent``'s namespace, as this op leaves it, as its safe checkpoint."""

@@ -47,9 +47,10 @@ op.
 loop as it was: the same iteration runs again on the next turn.  The
 supervisor (:mod:`kernos.agents.supervisor`) counts it, and its policies are
 what stop a loop that fails, repeats itself or spends too fast: a loop whose
-agent's circuit is open is *tripped* (not a state in the image: the circuit
-lives outside it) and waits until the human resets the circuit
-(:func:`run_once` reports ``tripped``, and a driver parks the loop).
+agent's circuit is open (or an ancestor's: circuits flow down to sub-agents)
+is *tripped* (not a state in the image: the circuit lives outside it) and
+waits until the human resets that circuit (:func:`run_once` reports
+``tripped``, and a driver parks the loop while ``Breakers.circuit`` names one).
 
 **Who turns the loop.**  A driver outside the core (the kernel's,
 :mod:`kernos.kernel.loops`) runs one iteration at a time for each
@@ -175,9 +176,9 @@ class Turn:
 
     agent: str
     outcome: str
-    """``committed``; ``tripped`` (the agent's circuit is open: refused, nothing ran);
-    or the audit status of an iteration that did not commit (``rolled back``,
-    ``denied``, ``vetoed``, ``failed`` ...)."""
+    """``committed``; ``tripped`` (the agent's circuit, or an ancestor's, is open:
+    refused, nothing ran); or the audit status of an iteration that did not commit
+    (``rolled back``, ``denied``, ``vetoed``, ``failed`` ...)."""
     op: int
     result: IterationResult | None = None
     """The iteration, when it committed."""

@@ -61,6 +61,17 @@ the emitting op goes on (refusing it would let a tripped agent veto every op
 that emits what it subscribed to); the op's audit record lists it under
 ``circuit_skipped`` (agent, policy, topic).
 
+**Circuits flow down.**  A sub-agent (a principal whose ``parent`` chain leads
+to an agent) is stopped while any ancestor's circuit is open, on every path
+above, as if its own were: :meth:`Breakers.circuit` gives its own trip, else
+its nearest tripped ancestor's (the trip's ``agent`` says whose), so its ops
+and the tools it wrote are refused (status ``refused``; the record's
+``circuit`` names the ancestor and adds ``sub_agent``), its subscribers are
+skipped and a driver parks its loop.  Nothing is counted against it
+meanwhile.  Only the human's reset *of that ancestor* lets it run again
+(resetting the sub-agent closes its own circuit only); a sub-agent's trip
+never stops its parent.
+
 **The trip is announced at once.**  A trip emits the event
 ``kernos.circuit.open`` (payload: agent, policy, limit, figures, message,
 op): events roll back with their op, and the op that trips always rolls
@@ -316,10 +327,29 @@ class Breakers:
     # -- the circuit ------------------------------------------------------------------
 
     def circuit(self, agent: str) -> Trip | None:
-        """Why ``agent``'s circuit is open, or None if it is closed."""
+        """Why ``agent``'s ops are refused: its own open circuit, else its nearest tripped
+        ancestor's (the trip's ``agent`` says whose); None if neither is open."""
+        return self._open(self._lineage(agent))
+
+    def _lineage(self, agent: str) -> list[str]:
+        """``agent`` and its ancestors, nearest first (the human has no circuit)."""
+        principals = self.runtime.registry.principals
+        lineage = [agent]
+        while lineage[-1] in principals:
+            parent = principals[lineage[-1]].parent
+            if parent is None or parent == HUMAN:
+                break
+            lineage.append(parent)
+        return lineage
+
+    def _open(self, lineage: list[str]) -> Trip | None:
+        """The first open circuit among ``lineage``, or None."""
         with self._lock:
-            state = self._journal.states.get(agent)
-            return None if state is None else state.trip
+            for name in lineage:
+                state = self._journal.states.get(name)
+                if state is not None and state.trip is not None:
+                    return state.trip
+        return None
 
     def circuits(self) -> dict[str, Trip]:
         """Every open circuit, by agent."""
@@ -328,7 +358,8 @@ class Breakers:
                     if state.trip is not None}
 
     def refuse_if_open(self, agent: str, op: Op, *, via: str) -> None:
-        """Raise CircuitOpen (and veto ``op``) if ``agent``'s circuit is open; count nothing.
+        """Raise CircuitOpen (and veto ``op``) if ``agent``'s circuit, or an ancestor's, is
+        open; count nothing.
 
         For the paths where ``agent``'s code runs inside someone else's op: a
         tool ``agent`` wrote, called by the human or another agent (``via``
@@ -336,9 +367,10 @@ class Breakers:
         """
         if agent == HUMAN or self.replaying:
             return
-        trip = self.circuit(agent)
+        lineage = self._lineage(agent)
+        trip = self._open(lineage)
         if trip is not None:
-            raise _refuse(op, trip, via=via)
+            raise _refuse(op, trip, via=via, lineage=lineage)
 
     def pending(self) -> list[Trip]:
         """The trips whose ``kernos.circuit.open`` event no committed op has emitted yet."""
@@ -356,9 +388,15 @@ class Breakers:
         if agent == HUMAN or self.replaying:
             return
         policy = self.effective(agent)
+        lineage = self._lineage(agent)
+        above = self._open(lineage[1:])
         now = self.clock()
         with self._lock:
             state = self._journal.states.get(agent)
+            if (state is None or state.trip is None) and above is not None:
+                # An ancestor's open circuit refuses it even if it is unsupervised; the
+                # refusal is not this agent's failure, so nothing is counted.
+                raise _refuse(op, above, via="op", lineage=lineage)
             if (state is None or state.trip is None) and not policy.describe():
                 return  # unsupervised: nothing counted, nothing written
             state = self._journal.states.setdefault(agent, AgentState())
@@ -369,7 +407,7 @@ class Breakers:
             if trip is None:
                 trip = self._check_before(agent, policy, state, print_, now, op.id)
             if trip is not None:
-                raise _refuse(op, trip, via="op")
+                raise _refuse(op, trip, via="op", lineage=lineage)
             self._admitted.add((agent, op.id))
             self._journal.write({"type": "admit", "agent": agent, "op": op.id,
                                  "sha": print_, "at": now})
@@ -557,12 +595,25 @@ class _Outcome(_AfterOutcome):
         self.breakers.ended(self.agent, self.op.id, ok=False)
 
 
-def _refuse(op: Op, trip: Trip, *, via: str) -> CircuitOpen:
-    """Veto ``op`` for ``trip`` (its audit record names the policy and the figures)."""
-    op.veto(f"{trip.agent!r}'s circuit is open: {trip.message}", status="refused")
-    op.facts["circuit"] = {"agent": trip.agent, "policy": trip.policy, "limit": trip.limit,
-                           "figures": trip.figures, "tripped_op": trip.op, "via": via}
-    return CircuitOpen(trip.agent, trip.policy, trip.message)
+def _refuse(op: Op, trip: Trip, *, via: str, lineage: list[str]) -> CircuitOpen:
+    """Veto ``op`` for ``trip`` (its audit record names the policy and the figures).
+
+    ``lineage`` is the agent whose code was to run, then its ancestors: ``trip``
+    is its own, or the one of the ancestor whose open circuit stops it.
+    """
+    agent = lineage[0]
+    facts = {"agent": trip.agent, "policy": trip.policy, "limit": trip.limit,
+             "figures": trip.figures, "tripped_op": trip.op, "via": via}
+    if agent == trip.agent:
+        op.veto(f"{trip.agent!r}'s circuit is open: {trip.message}", status="refused")
+        op.facts["circuit"] = facts
+        return CircuitOpen(trip.agent, trip.policy, trip.message)
+    chain = ", ".join(f"a sub-agent of {name!r}"
+                      for name in lineage[1:lineage.index(trip.agent) + 1])
+    op.veto(f"{agent!r} is {chain}, whose circuit is open: {trip.message}", status="refused")
+    op.facts["circuit"] = {**facts, "sub_agent": agent}
+    return CircuitOpen.for_sub_agent(agent, lineage[1:lineage.index(trip.agent) + 1],
+                                     trip.agent, trip.policy, trip.message, via=via)
 
 
 def _human_only(action: str) -> None:
