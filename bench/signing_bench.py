@@ -24,14 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 
-from kernos import Image, Workspace
+from remote_bench import open_image, run  # (bench/ is on the path: run as a script)
+
 from kernos.audit import log as log_module
 from kernos.audit import verify
 from kernos.audit.log import AuditLog
@@ -49,20 +49,6 @@ def unsigned() -> Iterator[None]:
         yield
     finally:
         log_module.sign = original
-
-
-def open_image(path: Path) -> tuple[Workspace, Image, dict[str, object]]:
-    workspace = Workspace.open(path)
-    module = types.ModuleType("__main__")
-    image = Image(workspace, module.__dict__, module=module)
-    image.restore()
-    return workspace, image, module.__dict__
-
-
-def run(image: Image, namespace: dict[str, object], source: str) -> None:
-    op = image.begin(source=source)
-    exec(compile(source, "<op>", "exec"), namespace)
-    op.commit()
 
 
 def timed(action: Callable[[], object]) -> float:

@@ -21,9 +21,12 @@ moved is voided: it pruned nothing), composed in chain order.
 * any other commit: itself (so a commit no prune saw stays what it was, and
   the caller's ancestry check refuses it).
 
-A push (and a pull, the other way round) is accepted when the shorter chain
-is a prefix of the longer one, and the followed head of the shorter side is
-the longer side's head or an ancestor of it (the caller checks both).
+A push (and a pull, the other way round: ``kernos.store.remote_pull``,
+which also verifies the whole chain with the prunes before it follows them)
+is accepted when the shorter chain is a prefix of the longer one, and the
+followed head of the shorter side is the longer side's head or an ancestor of
+it (the caller checks both).  :func:`drop_pruned` then deletes, on the side
+that pulled, what the prunes deleted.
 
 Tags follow the records too: :meth:`PrunedSince.tag_after` replays, on the
 value a tag has, each move or deletion a record made of that tag from that
@@ -39,16 +42,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernos.audit.log import GENESIS_PREV, record_hash
 from kernos.audit.pruning import Prunes
-from kernos.errors import RemoteDiverged, RemoteError
+from kernos.errors import RemoteDiverged
 from kernos.store import retention
 from kernos.store.objects import replace_file
 from kernos.store.remote_git import Staging, git, ls_remote
 from kernos.store.workspace import BRANCH, Workspace
 
 __all__ = ["PrunedSince", "TagMove", "drop_pruned", "follow_tags", "prunes_since",
-           "pulled_over_prune", "pushed_over_prune"]
+           "pushed_over_prune"]
 
 _TAG = re.compile(r"refs/tags/(?!.*\.\.)(?!.*\.lock$)[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}"
                   r"(/[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}){0,7}")
@@ -204,61 +206,6 @@ def _indices(since: PrunedSince) -> str:
 
 
 # -- pull -----------------------------------------------------------------------------------
-
-
-def pulled_over_prune(stage: Staging, name: str, ours: bytes, remote_head: bytes,
-                      local: Sequence[bytes], remote: Sequence[bytes], writer: str
-                      ) -> PrunedSince:
-    """The prunes that let a pull move this workspace's main from ``ours`` to
-    ``remote_head``, which does not contain it: the remote's audit chain ``remote`` must
-    extend ours (``local``: this copy has no op the remote lacks), and its records after
-    ours must map ``ours`` to ``remote_head`` or an ancestor of it.  Else
-    ``RemoteDiverged`` says which condition failed."""
-    if list(remote[:len(local)]) != list(local):
-        raise RemoteDiverged(
-            f"Refused: pulling would fork the history. The remote {name} was extended by "
-            f"{writer}, and this workspace has committed other ops since their common "
-            "snapshot (its audit chain is not a prefix of the remote's). Keep one side: "
-            "clone the remote into a new workspace, or push this one to a new remote.",
-            remote=name, writer=writer)
-    _check_links(name, local, remote)
-    try:
-        since = prunes_since(remote, len(local))
-    except ValueError as error:
-        raise RemoteError(f"the remote {name}'s audit chain cannot be read ({error}); it was "
-                          "tampered with", remote=name) from None
-    if not since:
-        raise RemoteDiverged(
-            f"Refused: the remote {name}'s main ({remote_head.hex()[:12]}, pushed by {writer}) "
-            f"does not contain this workspace's head ({ours.hex()[:12]}), and no prune record "
-            "the remote has since this workspace's last one explains it: its history was "
-            "rewritten by something other than `kernos prune`. Keep one side: clone the "
-            "remote into a new workspace, or push this one to a new remote.",
-            remote=name, writer=writer)
-    now = since.follow(ours.hex())
-    if not (stage.has(bytes.fromhex(now)) and stage.is_ancestor(bytes.fromhex(now),
-                                                                remote_head)):
-        raise RemoteDiverged(
-            f"Refused: the remote {name} was pruned (audit record {_indices(since)}), but "
-            f"its prunes do not account for this workspace's head ({ours.hex()[:12]}): they "
-            f"make it {now[:12]}, which is not the remote's main ({remote_head.hex()[:12]}) "
-            "or an ancestor of it. Keep one side: clone the remote into a new workspace, or "
-            "push this one to a new remote.", remote=name, writer=writer)
-    return since
-
-
-def _check_links(name: str, local: Sequence[bytes], remote: Sequence[bytes]) -> None:
-    """The remote's records after ours hash and chain as they must (before they are
-    trusted to say what was pruned)."""
-    previous = json.loads(local[-1]).get("hash") if local else GENESIS_PREV
-    for index in range(len(local), len(remote)):
-        record = json.loads(remote[index])
-        if (type(record) is not dict or record.get("prev") != previous
-                or record_hash(record) != record.get("hash")):
-            raise RemoteError(f"the remote {name}'s audit record {index} does not match its "
-                              "hash or its predecessor; the remote was tampered with",
-                              remote=name)
-        previous = record["hash"]
 
 
 def drop_pruned(workspace: Workspace, since: PrunedSince, old_head: bytes,

@@ -202,48 +202,35 @@ class Quarantine:
 
 
 class _CatFile:
-    """One ``git cat-file --batch`` process: objects read by id, one round trip each."""
+    """One ``git cat-file --batch`` process on a repository: objects read by id (or, with
+    ``check_only``, only whether it holds them), one round trip each."""
 
-    def __init__(self, git_dir: Path) -> None:
+    def __init__(self, git_dir: Path, *, check_only: bool = False) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+        mode = "--batch-check" if check_only else "--batch"
         self.process = subprocess.Popen(
-            ["git", f"--git-dir={git_dir}", "cat-file", "--batch"], stdin=subprocess.PIPE,
+            ["git", f"--git-dir={git_dir}", "cat-file", mode], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
-    def read(self, sha: bytes) -> tuple[bytes, bytes]:
-        """(kind, data) of object ``sha``; FileNotFoundError if it is not there."""
+    def _ask(self, sha: bytes) -> list[bytes]:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(sha.hex().encode() + b"\n")
         self.process.stdin.flush()
-        header = self.process.stdout.readline().split()
+        return self.process.stdout.readline().split()
+
+    def read(self, sha: bytes) -> tuple[bytes, bytes]:
+        """(kind, data) of object ``sha``; FileNotFoundError if it is not there."""
+        header = self._ask(sha)
         if len(header) != 3:
             raise FileNotFoundError(sha.hex())
+        assert self.process.stdout is not None
         data = self.process.stdout.read(int(header[2]))
         self.process.stdout.read(1)  # the newline after the object
         return header[1], data
 
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-class _Exists:
-    """One ``git cat-file --batch-check`` process on a repository: does it hold an object."""
-
-    def __init__(self, git_dir: Path) -> None:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-        self.process = subprocess.Popen(
-            ["git", f"--git-dir={git_dir}", "cat-file", "--batch-check=%(objecttype)"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-
     def has(self, sha: bytes) -> bool:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(sha.hex().encode() + b"\n")
-        self.process.stdin.flush()
-        return not self.process.stdout.readline().rstrip().endswith(b"missing")
+        """Whether the repository holds object ``sha``."""
+        return len(self._ask(sha)) == 3
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -286,7 +273,7 @@ class _Candidate:
         self.objects = _Objects(quarantine.reader(), quarantine.root / "no-journal")
         self._head = head
         self._remote = remote
-        self._local: _Exists | None = None
+        self._local: _CatFile | None = None
 
     def head(self) -> bytes | None:
         return self._head
@@ -294,7 +281,7 @@ class _Candidate:
     def known(self, sha: bytes) -> bool:
         """Whether the history had object ``sha`` before this pull (checked when it came)."""
         if self._local is None:
-            self._local = _Exists(self.path / "history.git")
+            self._local = _CatFile(self.path / "history.git", check_only=True)
         return self._local.has(sha)
 
     def close(self) -> None:
