@@ -8,7 +8,7 @@ was.
 1. **Fetch aside.**  One ``git fetch`` (one reading of the remote's refs, so
    ``main`` and the audit chain are from the same moment) into a *quarantine*
    repository, ``<workspace>/incoming/q.git``, which borrows the history's
-   objects (``objects/info/alternates``) and touches nothing else.
+   objects and touches nothing else (:mod:`kernos.store.remote_quarantine`).
 2. **Check everything** (:func:`take`), refusing with
    :class:`~kernos.errors.RemoteRefused` (which names the record, commit or
    path) at the first thing wrong:
@@ -49,28 +49,28 @@ sizes are checked once it is here, before any of it is read into memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import re
-import shutil
-import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from kernos import _faults
 from kernos.audit.canonical import canonical, digest
 from kernos.audit.signing import signer_of
 from kernos.audit.verify import verify_candidate
 from kernos.errors import RemoteDiverged, RemoteError, RemoteRefused
-from kernos.store.objects import CommitData, decode_commit, object_id
+from kernos.store.objects import object_id
 from kernos.store.remote_git import git
 from kernos.store.remote_prune import PrunedSince, prunes_since
+from kernos.store.remote_quarantine import QUARANTINE, Candidate, Entry, Joined, Quarantine
 from kernos.store.trust import Trust
 from kernos.store.workspace import BRANCH, FORMAT, SETTINGS
 
-__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "SHAPES", "Incoming", "Quarantine", "take"]
+__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "QUARANTINE", "SHAPES", "Incoming", "Quarantine",
+           "take"]
 
 AUDIT_REF = "refs/kernos/audit"
 LLM_REF = "refs/kernos/llm"
@@ -82,8 +82,6 @@ MAX_LINE_BYTES = 16 << 20
 """The longest audit record or ledger line a pull accepts."""
 MAX_FILE_BYTES = 256 << 20
 """The largest file (payload, LLM object, segment) a pull accepts."""
-QUARANTINE = "incoming"
-"""Where a pull keeps what it fetched and checked, inside the workspace (only while it runs)."""
 _SEGMENT = r"(?P<group>\d{5})/(?P<index>\d{8})\.jsonl"
 _HEX = r"(?P<shard>[0-9a-f]{2})/(?P<name>[0-9a-f]{64})"
 SHAPES: dict[str, dict[str, re.Pattern[str]]] = {
@@ -101,250 +99,6 @@ _TARGET = {("audit", "payload"): "audit/payloads/{name}",
            ("llm", "recording"): "llm/recordings/{name}"}
 _REFS = {"audit": AUDIT_REF, "llm": LLM_REF, "meta": META_REF}
 _SEALED_KEYS = ("$sealed", "$erased")
-
-
-# -- the quarantine -------------------------------------------------------------------------
-
-
-class Quarantine:
-    """``<workspace>/incoming``: a repository borrowing the history's objects, and the
-    files a pull has checked (see the module docstring)."""
-
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
-        self.root = workspace / QUARANTINE
-        self.git_dir = self.root / "q.git"
-        self._reader: _CatFile | None = None
-
-    def create(self) -> None:
-        """Make it afresh (what an earlier pull left is deleted first)."""
-        self.discard()
-        for sub in ("objects/info", "refs"):
-            (self.git_dir / sub).mkdir(parents=True, exist_ok=True)
-        borrowed = [self.workspace / "history.git" / "objects"]
-        staging = self.workspace / "remote.git" / "objects"
-        if staging.is_dir():  # the audit trees of earlier pushes: less to fetch
-            borrowed.append(staging)
-        (self.git_dir / "objects" / "info" / "alternates").write_text(
-            "".join(f"{path}\n" for path in borrowed))
-        (self.git_dir / "config").write_text(
-            "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
-            "\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n"
-            "[uploadpack]\n\tallowAnySHA1InWant = true\n")
-        (self.git_dir / "HEAD").write_text("ref: refs/heads/main\n")
-
-    def discard(self) -> None:
-        """Delete it: a refusal leaves nothing."""
-        self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-
-    def fetch(self, url: str, name: str, have: Sequence[bytes]) -> dict[str, bytes]:
-        """Fetch the remote's main and Kernos refs in one go; ``ref -> id`` of those it has.
-
-        ``have``: commits this workspace has (its head), so only what it lacks is sent.
-        """
-        if have:
-            git(self.git_dir, "update-ref", "--stdin", stdin="".join(
-                f"update refs/have/{number} {sha.hex()}\n"
-                for number, sha in enumerate(have)).encode(), what="noting what we have")
-        done = git(self.git_dir, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet",
-                   url, f"+{BRANCH}:refs/pull/{BRANCH}",
-                   "+refs/kernos/*:refs/pull/refs/kernos/*", check=False)
-        if done.returncode != 0:
-            detail = " ".join(done.stderr.decode(errors="replace").split())[:400]
-            if "couldn't find remote ref" in detail:  # no main yet: the Kernos refs only
-                git(self.git_dir, "fetch", "--no-tags", "--no-write-fetch-head", "--quiet",
-                    url, "+refs/kernos/*:refs/pull/refs/kernos/*",
-                    what=f"fetching from the remote {name} ({url})")
-            else:
-                raise RemoteError(f"fetching from the remote {name} ({url}) failed: "
-                                  f"{detail or 'no message'}", remote=name)
-        listing = git(self.git_dir, "for-each-ref", "--format=%(objectname) %(refname)",
-                      "refs/pull/", what="listing what was fetched").stdout.decode()
-        found = {}
-        for line in listing.splitlines():
-            sha, _, ref = line.partition(" ")
-            found[ref.removeprefix("refs/pull/")] = bytes.fromhex(sha)
-        return found
-
-    def reader(self) -> _CatFile:
-        if self._reader is None:
-            self._reader = _CatFile(self.git_dir)
-        return self._reader
-
-    def tree(self, commit: bytes, remote: str, what: str) -> list[_Entry]:
-        """Every entry under ``commit``'s tree, with its mode, type and size."""
-        kind, _data = self.reader().read(commit)
-        if kind != b"commit":
-            raise RemoteRefused(f"Refused: the remote {remote}'s {what} ref names a {kind.decode()}"
-                                ", not a commit; it is not a Kernos remote, or it was tampered "
-                                "with. Nothing was changed here.", remote=remote)
-        listing = git(self.git_dir, "ls-tree", "-r", "-l", "-z", "--full-tree",
-                      commit.hex(), what=f"reading the remote's {what} tree").stdout
-        entries = []
-        for item in listing.split(b"\0"):
-            if not item:
-                continue
-            meta, _, path = item.partition(b"\t")
-            mode, kind_text, sha, size = meta.decode().split()
-            entries.append(_Entry(mode=mode, kind=kind_text, sha=bytes.fromhex(sha),
-                                  size=int(size) if size.isdigit() else -1,
-                                  path=path.decode(errors="replace")))
-        return entries
-
-    def cat(self, sha: bytes) -> bytes:
-        return self.reader().read(sha)[1]
-
-
-class _CatFile:
-    """One ``git cat-file --batch`` process on a repository: objects read by id (or, with
-    ``check_only``, only whether it holds them), one round trip each."""
-
-    def __init__(self, git_dir: Path, *, check_only: bool = False) -> None:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-        mode = "--batch-check" if check_only else "--batch"
-        self.process = subprocess.Popen(
-            ["git", f"--git-dir={git_dir}", "cat-file", mode], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-
-    def _ask(self, sha: bytes) -> list[bytes]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(sha.hex().encode() + b"\n")
-        self.process.stdin.flush()
-        return self.process.stdout.readline().split()
-
-    def read(self, sha: bytes) -> tuple[bytes, bytes]:
-        """(kind, data) of object ``sha``; FileNotFoundError if it is not there."""
-        header = self._ask(sha)
-        if len(header) != 3:
-            raise FileNotFoundError(sha.hex())
-        assert self.process.stdout is not None
-        data = self.process.stdout.read(int(header[2]))
-        self.process.stdout.read(1)  # the newline after the object
-        return header[1], data
-
-    def has(self, sha: bytes) -> bool:
-        """Whether the repository holds object ``sha``."""
-        return len(self._ask(sha)) == 3
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Entry:
-    mode: str
-    kind: str
-    sha: bytes
-    size: int
-    path: str
-
-
-# -- the candidate: the workspace as the pull would leave it ------------------------------
-
-
-class _Objects:
-    """The candidate's objects: the quarantine's, which borrows the history's."""
-
-    def __init__(self, reader: _CatFile, journal: Path) -> None:
-        self.reader = reader
-        self.journal = journal
-
-    def read(self, sha: bytes) -> tuple[bytes, bytes]:
-        return self.reader.read(sha)
-
-
-class _Candidate:
-    """What :func:`~kernos.audit.verify.verify_candidate` checks: the history with the
-    fetched objects, and ``main`` where the pull would put it."""
-
-    def __init__(self, workspace: Path, quarantine: Quarantine, head: bytes | None,
-                 remote: str) -> None:
-        self.path = workspace
-        self.objects = _Objects(quarantine.reader(), quarantine.root / "no-journal")
-        self._head = head
-        self._remote = remote
-        self._local: _CatFile | None = None
-
-    def head(self) -> bytes | None:
-        return self._head
-
-    def known(self, sha: bytes) -> bool:
-        """Whether the history had object ``sha`` before this pull (checked when it came)."""
-        if self._local is None:
-            self._local = _CatFile(self.path / "history.git", check_only=True)
-        return self._local.has(sha)
-
-    def close(self) -> None:
-        if self._local is not None:
-            self._local.close()
-            self._local = None
-
-    def read_object(self, sha: bytes) -> tuple[bytes, bytes]:
-        try:
-            return self.objects.read(sha)
-        except FileNotFoundError:
-            raise ValueError(f"object {sha.hex()} is missing") from None
-
-    def read_commit(self, sha: bytes) -> CommitData:
-        kind, data = self.read_object(sha)
-        if kind != b"commit":
-            raise ValueError(f"{sha.hex()} is not a commit")
-        try:
-            return decode_commit(data)
-        except (ValueError, IndexError) as error:
-            raise RemoteRefused(
-                f"Refused: the remote {self._remote}'s commit {sha.hex()[:12]} is malformed "
-                f"({type(error).__name__}); it was tampered with. Nothing was changed here.",
-                remote=self._remote, commit=sha.hex()) from None
-
-    def history(self, start: bytes | None = None) -> Iterator[tuple[bytes, CommitData]]:
-        sha = self._head if start is None else start
-        seen: set[bytes] = set()
-        while sha is not None and sha not in seen:
-            seen.add(sha)
-            try:
-                commit = self.read_commit(sha)
-            except ValueError as error:
-                raise RemoteRefused(
-                    f"Refused: the remote {self._remote}'s history is incomplete ({error}); "
-                    "it was tampered with. Nothing was changed here.",
-                    remote=self._remote, commit=sha.hex()) from None
-            yield sha, commit
-            sha = commit.parents[0] if commit.parents else None
-
-
-class _Joined:
-    """A file's first ``size`` bytes followed by ``more``, read as one (the candidate chain:
-    this workspace's, then the remote's new records), for the backwards reader."""
-
-    def __init__(self, handle: IO[bytes] | None, size: int, more: bytes) -> None:
-        self.handle, self.size, self.more = handle, size, more
-        self.position = 0
-
-    def seek(self, position: int, whence: int = 0) -> int:
-        self.position = position if whence == 0 else self.size + len(self.more) + position
-        return self.position
-
-    def read(self, count: int = -1) -> bytes:
-        end = self.size + len(self.more) if count < 0 else self.position + count
-        out = b""
-        if self.position < self.size and self.handle is not None:
-            self.handle.seek(self.position)
-            out = self.handle.read(min(end, self.size) - self.position)
-        if end > self.size:
-            out += self.more[max(self.position, self.size) - self.size:end - self.size]
-        self.position = end
-        return out
 
 
 # -- what comes in ----------------------------------------------------------------------------
@@ -483,10 +237,10 @@ def _refused(name: str, what: str, *, path: str | None = None, record: int | Non
 
 
 def _checked_tree(quarantine: Quarantine, name: str, tree: str, commit: bytes | None
-                  ) -> dict[str, dict[str, _Entry]]:
+                  ) -> dict[str, dict[str, Entry]]:
     """``kind -> path -> entry`` of one of the remote's trees, every path checked against
     :data:`SHAPES` and every size against the limits."""
-    found: dict[str, dict[str, _Entry]] = {kind: {} for kind in SHAPES[tree]}
+    found: dict[str, dict[str, Entry]] = {kind: {} for kind in SHAPES[tree]}
     if commit is None:
         return found
     for entry in quarantine.tree(commit, name, tree):
@@ -521,7 +275,7 @@ def _shape(tree: str, path: str) -> str | None:
 
 
 def _extension(quarantine: Quarantine, name: str, what: str,
-               tree: Mapping[str, Mapping[str, _Entry]], kind: str, ours: bytes
+               tree: Mapping[str, Mapping[str, Entry]], kind: str, ours: bytes
                ) -> tuple[list[bytes], int]:
     """(the lines the remote's log adds to ``ours``, the size of ``ours`` they follow).
 
@@ -558,7 +312,7 @@ def _extension(quarantine: Quarantine, name: str, what: str,
     return theirs[len(mine):], len(ours)
 
 
-def _segment_lines(quarantine: Quarantine, name: str, what: str, segments: Sequence[_Entry],
+def _segment_lines(quarantine: Quarantine, name: str, what: str, segments: Sequence[Entry],
                    number: int) -> list[bytes]:
     """The lines of segment ``number``, each checked for size; whole segments full."""
     entry = segments[number]
@@ -636,15 +390,15 @@ def _check_candidate(workspace: Path, quarantine: Quarantine, name: str, local: 
         remote_head is not None and not _is_ancestor(quarantine, head, remote_head)))
     if remote_head is not None:
         _check_parents(quarantine, name, head, remote_head)
-    candidate = _Candidate(workspace, quarantine, remote_head, name)
+    candidate = Candidate(workspace, quarantine, remote_head, name)
     chain_path = workspace / "audit" / "chain.jsonl"
     anchor = None
     if local_lines and not follows_prune:
         last = json.loads(local_lines[-1])
         anchor = f"{last['index']}:{last['hash']}"
     try:
-        with open(chain_path, "rb") if local else _nothing() as handle:
-            joined = _Joined(handle, len(local), added)
+        with open(chain_path, "rb") if local else contextlib.nullcontext() as handle:
+            joined = Joined(handle, len(local), added)
             report = verify_candidate(
                 candidate, joined, len(local) + len(added),  # type: ignore[arg-type]
                 since=anchor, known_head=None if head is None else head.hex(), trust=trust,
@@ -681,14 +435,6 @@ def _check_candidate(workspace: Path, quarantine: Quarantine, name: str, local: 
     return since_prunes
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _check_parents(quarantine: Quarantine, name: str, head: bytes | None,
                    remote_head: bytes) -> None:
     """Every new commit has at most one parent: the history is a line, as Kernos writes it
@@ -706,7 +452,7 @@ def _check_parents(quarantine: Quarantine, name: str, head: bytes | None,
 
 
 def _files(workspace: Path, quarantine: Quarantine, name: str,
-           trees: Mapping[str, Mapping[str, Mapping[str, _Entry]]]) -> dict[str, bytes]:
+           trees: Mapping[str, Mapping[str, Mapping[str, Entry]]]) -> dict[str, bytes]:
     """The payloads, LLM objects and recordings this workspace lacks, each checked."""
     files: dict[str, bytes] = {}
     for (tree, kind), pattern in _TARGET.items():
@@ -744,7 +490,7 @@ def _content_problem(kind: str, file_name: str, data: bytes) -> str | None:
     return "does not hash to its name (and is not a sealed or erased recording)"
 
 
-def _meta(quarantine: Quarantine, name: str, tree: Mapping[str, Mapping[str, _Entry]]
+def _meta(quarantine: Quarantine, name: str, tree: Mapping[str, Mapping[str, Entry]]
           ) -> dict[str, bytes]:
     meta: dict[str, bytes] = {}
     for kind, entries in tree.items():
