@@ -1,14 +1,14 @@
 """The scene of the hostile-remote tests, and the attacker's tools: plain git on the remote.
 
-``Scene``: workspace A pushes to a bare remote R; B is a clone of R (made with the real
-``kernos clone``, trusting A's key, as a person would after comparing it); A commits more
-and pushes.  The attacker then edits R with plain git (:class:`Attacker`: ``hash-object``,
-``mktree`` through a temporary index, ``commit-tree``, ``update-ref``), and B runs the real
-``kernos pull``.  :func:`fingerprint` hashes every file of B (its lock aside, whose bytes
-name the last process that held it) so a test can say "byte for byte as it was".
+``Scene``: workspace A pushes to a bare remote R; B is a clone of R (trusting A's key, as
+a person would after comparing it); A commits more and pushes.  The attacker then edits R
+with plain git (:class:`Attacker`: ``hash-object``, a tree through a temporary index,
+``commit-tree``, ``update-ref``), and B runs the real ``kernos pull``.
+:func:`fingerprint` hashes every file of B (its lock aside, whose bytes name the last
+process that held it) so a test can say "byte for byte as it was".
 
-The histories themselves are written in process (``CoreEnv``): real workspaces on disk,
-real commits, real signatures.
+The scenes are set up in process (``CoreEnv``, the library's push and clone): real
+workspaces on disk, real commits, real signatures; what is under test runs as the CLI.
 """
 
 from __future__ import annotations
@@ -19,13 +19,19 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from core_support import CoreEnv
+from kernos import Workspace
+from kernos.audit import verify
 from kernos.audit.canonical import canonical
 from kernos.audit.log import record_hash
 from kernos.audit.signing import sign
+from kernos.store.identity import load_identity
+from kernos.store.remote import RemoteConfig, clone, push
 
 __all__ = ["Attacker", "Scene", "cli", "fingerprint"]
 
@@ -66,37 +72,58 @@ def run_ops(path: Path, *sources: str) -> None:
 
 
 class Scene:
-    """A pushes to R, B clones R (trusting A), A commits more and pushes."""
+    """A pushes to R, B clones R (trusting A), A commits more and pushes.
+
+    The scene is set up in process (the library's push and clone); what a test does to it
+    (the pull under test, above all) goes through the real CLI.
+    """
 
     def __init__(self, root: Path, *, more: int = 2) -> None:
         self.root = root
         self.a, self.b, self.remote = root / "a", root / "b", root / "remote.git"
         run_ops(self.a, "x = 1", "table = {'k': [1, 2, 3]}")
-        ok(cli("remote", "add", "origin", str(self.remote), "-w", str(self.a)))
-        ok(cli("push", "-w", str(self.a)))
+        RemoteConfig.load(self.a).add("origin", str(self.remote))
+        push(self.a)
         self.a_key = self.key(self.a)
-        ok(cli("clone", str(self.remote), str(self.b), f"--trust={self.a_key}"))
+        clone(str(self.remote), self.b, trust=[self.a_key])
         if more:
             run_ops(self.a, *[f"x = {n}" for n in range(2, 2 + more)])
-            ok(cli("push", "-w", str(self.a)))
+            push(self.a)
         self.attacker = Attacker(self.remote)
 
     @staticmethod
     def key(workspace: Path) -> str:
-        listed = json.loads(ok(cli("remote", "trust", "--json", "-w", str(workspace))))
-        return str(listed["key"])
+        return load_identity(workspace).key_id
 
     def head(self, workspace: Path) -> str | None:
-        snapshots = json.loads(ok(cli("log", "-n", "1", "--json", "-w", str(workspace))))[
-            "snapshots"]
-        return str(snapshots[0]["commit"]) if snapshots else None
+        with Workspace.open(workspace, writable=False) as view:
+            head = view.head()
+        return None if head is None else head.hex()
 
     def pull_b(self, *extra: str, env: dict[str, str] | None = None
                ) -> subprocess.CompletedProcess[str]:
         return cli("pull", "-w", str(self.b), *extra, env=env)
 
     def verified(self, workspace: Path) -> bool:
-        return cli("audit", "verify", "-w", str(workspace)).returncode == 0
+        return verify(workspace).ok
+
+    @contextmanager
+    def restored(self) -> Iterator[Scene]:
+        """The remote's refs are put back as they were after the block (what the attacker
+        wrote stays as unreachable objects): for tests that share one scene, each leaving
+        B as it was."""
+        listing = self.attacker.git("for-each-ref", "--format=%(objectname) %(refname)")
+        before = dict(line.split(" ", 1)[::-1] for line in listing.splitlines())
+        try:
+            yield self
+        finally:
+            listing = self.attacker.git("for-each-ref", "--format=%(objectname) %(refname)")
+            now = dict(line.split(" ", 1)[::-1] for line in listing.splitlines())
+            for ref, sha in before.items():
+                if now.get(ref) != sha:
+                    self.attacker.git("update-ref", ref, sha)
+            for ref in set(now) - set(before):
+                self.attacker.git("update-ref", "-d", ref)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

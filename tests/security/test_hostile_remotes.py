@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from core_support import CoreEnv
 from kernos import Image, Workspace
 from kernos.audit import log as log_module
+from kernos.audit import verify
 from kernos.audit.canonical import canonical
 from kernos.audit.signing import key_id
 from kernos.errors import WorkspaceUntrusted
@@ -40,8 +42,36 @@ from security.remotes import Scene, cli, fingerprint, ok, run_ops, sealed
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def behind(tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    """One scene for the refusals: B one push behind A.  Each refusal leaves B as it was
+    (the tests check it, file for file), and the remote is put back after each test."""
+    return Scene(tmp_path_factory.mktemp("behind"))
+
+
+@pytest.fixture(scope="module")
+def level(tmp_path_factory: pytest.TempPathFactory) -> Scene:
+    """The same, B up to date with A (for forged prunes of everything B has)."""
+    made = Scene(tmp_path_factory.mktemp("level"))
+    ok(made.pull_b())
+    return made
+
+
 @pytest.fixture
-def scene(tmp_path: Path) -> Scene:
+def scene(behind: Scene) -> Iterator[Scene]:
+    with behind.restored():
+        yield behind
+
+
+@pytest.fixture
+def synced(level: Scene) -> Iterator[Scene]:
+    with level.restored():
+        yield level
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Scene:
+    """A scene of its own, for tests whose pull lands (or that change B)."""
     return Scene(tmp_path)
 
 
@@ -63,7 +93,7 @@ def refused(scene: Scene | Path, result: subprocess.CompletedProcess[str],
     for needle in needles:
         assert needle in line, (needle, line)
     assert fingerprint(b) == before
-    assert cli("audit", "verify", "-w", str(b)).returncode == 0
+    assert verify(b).ok
 
 
 # -- the five defects -----------------------------------------------------------------------
@@ -134,8 +164,8 @@ def _forged_prune(scene: Scene, key: Ed25519PrivateKey | None) -> dict[str, Any]
     return record
 
 
-def test_4_a_forged_prune_without_the_writers_key_is_refused(scene: Scene) -> None:
-    ok(scene.pull_b())  # B has every commit A pushed
+def test_4_a_forged_prune_without_the_writers_key_is_refused(synced: Scene) -> None:
+    scene = synced  # B has every commit A pushed
     before = fingerprint(scene.b)
     record = _forged_prune(scene, None)
     refused(scene, scene.pull_b(), before, "unsigned", f"record {record['index']}")
@@ -151,10 +181,10 @@ def _forged_prune_again(scene: Scene, key: Ed25519PrivateKey) -> None:
 
 
 def test_4_a_prune_signed_by_a_trusted_key_must_still_match_the_history(
-        scene: Scene) -> None:
+        synced: Scene) -> None:
     """Even with the writer's key (stolen, or a writer gone bad), a prune is honoured only if
     it is consistent with the history it rewrites."""
-    ok(scene.pull_b())
+    scene = synced
     before = fingerprint(scene.b)
     _forged_prune(scene, a_secret(scene.a))
     refused(scene, scene.pull_b(), before, "fails the checks a pull makes")
@@ -360,9 +390,10 @@ def test_a_malformed_ledger_line_is_refused(scene: Scene) -> None:
 # -- races and crashes -------------------------------------------------------------------
 
 
-def test_a_push_during_a_pull_leaves_a_consistent_workspace(scene: Scene) -> None:
+def test_a_push_during_a_pull_leaves_a_consistent_workspace(fresh: Scene) -> None:
     """The remote moves while the pull checks what it fetched: the pull lands the state it
     fetched (one reading of the remote's refs), whole, and the next pull the rest."""
+    scene = fresh
     fetched = scene.attacker.ref("refs/heads/main")
     pulling = subprocess.Popen(
         [*_kernos(), "pull", "-w", str(scene.b)], stdout=subprocess.PIPE,
@@ -392,9 +423,10 @@ POINTS = ["pull.fetched", "pull.checked", "pull.staged", "pull.intent", "pull.ob
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_a_pull_killed_at_each_step_is_all_or_nothing(scene: Scene, point: str) -> None:
+def test_a_pull_killed_at_each_step_is_all_or_nothing(fresh: Scene, point: str) -> None:
     """``kill -9`` at ``point``: B is as it was or as the pull leaves it, never between;
     the next writable command (a pull) finds out which and finishes."""
+    scene = fresh
     before = fingerprint(scene.b)
     old, new = scene.head(scene.b), scene.attacker.ref("refs/heads/main")
     killed = scene.pull_b(env={"KERNOS_CRASH_AT": point})
@@ -412,7 +444,8 @@ def test_a_pull_killed_at_each_step_is_all_or_nothing(scene: Scene, point: str) 
 
 
 def test_a_crash_after_the_commit_point_is_finished_by_the_next_kernel_open(
-        scene: Scene) -> None:
+        fresh: Scene) -> None:
+    scene = fresh
     new = scene.attacker.ref("refs/heads/main")
     assert scene.pull_b(env={"KERNOS_CRASH_AT": "pull.chain"}).returncode == -9
     env = CoreEnv(scene.b)  # a writable open, as a kernel's
@@ -428,7 +461,8 @@ def test_a_crash_after_the_commit_point_is_finished_by_the_next_kernel_open(
 # -- a copy made by hand ----------------------------------------------------------------------
 
 
-def test_a_copy_made_by_hand_is_a_writer_of_its_own(scene: Scene) -> None:
+def test_a_copy_made_by_hand_is_a_writer_of_its_own(fresh: Scene) -> None:
+    scene = fresh
     copy = scene.root / "a-copy"
     subprocess.run(["cp", "-a", str(scene.a), str(copy)], check=True)
     listed = json.loads(ok(cli("remote", "trust", "--json", "-w", str(copy))))
