@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -421,8 +421,7 @@ def _origin(workspace: Workspace, checker: _Checker) -> Origin | None:
 
 def verify_candidate(source: HistorySource, chain: IO[bytes], size: int, *,
                      since: str | None, known_head: str | None, trust: Trust,
-                     arriving: Mapping[str, bytes],
-                     known: Callable[[bytes], bool] = lambda sha: False) -> VerifyReport:
+                     arriving: Mapping[str, bytes], objects: bool = True) -> VerifyReport:
     """Verify what a workspace *would* be, before it is: ``source`` reads its history
     (its head, its objects), ``chain`` its audit chain (``size`` bytes), ``arriving``
     the payloads it would gain (by name; the others are the workspace's).  A pull or a
@@ -431,12 +430,12 @@ def verify_candidate(source: HistorySource, chain: IO[bytes], size: int, *,
     With ``since`` (``INDEX:HASH`` of the workspace's own newest record), only the records
     after it are checked, and ``known_head`` (the workspace's head now) is the branch they
     must continue; without it, the whole chain from its genesis.  Every signer must be a
-    key ``trust`` holds, save those it lists as awaiting the human's trust.  ``known``: the
-    objects the workspace has already (they, and all they reach, are not re-hashed).
+    key ``trust`` holds, save those it lists as awaiting the human's trust.  ``objects``:
+    re-hash every object the new snapshots reach (a caller whose objects git's own
+    ``index-pack`` just hashed, as a fetch's are, may skip it).
     """
     checker = _Checker(source)
     checker.arriving = arriving
-    checker.vouched = known
     if since is not None:
         checker.known_head = known_head
         found = checker.since_lines(chain, size, since)
@@ -447,7 +446,7 @@ def verify_candidate(source: HistorySource, chain: IO[bytes], size: int, *,
     if found:
         checker.payloads()
         if checker.records:
-            checker.snapshots(True)
+            checker.snapshots(objects)
         elif source.head() is not None:
             checker.bad(0, "it holds snapshots but no audit record")
     signers = checker.trust(trust)

@@ -14,7 +14,7 @@ share; ``verify.py`` reads the chain into it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,10 +62,6 @@ _UNKNOWN = "?"
 """A commit not known (with ``since``, before a record says): no commit id is ``?``."""
 
 
-def _nothing_vouched(sha: bytes) -> bool:
-    return False
-
-
 class Checks:
     """What verify has read and found so far."""
 
@@ -86,10 +82,6 @@ class Checks:
         """Prune record -> committed op records in the range whose snapshot it deleted."""
         self.unfinished: str | None = None
         """The newest op record, if it names a commit that was never published."""
-        self.vouched: Callable[[bytes], bool] = _nothing_vouched
-        """Whether an object is vouched for already, so neither it nor what it reaches is
-        read again: nothing in a workspace's own verify; for a pull's candidate, the objects
-        the workspace had before it (``kernos.store.remote_pull``)."""
         self.known_head: str | None = _UNKNOWN
         """With ``since``: the branch as the records up to the anchor left it, when the
         caller knows it (None: empty); ``_UNKNOWN`` otherwise."""
@@ -412,7 +404,7 @@ class HistoryChecks(Checks):
         stack = [(root, path)]
         while stack:
             sha, where = stack.pop()
-            if sha in self.seen_objects or self.vouched(sha):
+            if sha in self.seen_objects:
                 continue
             self.seen_objects.add(sha)
             try:

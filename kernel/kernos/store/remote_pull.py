@@ -28,10 +28,12 @@ was.
      signed by a key this workspace trusts (``kernos.store.trust``); every
      new commit named by exactly one record, with the parent the records
      before it say, its manifest agreeing with its record and binding the
-     chain as it stood; ``main`` at the last one; every new object hashing to
-     its id.  A prune record is honoured only if the whole chain verifies
-     with it (the snapshots it kept keep their trees; the head descends as
-     recorded) and it maps this workspace's head into the remote's history.
+     chain as it stood; ``main`` at the last one (every fetched object was
+     hashed by git's own ``index-pack`` to get its name, and the fetch checked
+     that the refs reach nothing missing).  A prune record is honoured only
+     if the whole chain verifies with it (the snapshots it kept keep their
+     trees; the head descends as recorded) and it maps this workspace's head
+     into the remote's history.
      Unsigned new records (an older Kernos wrote them, or anyone) are refused
      unless the human accepts them for this pull.
 
@@ -396,15 +398,15 @@ def _check_candidate(workspace: Path, quarantine: Quarantine, name: str, local: 
     if local_lines and not follows_prune:
         last = json.loads(local_lines[-1])
         anchor = f"{last['index']}:{last['hash']}"
-    try:
-        with open(chain_path, "rb") if local else contextlib.nullcontext() as handle:
-            joined = Joined(handle, len(local), added)
-            report = verify_candidate(
-                candidate, joined, len(local) + len(added),  # type: ignore[arg-type]
-                since=anchor, known_head=None if head is None else head.hex(), trust=trust,
-                arriving=arriving, known=candidate.known)
-    finally:
-        candidate.close()
+    # The objects themselves are not hashed again: git's index-pack named each fetched
+    # object by hashing it, and the fetch checked that the refs reach only objects that are
+    # here.  What verify adds is everything else: records, links, manifests, parents.
+    with open(chain_path, "rb") if local else contextlib.nullcontext() as handle:
+        joined = Joined(handle, len(local), added)
+        report = verify_candidate(
+            candidate, joined, len(local) + len(added),  # type: ignore[arg-type]
+            since=anchor, known_head=None if head is None else head.hex(), trust=trust,
+            arriving=arriving, objects=False)
     problems = [p for p in report.problems if p.index >= len(local_lines) or anchor is None]
     if problems:
         first = problems[0]

@@ -131,35 +131,26 @@ class Quarantine:
 
 
 class CatFile:
-    """One ``git cat-file --batch`` process on a repository: objects read by id (or, with
-    ``check_only``, only whether it holds them), one round trip each."""
+    """One ``git cat-file --batch`` process on a repository: objects read by id, one round
+    trip each."""
 
-    def __init__(self, git_dir: Path, *, check_only: bool = False) -> None:
+    def __init__(self, git_dir: Path) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-        mode = "--batch-check" if check_only else "--batch"
         self.process = subprocess.Popen(
-            ["git", f"--git-dir={git_dir}", "cat-file", mode], stdin=subprocess.PIPE,
+            ["git", f"--git-dir={git_dir}", "cat-file", "--batch"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-
-    def _ask(self, sha: bytes) -> list[bytes]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(sha.hex().encode() + b"\n")
-        self.process.stdin.flush()
-        return self.process.stdout.readline().split()
 
     def read(self, sha: bytes) -> tuple[bytes, bytes]:
         """(kind, data) of object ``sha``; FileNotFoundError if it is not there."""
-        header = self._ask(sha)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(sha.hex().encode() + b"\n")
+        self.process.stdin.flush()
+        header = self.process.stdout.readline().split()
         if len(header) != 3:
             raise FileNotFoundError(sha.hex())
-        assert self.process.stdout is not None
         data = self.process.stdout.read(int(header[2]))
         self.process.stdout.read(1)  # the newline after the object
         return header[1], data
-
-    def has(self, sha: bytes) -> bool:
-        """Whether the repository holds object ``sha``."""
-        return len(self._ask(sha)) == 3
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -202,21 +193,10 @@ class Candidate:
         self.objects = _Objects(quarantine.reader(), quarantine.root / "no-journal")
         self._head = head
         self._remote = remote
-        self._local: CatFile | None = None
 
     def head(self) -> bytes | None:
         return self._head
 
-    def known(self, sha: bytes) -> bool:
-        """Whether the history had object ``sha`` before this pull (checked when it came)."""
-        if self._local is None:
-            self._local = CatFile(self.path / "history.git", check_only=True)
-        return self._local.has(sha)
-
-    def close(self) -> None:
-        if self._local is not None:
-            self._local.close()
-            self._local = None
 
     def read_object(self, sha: bytes) -> tuple[bytes, bytes]:
         try:
