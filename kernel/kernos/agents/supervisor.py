@@ -608,12 +608,12 @@ def _refuse(op: Op, trip: Trip, *, via: str, lineage: list[str]) -> CircuitOpen:
         op.veto(f"{trip.agent!r}'s circuit is open: {trip.message}", status="refused")
         op.facts["circuit"] = facts
         return CircuitOpen(trip.agent, trip.policy, trip.message)
-    chain = ", ".join(f"a sub-agent of {name!r}"
-                      for name in lineage[1:lineage.index(trip.agent) + 1])
+    ancestors = lineage[1:lineage.index(trip.agent) + 1]
+    chain = ", ".join(f"a sub-agent of {name!r}" for name in ancestors)
     op.veto(f"{agent!r} is {chain}, whose circuit is open: {trip.message}", status="refused")
     op.facts["circuit"] = {**facts, "sub_agent": agent}
-    return CircuitOpen.for_sub_agent(agent, lineage[1:lineage.index(trip.agent) + 1],
-                                     trip.agent, trip.policy, trip.message, via=via)
+    return CircuitOpen.for_sub_agent(agent, ancestors, trip.agent, trip.policy, trip.message,
+                                     via=via)
 
 
 def _human_only(action: str) -> None:

@@ -229,8 +229,9 @@ class _Checker(HistoryChecks):
                 self._check_signature(*pending)
         self._pending_signature = None
         if signer is None:
-            if signature_problem(record) is not None and not altered:
-                self.bad(index, str(signature_problem(record)))
+            problem = signature_problem(record)  # a sig without a signer
+            if problem is not None and not altered:
+                self.bad(index, problem)
             if self.signing_began is not None:
                 self.bad(index, f"it is unsigned, but record {self.signing_began} and the "
                                 "signed records after it show signing had begun: it was "

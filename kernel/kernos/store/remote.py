@@ -96,7 +96,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -121,7 +120,17 @@ from kernos.store.remote_git import (
 )
 from kernos.store.remote_land import land, stage
 from kernos.store.remote_prune import PrunedSince, follow_tags, pushed_over_prune
-from kernos.store.remote_pull import Quarantine, take
+from kernos.store.remote_pull import (
+    AUDIT_REF,
+    LLM_REF,
+    META_REF,
+    SEGMENT_GROUP,
+    SEGMENT_LINES,
+    Quarantine,
+    shape_of,
+    take,
+    whole_bytes,
+)
 from kernos.store.trust import Trust, check_key_id
 from kernos.store.workspace import BRANCH, Workspace
 
@@ -140,14 +149,7 @@ __all__ = [
     "push",
 ]
 
-AUDIT_REF = "refs/kernos/audit"
-LLM_REF = "refs/kernos/llm"
-META_REF = "refs/kernos/meta"
 LEASE_REF = "refs/kernos/lease"
-SEGMENT_LINES = 64
-"""Records (or ledger lines) per chain segment: a push rewrites only the last one."""
-SEGMENT_GROUP = 256
-"""Segments per directory of segments."""
 ALLOWED: dict[str, tuple[str, str]] = {
     "workspace.json": ("meta", "workspace.json"),
     "settings.json": ("meta", "settings.json"),
@@ -159,10 +161,6 @@ ALLOWED: dict[str, tuple[str, str]] = {
 }
 """Every workspace file a push carries (``*``: each file directly in that directory), and
 where it goes: (which ref, path in its tree; ``.jsonl`` files are cut into segments)."""
-_NAMES = {"audit/payloads/*": re.compile(r"[0-9a-f]{64}"),
-          "llm/objects/*": re.compile(r"[0-9a-f]{64}\.json"),
-          "llm/recordings/*": re.compile(r"[0-9a-f]{64}")}
-"""The names a push carries in each directory (``kernos.store.remote_pull.SHAPES``)."""
 
 
 # -- reading what travels -----------------------------------------------------------------
@@ -170,11 +168,7 @@ _NAMES = {"audit/payloads/*": re.compile(r"[0-9a-f]{64}"),
 
 def _whole_lines(path: Path) -> list[bytes]:
     """The whole lines of an append-only file (a writer may be mid-append)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+    return whole_bytes(path).splitlines(keepends=True)
 
 
 def _segments(lines: list[bytes]) -> list[bytes]:
@@ -186,15 +180,15 @@ def _segment_name(index: int) -> str:
     return f"{index // SEGMENT_GROUP:05d}/{index:08d}.jsonl"
 
 
-def _directory_files(directory: Path, shape: re.Pattern[str]) -> dict[str, Path]:
-    """The files directly in ``directory`` whose names have ``shape`` (a pull accepts no
-    other: no temporary or hidden names)."""
+def _directory_files(directory: Path, ref: str, where: str) -> dict[str, Path]:
+    """The files directly in ``directory``, by the path they get in ``ref``'s tree, that
+    have a shape a pull accepts (``remote_pull.SHAPES``: no temporary or hidden names)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return {}
-    return {name: directory / name for name in names
-            if shape.fullmatch(name) and (directory / name).is_file()}
+    return {f"{where}{name[:2]}/{name}": directory / name for name in names
+            if shape_of(ref, f"{where}{name[:2]}/{name}") and (directory / name).is_file()}
 
 
 @dataclass(kw_only=True)
@@ -220,8 +214,7 @@ def _read_workspace(root: Path, stage: Staging) -> _Snapshot:
     files: dict[str, dict[str, Path]] = {"meta": {}, "audit": {}, "llm": {}}
     for pattern, (ref, where) in ALLOWED.items():
         if pattern.endswith("/*"):
-            for name, path in _directory_files(root / pattern[:-2], _NAMES[pattern]).items():
-                files[ref][f"{where}{name[:2]}/{name}"] = path
+            files[ref].update(_directory_files(root / pattern[:-2], ref, where))
         elif not pattern.endswith(".jsonl") and (root / pattern).is_file():
             files[ref][where] = root / pattern
     return _Snapshot(head=head, chain=chain, ledger=_whole_lines(root / "llm" / "calls.jsonl"),
@@ -498,7 +491,7 @@ def _take(local: Workspace, name: str, url: str, *, trust: Trust, accept_unsigne
             quarantine.discard()
             return PullResult(remote=name, head=_hex(head), before=_hex(head), records=0,
                               files=0)
-        stage(local, incoming, trust=_trust_document(trust) if clone else None,
+        stage(local, incoming, trust=trust.document() if clone else None,
               remote=(name, url) if clone else None)
     except BaseException:
         quarantine.discard()
@@ -517,10 +510,6 @@ def _take(local: Workspace, name: str, url: str, *, trust: Trust, accept_unsigne
 
 def _hex(sha: bytes | None) -> str | None:
     return None if sha is None else sha.hex()
-
-
-def _trust_document(trust: Trust) -> dict[str, object]:
-    return {"v": 1, "keys": trust.keys, "untrusted": trust.untrusted}
 
 
 def clone(url: str, destination: str | os.PathLike[str], *, name: str = "origin",

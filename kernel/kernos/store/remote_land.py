@@ -45,10 +45,12 @@ from typing import Any
 from kernos import _faults
 from kernos.errors import AuditError, WorkspaceCorrupt
 from kernos.store.objects import fsync_all, fsync_dir, replace_file
+from kernos.store.remote_config import RemoteConfig
 from kernos.store.remote_git import git
 from kernos.store.remote_prune import drop_pruned, prunes_since
 from kernos.store.remote_pull import QUARANTINE, Incoming
 from kernos.store.space import NOT_FOLDED
+from kernos.store.trust import TRUST, Trust
 from kernos.store.workspace import Workspace
 
 __all__ = ["INTENT", "Landed", "finish_interrupted", "land", "stage"]
@@ -148,12 +150,9 @@ def land(workspace: Workspace) -> Landed:
         replace_file(workspace.path / name, (root / "meta" / name).read_bytes(),
                      durable=workspace.durable, temporary=workspace.path / f".{name}.tmp")
     if intent["trust"] is not None:
-        replace_file(workspace.path / "trust.json",
-                     (json.dumps(intent["trust"], indent=2, sort_keys=True) + "\n").encode(),
-                     durable=workspace.durable, temporary=workspace.path / ".trust.json.tmp")
+        Trust(path=workspace.path / TRUST, keys=intent["trust"]["keys"],
+              untrusted=intent["trust"]["untrusted"]).save(durable=workspace.durable)
     if intent["remote_config"] is not None:
-        from kernos.store.remote_config import RemoteConfig
-
         name, url = intent["remote_config"]
         config = RemoteConfig.load(workspace.path)
         if name not in config.remotes:

@@ -71,15 +71,17 @@ from kernos.store.remote_quarantine import QUARANTINE, Candidate, Entry, Joined,
 from kernos.store.trust import Trust
 from kernos.store.workspace import BRANCH, FORMAT, SETTINGS
 
-__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "QUARANTINE", "SHAPES", "Incoming", "Quarantine",
-           "take"]
+__all__ = ["AUDIT_REF", "LLM_REF", "MAX_FILE_BYTES", "MAX_LINE_BYTES", "META_REF", "QUARANTINE",
+           "SEGMENT_GROUP", "SEGMENT_LINES", "SHAPES", "Incoming", "Quarantine", "shape_of",
+           "take", "whole_bytes"]
 
 AUDIT_REF = "refs/kernos/audit"
 LLM_REF = "refs/kernos/llm"
 META_REF = "refs/kernos/meta"
 SEGMENT_LINES = 64
-"""Lines per segment of the chain and the ledger on the remote (``kernos.store.remote``)."""
+"""Records (or ledger lines) per chain segment: a push rewrites only the last one."""
 SEGMENT_GROUP = 256
+"""Segments per directory of segments."""
 MAX_LINE_BYTES = 16 << 20
 """The longest audit record or ledger line a pull accepts."""
 MAX_FILE_BYTES = 256 << 20
@@ -158,10 +160,10 @@ def take(workspace: Path, quarantine: Quarantine, *, url: str, name: str, head: 
              for tree, ref in _REFS.items()}
     remote_head = refs.get(BRANCH)
     chain_path = workspace / "audit" / "chain.jsonl"
-    local_chain = _whole_bytes(chain_path)
+    local_chain = whole_bytes(chain_path)
     new_lines, chain_size = _extension(quarantine, name, "audit chain", trees["audit"],
                                        "chain", local_chain)
-    ledger = _whole_bytes(workspace / "llm" / "calls.jsonl")
+    ledger = whole_bytes(workspace / "llm" / "calls.jsonl")
     ledger_lines, ledger_size = _extension(quarantine, name, "LLM ledger", trees["llm"],
                                            "ledger", ledger)
     incoming = Incoming(remote=name, url=url, old_head=head, new_head=head,
@@ -216,7 +218,8 @@ def take(workspace: Path, quarantine: Quarantine, *, url: str, name: str, head: 
     return incoming
 
 
-def _whole_bytes(path: Path) -> bytes:
+def whole_bytes(path: Path) -> bytes:
+    """The whole lines of an append-only file (a writer may be mid-append)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -246,7 +249,7 @@ def _checked_tree(quarantine: Quarantine, name: str, tree: str, commit: bytes | 
     if commit is None:
         return found
     for entry in quarantine.tree(commit, name, tree):
-        kind = _shape(tree, entry.path)
+        kind = shape_of(tree, entry.path)
         if kind is None:
             raise _refused(name, f"holds {tree}/{entry.path[:200]!r}, which Kernos never "
                            "pushes", path=f"{tree}/{entry.path}")
@@ -262,7 +265,9 @@ def _checked_tree(quarantine: Quarantine, name: str, tree: str, commit: bytes | 
     return found
 
 
-def _shape(tree: str, path: str) -> str | None:
+def shape_of(tree: str, path: str) -> str | None:
+    """Which kind of file ``path`` is in the remote's ``tree`` (:data:`SHAPES`), or None:
+    a path Kernos never pushes."""
     for kind, pattern in SHAPES[tree].items():
         match = pattern.fullmatch(path)
         if match is None:

@@ -121,10 +121,15 @@ class Trust:
                           "since": utc_now()}
         self._settle()
 
-    def save(self) -> None:
-        data = {"v": 1, "keys": self.keys, "untrusted": self.untrusted}
-        replace_file(self.path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
-                     durable=True, temporary=self.path.with_name(f".{self.path.name}.tmp"))
+    def document(self) -> dict[str, Any]:
+        """What ``trust.json`` holds (the keys of ``$KERNOS_TRUST`` and this copy's own are
+        not stored)."""
+        return {"v": 1, "keys": self.keys, "untrusted": self.untrusted}
+
+    def save(self, *, durable: bool = True) -> None:
+        replace_file(self.path,
+                     (json.dumps(self.document(), indent=2, sort_keys=True) + "\n").encode(),
+                     durable=durable, temporary=self.path.with_name(f".{self.path.name}.tmp"))
 
 
 def require_trusted(workspace: Path) -> None:
