@@ -44,13 +44,14 @@ from kernos.audit.erasure import finish_erasures
 from kernos.audit.log import AuditLog
 from kernos.errors import AuditError, RestoreError, UsageError, WorkspaceCorrupt
 from kernos.personal import Keyring, forget_created
-from kernos.serialize.pickler import Serializer, Transient
+from kernos.serialize.pickler import Pickled, Serializer, Transient
 from kernos.serialize.segments import Segmented
 from kernos.serialize.unpersisted import Unpersisted
 from kernos.store.snapshots import (
     ChunkCache,
     Snapshot,
     StoredGroup,
+    chunk_ids,
     read_group,
     read_part,
     read_snapshot,
@@ -62,12 +63,16 @@ from kernos.store.workspace import Workspace
 if TYPE_CHECKING:
     from kernos.op import Op
 
-__all__ = ["SYSTEM_PREFIX", "GroupState", "Image", "NameMeta", "RestoreReport"]
+__all__ = ["SYSTEM_PREFIX", "GroupState", "Image", "NameMeta", "RestoreReport", "stream_digest"]
 
 SYSTEM_PREFIX = "kernos:"
 
 Progress = Callable[[int, int], None]
 Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+def stream_digest(stream: Buffer) -> bytes:
+    return hashlib.blake2b(stream, digest_size=16).digest()
 
 
 def default_is_persistent(name: str) -> bool:
@@ -180,6 +185,11 @@ class Image:
         self._restore_bytes = (0, 0)
         """Bytes a background restore loaded before ops could run, and of the whole snapshot."""
         self._history_bytes: int | None = None
+        self.baselines: dict[bytes, bytes] = {}
+        """Stored group (its tree) -> digest of the stream its values pickled to when they
+        were loaded, where that is not the stored stream (see :meth:`_note_baseline`)."""
+        self.name_baselines: dict[tuple[bytes, str], str] = {}
+        """The same for each name of such a group pickled alone: its content hash then."""
         self.unreset: set[str] = set()
         """Names a rollback could not reset (they hold live resources): the next commit
         writes them as they are."""
@@ -417,7 +427,41 @@ class Image:
         if len(values) != len(group.names):
             raise RestoreError(f"group {group.key} holds {len(values)} values for "
                                f"{len(group.names)} names", names=group.names)
+        self._note_baseline(group, stream, values)
         return values
+
+    def _note_baseline(self, group: StoredGroup, stream: Buffer,
+                       values: tuple[object, ...]) -> None:
+        """Remember what the values just loaded pickle to, if not to the stored stream.
+
+        A restore does not rebuild everything pickle's output depends on: which
+        equal strings are one object (the memo follows identity), a set's
+        iteration order (its hash table's history).  So loaded values can pickle
+        to other bytes than they were stored as while holding the same state.
+        The digest of those bytes, taken before any op can touch them, is what
+        "unchanged" looks like for this group from now on: a rollback then
+        leaves it live, and a commit keeps its stored snapshot.
+        """
+        try:
+            again = self.serializer.dump(list(zip(group.names, values, strict=True)))
+        except Exception:
+            return  # it loaded, but does not pickle now: compared with the stored stream
+        if memoryview(stream) == memoryview(again.stream):
+            return
+        self.baselines[group.tree] = stream_digest(again.stream)
+        if len(group.names) > 1:  # a commit hashes each name alone (NameMeta.hash)
+            for name, value in zip(group.names, values, strict=True):
+                with contextlib.suppress(Exception):
+                    self.name_baselines[group.tree, name] = self.content_hash(
+                        self.serializer.dump([(name, value)]))
+
+    def content_hash(self, pickled: Pickled) -> str:
+        """A name's content hash (``NameMeta.hash``): its stream and its buffers' chunk ids."""
+        digest = hashlib.blake2b(pickled.stream, digest_size=16)
+        for view in pickled.buffers:
+            for sha in chunk_ids(view, self.cache):
+                digest.update(sha)
+        return digest.hexdigest()
 
     def _remember_chunks(self, chunks: tuple[bytes, ...], data: Buffer,
                          sizes: tuple[int, ...]) -> None:

@@ -38,6 +38,7 @@ from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
 from kernos.errors import CommitFailed, DiskFull, KernosError, OpVetoed, RestoreError, UsageError
+from kernos.image import stream_digest
 from kernos.personal import created_subjects
 from kernos.serialize import segments
 from kernos.serialize.kinds import carries_no_identity
@@ -116,19 +117,25 @@ class AbortReport:
     """Names the op used whose values are or hold live resources (a file, a connection, a
     client with threads): they are not (wholly) in the image, so whatever the op did to
     them stays done; a copy would still talk to the live parts."""
+    left_live: dict[str, str] = field(default_factory=dict)
+    """Names left as the op left them rather than replaced by a copy, and why: the
+    stored value could not be loaded (a copy would be a placeholder), or the value
+    pickles differently each time, so whether the op changed it cannot be told.  A
+    rollback never makes a usable value unusable, nor cuts a read value off what
+    it shares."""
     random_reset: bool = False
     """The op had moved the global random generators; they are back where they were."""
 
     @property
     def nothing_undone(self) -> bool:
         return not (self.removed or self.rebound or self.deleted or self.reloaded
-                    or self.not_reset or self.random_reset)
+                    or self.not_reset or self.left_live or self.random_reset)
 
     def undone(self) -> dict[str, Any]:
         """The rollback as JSON, for a reply's metadata."""
         return {"added": self.removed, "rebound": self.rebound, "deleted": self.deleted,
                 "reloaded": self.reloaded, "not_reset": self.not_reset,
-                "random": self.random_reset}
+                "left_live": self.left_live, "random": self.random_reset}
 
     def summary(self) -> str:
         """One line: ``rolled back — not kept: tup (rebound); obj1, obj2 (added)``."""
@@ -142,6 +149,9 @@ class AbortReport:
         if self.not_reset:
             line += (f"; could not be reset: {_names(self.not_reset)} (they hold live "
                      "resources, so they stay as the cell left them)")
+        for why in sorted(set(self.left_live.values())):
+            names = sorted(name for name, reason in self.left_live.items() if reason == why)
+            line += f"; left as the cell left them: {_names(names)} ({why})"
         return line
 
 
@@ -380,6 +390,8 @@ class _ImageParticipant:
         self._published = False
         self._state: dict[str, Any] = {}
         self._segmented: dict[str, segments.Segmented] = {}
+        self._name_baselines: dict[tuple[bytes, str], str] = {}
+        """Image.name_baselines carried over to the groups this commit stores again."""
         """Values this commit stored in segments, as it cut them (see tpc_finish)."""
         self.unchanged = False
         """The op changed nothing: no snapshot is written (see _prepare)."""
@@ -430,6 +442,11 @@ class _ImageParticipant:
                 if name not in affected and image.committed.get(name) is state.value}
         image.segmented = {**kept, **self._segmented}
         image.unreset.clear()
+        trees = {state.stored.tree for state in image.groups.values()}
+        image.baselines = {tree: digest for tree, digest in image.baselines.items()
+                           if tree in trees}
+        image.name_baselines = {key: digest for key, digest in {
+            **image.name_baselines, **self._name_baselines}.items() if key[0] in trees}
         report = self._state["report"]
         report.timings_ms["publish"] = (time.perf_counter() - started) * 1000
         report.timings_ms["total"] = (time.perf_counter() - self.op.started) * 1000
@@ -497,6 +514,12 @@ class _ImageParticipant:
             elif not names & (dirty | set(deleted)):
                 final[key] = state
                 claimed |= names
+            elif (unchanged and state.stored.tree in image.baselines
+                  and self._verdict(state) == "same"):
+                # Loaded values the op reached but left as they were: their bytes differ
+                # from the stored ones only as a restore makes them (see Image.baselines).
+                final[key] = state
+                claimed |= names
         affected = sorted(name for name in current if name not in claimed)
         timings["analyze"] = (time.perf_counter() - clock) * 1000
 
@@ -509,12 +532,17 @@ class _ImageParticipant:
 
         clock = time.perf_counter()
         new_parts: dict[str, tuple[Pickled, StoredGroup]] = {}
+        unloadable: dict[str, str] = {}
         for members in components:
             if len(members) == 1:
                 pickled = individual[members[0]]
             else:
                 pickled = image.serializer.dump([(name, current[name]) for name in members],
                                                 op=op.id)
+            if pickled.kinds:
+                problem = image.serializer.trials.check(image.serializer, pickled)
+                if problem is not None:
+                    unloadable.update(dict.fromkeys(members, problem))
             stored = writer.group(members, pickled, op=op.id)
             if len(members) == 1 and pickled.segmented is not None:
                 for piece, part in zip(pickled.segmented.segments, stored.buffers, strict=True):
@@ -532,7 +560,10 @@ class _ImageParticipant:
             op=op.id, commit="", principal=op.principal, kind=op.kind,
             added=sorted(added), changed=sorted(changed - set(added)), deleted=sorted(deleted),
             committed_at=now,
-            unpersisted=self._new_transients(sorted(changed), new_parts),
+            unpersisted=self._new_transients(sorted(changed), new_parts) + [
+                {"name": name, "path": name, "type_name": type_name(current[name]),
+                 "reason": f"it would not load back from the snapshot ({problem})",
+                 "op": op.id} for name, problem in sorted(unloadable.items())],
             reach="everything: " + reach.why if reach.everything else f"{len(touched)} names",
             failed=op.failure,
         )
@@ -721,6 +752,13 @@ class _ImageParticipant:
             if previous is not None and previous.hash == digest and not new_resource:
                 meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
                 continue
+            if (previous is not None and name not in rebound and name in image.group_of
+                    and image.name_baselines.get(
+                        (image.groups[image.group_of[name]].stored.tree, name)) == digest):
+                # As it was loaded: only its bytes differ, as a restore makes them.
+                meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
+                self._name_baselines[final[group_of[name]].stored.tree, name] = digest
+                continue
             changed.add(name)
             meta[name] = NameMeta(
                 group=group_of[name], type=type_name(value), summary=describe(value),
@@ -747,9 +785,19 @@ class _ImageParticipant:
         reach = image.expand(self.op.reach, committed)
         names = set(committed) if reach.everything else reach.names & committed.keys()
         keys = {image.group_of[name] for name in names if name in image.group_of}
-        stale = {key: image.groups[key].stored for key in sorted(keys)
-                 if image.groups[key].load_error is None and not self._matches(image.groups[key])}
-        reloaded, not_reset = self._reload(stale)
+        stale: dict[str, StoredGroup] = {}
+        left_live: dict[str, str] = {}
+        for key in sorted(keys):
+            state = image.groups[key]
+            if state.load_error is not None:
+                continue
+            verdict = self._verdict(state, settle=True)
+            if verdict == "changed":
+                stale[key] = state.stored
+            elif verdict == "unsure":
+                left_live.update(dict.fromkeys(state.stored.names, _UNSURE))
+        reloaded, not_reset = self._reload(stale, left_live)
+        image.unreset.update(left_live)
         # A value that is itself a live resource (an open file, a client holding threads)
         # is not in the image: whatever the op did to it stays done.
         not_reset += [name for name in sorted(names - set(not_reset)) if self._is_resource(name)]
@@ -758,9 +806,11 @@ class _ImageParticipant:
             op=self.op.id, removed=sorted(set(removed) - system),
             rebound=sorted(set(rebound) - system), deleted=sorted(set(deleted) - system),
             reloaded=sorted(reloaded), not_reset=sorted(not_reset),
+            left_live={name: left_live[name] for name in sorted(set(left_live) - system)},
             random_reset=self.op._generators.reset)
 
-    def _reload(self, stale: dict[str, StoredGroup]) -> tuple[list[str], list[str]]:
+    def _reload(self, stale: dict[str, StoredGroup],
+                left_live: dict[str, str]) -> tuple[list[str], list[str]]:
         """Put back the committed values of groups the op changed in place.
 
         A group whose values hold live resources is not replaced by a copy: the
@@ -773,6 +823,9 @@ class _ImageParticipant:
         refers to one of the group's copied values.  Any other such group (a
         library's client holding sockets and threads, say) stays as the op left
         it, is reported, and is written by the next commit.
+
+        A group whose stored values cannot be loaded now stays live too (in
+        ``left_live``, with the loader's reason): its copy would be placeholders.
         """
         image = self.op.image
         committed = image.committed
@@ -795,10 +848,15 @@ class _ImageParticipant:
                 in_place[key] = containers
             else:
                 not_reset += self._changed_names(stored)
-        values, _failed = image.load_groups(loadable, live=live) if loadable else ({}, set())
+        values, failed = image.load_groups(loadable, live=live) if loadable else ({}, set())
         reloaded: list[str] = []
         for key in loadable:
             names = loadable[key].names
+            if failed & set(names):
+                for name in names:
+                    reason = getattr(values[name], "reason", "it could not be loaded")
+                    left_live[name] = f"its stored value could not be loaded: {reason}"
+                continue
             if key not in in_place:
                 for name in names:
                     image.bind(name, values[name])
@@ -853,33 +911,50 @@ class _ImageParticipant:
             except Exception:
                 changed.append(name)
                 continue
-            digest = hashlib.blake2b(pickled.stream, digest_size=16)
-            for view in pickled.buffers:
-                for sha in chunk_ids(view, image.cache):
-                    digest.update(sha)
             meta = image.meta.get(name)
-            if meta is None or meta.hash != digest.hexdigest():
+            if meta is None or meta.hash != image.content_hash(pickled):
                 changed.append(name)
         return changed
 
-    def _matches(self, state: GroupState) -> bool:
-        """Whether the group's live values still pickle to exactly what is stored."""
+    def _verdict(self, state: GroupState, *, settle: bool = False) -> str:
+        """Whether the group's live values hold what is stored: ``same`` or ``changed``.
+
+        They are pickled and compared with the stored stream and buffers, or,
+        for values loaded from the store, with the stream they pickled to when
+        loaded (``Image.baselines``).  With ``settle``, a difference is checked
+        by pickling once more: values that pickle differently each time (some
+        library object draws a counter or a clock in its ``__getstate__``) are
+        ``unsure``: bytes cannot tell whether the op changed them.
+        """
         image = self.op.image
         stored = state.stored
+        roots = [(name, image.committed[name]) for name in stored.names]
         try:
-            pickled = image.serializer.dump(
-                [(name, image.committed[name]) for name in stored.names], op=self.op.id)
+            pickled = image.serializer.dump(roots, op=self.op.id)
         except Exception:
-            return False
+            return "changed"
         if len(pickled.buffers) != len(stored.buffers):
-            return False
-        parts = [(memoryview(pickled.stream), stored.stream)]
-        parts += list(zip(pickled.buffers, stored.buffers, strict=True))
-        for data, part in parts:
+            return "changed"
+        for data, part in zip(pickled.buffers, stored.buffers, strict=True):
             if len(data) != part.size or chunk_ids(
                     data, image.cache, by_content=part.by_content) != part.chunks:
-                return False
-        return True
+                return "changed"
+        part = stored.stream
+        if len(pickled.stream) == part.size and chunk_ids(
+                memoryview(pickled.stream), image.cache, by_content=part.by_content
+        ) == part.chunks:
+            return "same"
+        if image.baselines.get(stored.tree) == stream_digest(pickled.stream):
+            return "same"
+        if settle:
+            with contextlib.suppress(Exception):
+                if image.serializer.dump(roots, op=self.op.id).stream != pickled.stream:
+                    return "unsure"
+        return "changed"
+
+
+_UNSURE = ("it pickles differently each time, so whether the cell changed it cannot be "
+           "told; a copy would cut it off from what it shares")
 
 
 def _transplant(live: Any, copy: Any, roots: dict[int, object]) -> None:

@@ -267,6 +267,9 @@ def test_a_clone_of_an_untrusted_remote_restores_and_runs_nothing(tmp_path: Path
     run_ops(evil, "import os\nclass Evil:\n    def __reduce__(self):\n"
                   f"        return (os.system, ('touch {mark}',))\n"
                   "e = Evil()")
+    # The writer's own commit tried loading it in a child (kernos.serialize.trial), as its
+    # own restore would: that ran the command on the writer's side.  The victim must not.
+    mark.unlink(missing_ok=True)
     remote = tmp_path / "remote.git"
     ok(cli("remote", "add", "origin", str(remote), "-w", str(evil)))
     ok(cli("push", "-w", str(evil)))

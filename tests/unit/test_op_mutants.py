@@ -34,9 +34,10 @@ def last_record(env: CoreEnv) -> dict[str, object]:
 
 def test_a_rollback_as_json_names_every_kind_of_undoing() -> None:
     report = AbortReport(op=3, removed=["a"], rebound=["b"], reloaded=["c"], deleted=["d"],
-                         not_reset=["e"], random_reset=True)
+                         not_reset=["e"], left_live={"f": "why"}, random_reset=True)
     assert report.undone() == {"added": ["a"], "rebound": ["b"], "deleted": ["d"],
-                               "reloaded": ["c"], "not_reset": ["e"], "random": True}
+                               "reloaded": ["c"], "not_reset": ["e"], "left_live": {"f": "why"},
+                               "random": True}
     assert not report.nothing_undone
 
 
@@ -53,6 +54,18 @@ def test_the_summary_adds_what_could_not_be_reset_to_what_was_undone() -> None:
     assert report.summary() == (
         "rolled back — not kept: a (added); could not be reset: conn (they hold live "
         "resources, so they stay as the cell left them)")
+
+
+def test_a_value_left_live_is_something_undone_and_says_why() -> None:
+    report = AbortReport(op=3, removed=[], rebound=[], reloaded=[],
+                         left_live={"fig": "it pickles differently each time",
+                                    "ax": "it pickles differently each time",
+                                    "m": "its stored value could not be loaded: boom"})
+    assert not report.nothing_undone
+    assert report.summary() == (
+        "rolled back — nothing had changed; left as the cell left them: ax, fig (it pickles "
+        "differently each time); left as the cell left them: m (its stored value could not "
+        "be loaded: boom)")
 
 
 def test_long_name_lists_are_cut_after_eight() -> None:

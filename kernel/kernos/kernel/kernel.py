@@ -43,7 +43,7 @@ from kernos.events.human import Events
 from kernos.harness.protocol import PROGRESS_TYPE, REQUEST_TYPE
 from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
 from kernos.harness.service import Handled
-from kernos.image import Image, RestoreReport
+from kernos.image import SYSTEM_PREFIX, Image, RestoreReport, default_is_persistent
 from kernos.inspector.backend import notice_of
 from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
@@ -103,6 +103,8 @@ class KernosKernel(IPythonKernel):
         self.restore_report: RestoreReport | None = None
         self.restore_error: BaseException | None = None
         self.restore_progress = (0, 0)
+        self._placeholders_told: set[str] = set()
+        """Names already announced as placeholders of a failed restore."""
         self.max_source_bytes = int(
             os.environ.get("KERNOS_MAX_SOURCE_BYTES", DEFAULT_MAX_SOURCE_BYTES))
         self._op_lock = asyncio.Lock()
@@ -489,6 +491,8 @@ class KernosKernel(IPythonKernel):
             if isinstance(outcome, CommitReport):
                 self._settle_effects()
             self.announce_trips()
+            if not silent:
+                self._announce_placeholders()
         self.fold_when_idle()
         self.loop_driver.wake()  # the cell may have started, paused or reset a loop
         if isinstance(outcome, BaseException):
@@ -554,6 +558,22 @@ class KernosKernel(IPythonKernel):
                     return report
             except KeyboardInterrupt:
                 continue
+
+    def _announce_placeholders(self) -> None:
+        """Once per name: values a restore could not load, which are placeholders now."""
+        image = self.image
+        if image is None:
+            return
+        for state in image.groups.values():
+            names = [name for name in state.stored.names
+                     if name not in self._placeholders_told and default_is_persistent(name)
+                     and not name.startswith(SYSTEM_PREFIX)]
+            if state.load_error is None or not names:
+                continue
+            self._placeholders_told.update(names)
+            _say(f"kernos: {', '.join(names)} could not be restored and "
+                 f"{'is a placeholder' if len(names) == 1 else 'are placeholders'}: "
+                 f"{state.load_error}")
 
     def _rolled_back(self, op: Op, aborted: AbortReport | None, *,
                      silent: bool) -> dict[str, Any]:
@@ -731,6 +751,8 @@ class KernosKernel(IPythonKernel):
 
 
 def _say(line: str) -> None:
+    """One of Kernos's own lines, after what the cell printed (stdout goes out first)."""
+    sys.stdout.flush()
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 

@@ -10,6 +10,8 @@ does not matter when looking for sharing between variables.
 from __future__ import annotations
 
 import _thread
+import contextlib
+import copyreg
 import dataclasses
 import datetime
 import decimal
@@ -17,6 +19,7 @@ import enum
 import fractions
 import functools
 import io
+import itertools
 import pathlib
 import re
 import sys
@@ -295,6 +298,23 @@ def _reduce_keeping_instance_dict(pickler: ReducingPickler, mapping: Any) -> Any
             iter(dict.items(mapping)), rebuild.update_instance_dict)
 
 
+def _reduce_callback_registry(pickler: ReducingPickler, registry: Any) -> Any:
+    """matplotlib's CallbackRegistry, whose ``__getstate__`` draws the next id from its
+    counter: every figure, axes and artist holds one, so each pickle of a figure came
+    out different and advanced the figure's state.  Its state is taken as
+    ``__getstate__`` gives it and the counter is put back where it was, so pickling
+    changes nothing and an unchanged figure pickles to the same bytes."""
+    counter = getattr(registry, "_cid_gen", None)
+    if type(counter) is not itertools.count:
+        return NotImplemented
+    state = registry.__getstate__()
+    registry._cid_gen = itertools.count(state["_cid_gen"])
+    return (_NEWOBJ, (type(registry),), state)
+
+
+_NEWOBJ = getattr(copyreg, "__newobj__")  # noqa: B009  (the reconstructor pickle itself uses)
+
+
 def _reduce_mapping_proxy(pickler: ReducingPickler, proxy: types.MappingProxyType) -> Any:  # type: ignore[type-arg]
     return (rebuild.mapping_proxy, (dict(proxy),))
 
@@ -349,40 +369,129 @@ def _reduce_bound_method(pickler: ReducingPickler, method: Any) -> Any:
     ``from random import normalvariate`` and ``from numpy.random import randn`` are
     bound to the global generators (``random._inst``, ``numpy.random.mtrand._rand``).
     Pickled as usual, they would come back bound to a copy, so that seeding the
-    global generator no longer governed them.  Only objects that are globals of
-    their own type's module are looked up by name: anything else (a user's object,
-    a generator the user made) is pickled with its method as before.
+    global generator no longer governed them.  Only objects that are globals of an
+    imported module (see ModuleGlobals) are looked up by name: anything else (a
+    user's object, a generator the user made) is pickled with its method as before.
     """
     owner = method.__self__
     if owner is None or isinstance(owner, (types.ModuleType, type)):
         return NotImplemented  # a function, or a class's method: pickled by name already
-    home = _module_global(owner, pickler.home_module)
+    home = module_global(owner)
     if home is None:
         return NotImplemented
     return (getattr, (Ref(rebuild.singleton, home), canonical(method.__name__)))
 
 
-_module_indexes: dict[str, tuple[int, dict[int, str]]] = {}
+class ModuleGlobals:
+    """Which imported module holds an object as a global: an index by ``id``.
+
+    The rule behind referencing rather than copying: an object a library keeps
+    in a module's globals (numpy's global ``RandomState``, matplotlib's
+    ``rcParams`` and colormap registry, IPython's wrapper installed as
+    ``pyplot.draw_if_interactive``, ``os.environ``, ``logging.root``) is
+    process-wide state the library goes on using, so a copy of it would be cut
+    off from the library.  Such an object is pickled as a lookup of that global:
+    a restore, or a rollback's reload of something that holds it, finds the live
+    one.  The cell namespace's module is not indexed, and neither are classes,
+    modules and plain values (pickled by name, or values in their own right).
+
+    The index is brought up to date by :meth:`refresh` (a module imported or
+    its globals added or removed since); a hit is checked at use, since a
+    global may have been rebound since, so the index is never trusted.
+    """
+
+    def __init__(self) -> None:
+        self._sizes: dict[str, int] = {}
+        self._names: dict[str, dict[int, str]] = {}
+        self._where: dict[int, str] = {}
+        self._modules = 0
+        self._searched: weakref.WeakKeyDictionary[object, tuple[str, str] | None] = (
+            weakref.WeakKeyDictionary())
+
+    def refresh(self, home: str, *, force: bool = False) -> None:
+        modules = sys.modules
+        if not force and len(modules) == self._modules:
+            return
+        self._modules = len(modules)
+        seen = set()
+        for module_name, module in list(modules.items()):
+            if module_name == home or not isinstance(module, types.ModuleType):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is not dict:
+                continue
+            seen.add(module_name)
+            if self._sizes.get(module_name) == len(namespace):
+                continue
+            self._sizes[module_name] = len(namespace)
+            names = {id(value): key for key, value in list(namespace.items())
+                     if type(value) not in _PLAIN
+                     and not isinstance(value, (type, types.ModuleType))}
+            self._names[module_name] = names
+            for key in names:
+                self._where.setdefault(key, module_name)
+        for module_name in set(self._sizes) - seen:
+            del self._sizes[module_name]
+            del self._names[module_name]
+
+    def find(self, obj: object) -> tuple[str, str] | None:
+        module_name = self._where.get(id(obj))
+        if module_name is None:
+            return None
+        module = sys.modules.get(module_name)
+        name = self._names.get(module_name, {}).get(id(obj))
+        if module is None or name is None or vars(module).get(name) is not obj:
+            self._where.pop(id(obj), None)  # stale: found again at the next refresh
+            return None
+        return module_name, name
 
 
-def _module_global(owner: object, home_module: str) -> tuple[str, str] | None:
-    """(module, name) if ``owner`` is a global of the module that defines its type."""
-    module_name = getattr(type(owner), "__module__", None)
-    if not isinstance(module_name, str) or module_name in (home_module, "builtins"):
-        return None
+    def search(self, obj: object, home: str) -> tuple[str, str] | None:
+        """Look through every module for ``obj`` (a rebinding leaves no trace in the
+        index): for the rare objects that are worth it, a library's function that
+        cannot be found by its own name (a wrapper installed over another module's
+        global, as IPython's ``flag_calls`` over ``pyplot.draw_if_interactive``)."""
+        try:
+            known = self._searched.get(obj, _UNSEEN)
+        except TypeError:
+            known = _UNSEEN
+        if known is None:
+            return None
+        if known is not _UNSEEN and _still(known, obj):  # type: ignore[arg-type]
+            return known  # type: ignore[return-value]
+        found = None
+        for module_name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if module_name == home or type(namespace) is not dict:
+                continue
+            name = next((key for key, value in list(namespace.items()) if value is obj), None)
+            if name is not None:
+                found = (module_name, name)
+                break
+        with contextlib.suppress(TypeError):
+            self._searched[obj] = found
+        return found
+
+
+_PLAIN = frozenset({str, int, float, bool, bytes, tuple, dict, list, set, frozenset,
+                    type(None)})
+"""Exact types the C pickler writes itself, never asking ``reducer_override``."""
+
+_UNSEEN = object()
+
+
+def _still(found: tuple[str, str], obj: object) -> bool:
+    module_name, name = found
     module = sys.modules.get(module_name)
-    if module is None:
-        return None
-    namespace = vars(module)
-    known = _module_indexes.get(module_name)
-    if known is None or known[0] != len(namespace):  # globals added or removed: index again
-        known = _module_indexes[module_name] = (
-            len(namespace), {id(value): key for key, value in namespace.items()})
-    name = known[1].get(id(owner))
-    # Checked at use: the index may be stale (a global rebound since), never trusted.
-    if name is None or namespace.get(name) is not owner:
-        return None
-    return module_name, name
+    return module is not None and vars(module).get(name) is obj
+
+
+MODULE_GLOBALS = ModuleGlobals()
+
+
+def module_global(owner: object) -> tuple[str, str] | None:
+    """(module, name) if ``owner`` is a global of an imported module (see ModuleGlobals)."""
+    return MODULE_GLOBALS.find(owner)
 
 
 def register_late_types() -> None:
@@ -413,6 +522,11 @@ def register_late_types() -> None:
             getattr(bunch, "Bunch", None), type) and issubclass(bunch.Bunch, dict):
         SPECIAL[bunch.Bunch] = _reduce_keeping_instance_dict
         _registered.add("sklearn")
+    cbook = sys.modules.get("matplotlib.cbook")
+    registry = getattr(cbook, "CallbackRegistry", None) if cbook is not None else None
+    if isinstance(registry, type) and "matplotlib" not in _registered:
+        SPECIAL[registry] = _reduce_callback_registry
+        _registered.add("matplotlib")
     register_late_resources(SPECIAL)
 
 

@@ -13,7 +13,10 @@ Three promises, and how they are kept:
   were defined in cells (or cannot be found by name) are stored by value as
   skeleton + state, so cycles through them work and one memo keeps identity;
   their code objects go through dill.  Modules are stored by name and
-  re-imported.  Anything else the C pickler cannot reduce is handed to dill as
+  re-imported, and so is any object an imported module holds as a global
+  (numpy's global generator, matplotlib's ``rcParams`` and ``colormaps``; see
+  ``kinds.ModuleGlobals``): it comes back as the live one, not a copy cut off
+  from the library that uses it.  Anything else the C pickler cannot reduce is handed to dill as
   a last resort before it is declared unpersistable.
 * **Loud about what cannot persist.**  Open files, sockets, threads,
   generators, database connections and whatever neither pickler can handle are
@@ -45,6 +48,7 @@ from typing import Any
 from kernos.personal import Personal
 from kernos.serialize import rebuild
 from kernos.serialize.kinds import (
+    MODULE_GLOBALS,
     NAME_CONTAINERS,
     PICKLABLE_STREAMS,
     PROTOCOL,
@@ -57,6 +61,7 @@ from kernos.serialize.kinds import (
     code_names,
     init_needs_more_than_args,
     lookup,
+    module_global,
     qualified,
     reduce_exception,
     register_late_types,
@@ -64,6 +69,7 @@ from kernos.serialize.kinds import (
 )
 from kernos.serialize.resources import transient_verdict
 from kernos.serialize.sharing import RecordingPickling, SharingRecord
+from kernos.serialize.trial import Trials
 from kernos.serialize.unpersistable import (
     CarefulPickling,
     Replacement,
@@ -95,6 +101,9 @@ class Pickled:
     segmented: Any = None
     """For a value stored in segments (``kernos.serialize.segments.Segmented``): the
     segments, which are the buffers, in order."""
+    kinds: frozenset[type] = frozenset()
+    """Types of the objects that pickled by their own reduction (not by a reducer of
+    Kernos's, by name or as a reference): what a restore would call back into."""
 
 
 class Serializer:
@@ -117,6 +126,8 @@ class Serializer:
         self.module = module
         self.keyring: Any = None
         """Seals personal values (see kernos.personal); set by the image."""
+        self.trials = Trials()
+        """Which types' loading has been tried (see kernos.serialize.trial)."""
 
     @property
     def transient_reasons(self) -> dict[type, str]:
@@ -141,6 +152,7 @@ class Serializer:
         """
         values = tuple(self.namespace_ref(value) for _, value in roots)
         register_late_types()
+        MODULE_GLOBALS.refresh(self.module_name)
         try:
             outcome = self._dump(values, roots, op=op, record=record, careful=False)
         except Exception:
@@ -160,6 +172,7 @@ class Serializer:
             transients=pickler.transients,
             code_refs=frozenset(pickler.code_refs),
             touched_owners=frozenset(pickler.touched_owners),
+            kinds=frozenset(pickler.kinds),
         )
 
     def _dump_whole_values(self, values: tuple[object, ...],
@@ -289,6 +302,7 @@ class _ImagePickler(pickle.Pickler):
         self.buffers: list[memoryview] = []
         self.transients: list[Transient] = []
         self.code_refs: set[str] = set()
+        self.kinds: set[type] = set()
         self.touched_owners: set[str] = set()
         self.cells_filled_by_function: set[int] = set()
         self._by_value: dict[int, bool] = {}
@@ -356,11 +370,15 @@ class _ImagePickler(pickle.Pickler):
             return self._unpersisted(obj.value, obj.reason, name=obj.name, failure=True)
         if kind is Unpersisted:
             return self._placeholder(obj)
+        home = module_global(obj)
+        if home is not None and not self.needs_value(kind):
+            return (rebuild.singleton, home)  # a library's process-wide object: referenced
         if isinstance(obj, self.serializer.transient_classes) and not isinstance(
             obj, PICKLABLE_STREAMS
         ):
             reason, lossless = transient_verdict(obj, self.transient_reason(obj))
             return self._unpersisted(obj, reason, lossless=lossless)
+        self.kinds.add(kind)
         if self.careful:
             return self._reduce_carefully(obj)
         return NotImplemented
@@ -379,6 +397,10 @@ class _ImagePickler(pickle.Pickler):
     def _reduce_function(self, func: types.FunctionType) -> Any:
         if not self.needs_value(func):
             return NotImplemented
+        if func.__module__ not in (self.home_module, None):
+            home = MODULE_GLOBALS.search(func, self.home_module)
+            if home is not None:  # a library's function kept as another module's global
+                return (rebuild.singleton, home)
         self.note_shared(func)
         code = func.__code__
         self.code_refs |= code_names(code)

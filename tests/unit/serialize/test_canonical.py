@@ -218,58 +218,12 @@ def test_placeholder_restored_from_an_unpersistable_value_pickles_identically(no
     assert notebook.restore_from(first, ["client"]).dump("client").stream == first.stream
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a set pickles in its iteration order, which depends on the history of its hash "
-    "table; the set a restore rebuilds can iterate differently, and the C pickler "
-    "writes exact sets without asking reducer_override, so the order cannot be fixed"))
-def test_set_whose_restored_table_iterates_differently_pickles_identically(notebook):
-    notebook.run("numbers = {8, 32, 15, 63}")
-    first = notebook.dump("numbers")
-    assert notebook.restore_from(first, ["numbers"]).dump("numbers").stream == first.stream
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "a namedtuple's methods close over its tuple of field names, the same strings as "
-    "the class attributes; a restore interns the class attributes' names but not the "
-    "strings in the closure, so the pickle memo no longer shares them"))
-def test_namedtuple_class_pickles_identically(notebook):
-    notebook.run("""
-        import collections
-        Row = collections.namedtuple("Row", "left right")
-    """)
-    first = notebook.dump("Row")
-    assert notebook.restore_from(first, ["Row"]).dump("Row").stream == first.stream
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "the registry's keys are data strings, the same objects as the classes' names; a "
-    "restore interns class names but leaves dict keys alone, so they stop being shared"))
-def test_registry_keyed_by_class_names_pickles_identically(notebook):
-    notebook.run("""
-        class Plugin:
-            registry = {}
-            def __init_subclass__(cls):
-                Plugin.registry[cls.__name__] = cls
-        class Csv(Plugin):
-            pass
-    """)
-    first = notebook.dump("Plugin")
-    assert notebook.restore_from(first, ["Plugin"]).dump("Plugin").stream == first.stream
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "a restore turns every one-character string into the one cached object, so equal "
-    "strings that were distinct objects become shared; the C pickler writes strings by "
-    "identity without asking reducer_override"))
-def test_equal_one_character_strings_that_were_distinct_objects_pickle_identically(notebook):
-    notebook.run("""
-        label = "y"                 # a constant of the compiled cell
-        labels = {label: chr(121)}  # made at run time: the cached one-character string
-    """)
-    if notebook["label"] is chr(121):
-        pytest.skip("this Python makes one-character constants the cached strings")
-    first = notebook.dump("labels")
-    assert notebook.restore_from(first, ["labels"]).dump("labels").stream == first.stream
+# A restore does not reproduce everything pickle's bytes depend on: a set's iteration
+# order (the history of its hash table), which equal strings are one object (the
+# memo follows identity: a namedtuple's field names, dict keys that are also class
+# names, one-character strings).  The image does not compare such bytes with the
+# stored ones: see tests/unit/test_restored_drift.py, where those cases, restored,
+# stay unchanged through reads and rollbacks.
 
 
 # -- generated data ----------------------------------------------------------------
