@@ -44,6 +44,7 @@ from kernos.audit.erasure import finish_erasures
 from kernos.audit.log import AuditLog
 from kernos.errors import AuditError, RestoreError, UsageError, WorkspaceCorrupt
 from kernos.personal import Keyring, forget_created
+from kernos.serialize import segments
 from kernos.serialize.pickler import Pickled, Serializer, Transient
 from kernos.serialize.segments import Segmented
 from kernos.serialize.unpersisted import Unpersisted
@@ -63,16 +64,12 @@ from kernos.store.workspace import Workspace
 if TYPE_CHECKING:
     from kernos.op import Op
 
-__all__ = ["SYSTEM_PREFIX", "GroupState", "Image", "NameMeta", "RestoreReport", "stream_digest"]
+__all__ = ["SYSTEM_PREFIX", "GroupState", "Image", "NameMeta", "RestoreReport"]
 
 SYSTEM_PREFIX = "kernos:"
 
 Progress = Callable[[int, int], None]
 Buffer = bytes | bytearray | memoryview | mmap.mmap
-
-
-def stream_digest(stream: Buffer) -> bytes:
-    return hashlib.blake2b(stream, digest_size=16).digest()
 
 
 def default_is_persistent(name: str) -> bool:
@@ -124,6 +121,10 @@ class RestoreReport:
 
 EARLY_BYTES = 1 << 20
 """A background restore loads groups up to this size before any op runs (and the rest after)."""
+
+EAGER_BASELINE_BYTES = 1 << 20
+"""A loaded group up to this size (stream and buffers) is pickled again at restore (see
+:meth:`Image._note_baseline`); a longer one when an op first needs it."""
 
 BETWEEN_OPS_WAIT = 1.0
 """How long a non-blocking :meth:`Image.begin` waits for work done between ops (values a
@@ -185,11 +186,13 @@ class Image:
         self._restore_bytes = (0, 0)
         """Bytes a background restore loaded before ops could run, and of the whole snapshot."""
         self._history_bytes: int | None = None
-        self.baselines: dict[bytes, bytes] = {}
-        """Stored group (its tree) -> digest of the stream its values pickled to when they
-        were loaded, where that is not the stored stream (see :meth:`_note_baseline`)."""
+        self.baselines: dict[bytes, str] = {}
+        """Stored group (its tree) -> content hash of what its values pickled to when they
+        were loaded (see :meth:`_note_baseline`)."""
         self.name_baselines: dict[tuple[bytes, str], str] = {}
         """The same for each name of such a group pickled alone: its content hash then."""
+        self.unbaselined: set[bytes] = set()
+        """Loaded groups whose baseline is taken when first needed (see :meth:`_note_baseline`)."""
         self.unreset: set[str] = set()
         """Names a rollback could not reset (they hold live resources): the next commit
         writes them as they are."""
@@ -413,7 +416,8 @@ class Image:
         return values, failed
 
     def _load_group(self, group: StoredGroup, advance: Callable[[int], None],
-                    live_transients: list[object]) -> tuple[object, ...]:
+                    live_transients: list[object], *,
+                    baseline: bool = False) -> tuple[object, ...]:
         populate = not self._loading_behind  # see read_part
         stream = read_part(self.workspace, group.stream, on_chunk=advance, populate=populate)
         self._remember_chunks(group.stream.chunks, stream, group.stream.sizes)
@@ -427,33 +431,65 @@ class Image:
         if len(values) != len(group.names):
             raise RestoreError(f"group {group.key} holds {len(values)} values for "
                                f"{len(group.names)} names", names=group.names)
-        self._note_baseline(group, stream, values)
+        self._note_baseline(group, values, now=baseline)
         return values
 
-    def _note_baseline(self, group: StoredGroup, stream: Buffer,
-                       values: tuple[object, ...]) -> None:
-        """Remember what the values just loaded pickle to, if not to the stored stream.
+    def _note_baseline(self, group: StoredGroup, values: tuple[object, ...], *,
+                       now: bool = False) -> None:
+        """Remember what the values just loaded pickle to.
 
         A restore does not rebuild everything pickle's output depends on: which
         equal strings are one object (the memo follows identity), a set's
         iteration order (its hash table's history).  So loaded values can pickle
         to other bytes than they were stored as while holding the same state.
-        The digest of those bytes, taken before any op can touch them, is what
-        "unchanged" looks like for this group from now on: a rollback then
-        leaves it live, and a commit keeps its stored snapshot.
+        The digest of those bytes (:meth:`content_hash` of :meth:`pickle_group`),
+        taken before any op can touch them, is what "unchanged" looks like for
+        this group from now on: a rollback then leaves it live, and a commit
+        keeps its stored snapshot.
+
+        Pickling costs a fraction of loading, but not nothing: a group stored in
+        more than :data:`EAGER_BASELINE_BYTES` is only marked (``unbaselined``)
+        at restore, and the first rollback that finds its bytes changed asks
+        :meth:`ensure_baseline`, which loads the stored copy and pickles that
+        instead (a copy loaded now pickles as the loaded values did).
         """
-        try:
-            again = self.serializer.dump(list(zip(group.names, values, strict=True)))
-        except Exception:
-            return  # it loaded, but does not pickle now: compared with the stored stream
-        if memoryview(stream) == memoryview(again.stream):
+        if not now and group.size > EAGER_BASELINE_BYTES:
+            self.unbaselined.add(group.tree)
             return
-        self.baselines[group.tree] = stream_digest(again.stream)
+        try:
+            self.baselines[group.tree] = self.content_hash(self.pickle_group(group.names, values))
+        except Exception:
+            return  # it loaded, but does not pickle now: compared with what is stored
         if len(group.names) > 1:  # a commit hashes each name alone (NameMeta.hash)
             for name, value in zip(group.names, values, strict=True):
                 with contextlib.suppress(Exception):
                     self.name_baselines[group.tree, name] = self.content_hash(
                         self.serializer.dump([(name, value)]))
+
+    def ensure_baseline(self, group: StoredGroup) -> None:
+        """Take the baseline of a loaded group that the restore left for later."""
+        if group.tree not in self.unbaselined:
+            return
+        self.unbaselined.discard(group.tree)
+        with contextlib.suppress(Exception):  # unloadable now: compared with what is stored
+            self._load_group(group, lambda size: None, [], baseline=True)
+
+    def pickle_group(self, names: tuple[str, ...] | list[str],
+                     values: tuple[object, ...] | list[object]) -> Pickled:
+        """Values pickled as a commit stores them: a big list or dict alone in segments."""
+        if (len(names) == 1 and segments.candidate(values[0])
+                and not names[0].startswith(SYSTEM_PREFIX)):
+            name = names[0]
+            state = segments.segment(
+                values[0],  # type: ignore[arg-type]
+                segments.dump_with(lambda piece, own: self.serializer.dump(
+                    [(name, piece)], record=own)),
+                use=None, previous=None)
+            if state is not None:
+                stream, buffers = segments.joined_stream(state)
+                return Pickled(stream=stream, buffers=buffers, transients=[],
+                               code_refs=frozenset())
+        return self.serializer.dump(list(zip(names, values, strict=True)))
 
     def content_hash(self, pickled: Pickled) -> str:
         """A name's content hash (``NameMeta.hash``): its stream and its buffers' chunk ids."""

@@ -38,7 +38,6 @@ from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.audit.record import AuditParticipant
 from kernos.errors import CommitFailed, DiskFull, KernosError, OpVetoed, RestoreError, UsageError
-from kernos.image import stream_digest
 from kernos.personal import created_subjects
 from kernos.serialize import segments
 from kernos.serialize.kinds import carries_no_identity
@@ -447,6 +446,7 @@ class _ImageParticipant:
                            if tree in trees}
         image.name_baselines = {key: digest for key, digest in {
             **image.name_baselines, **self._name_baselines}.items() if key[0] in trees}
+        image.unbaselined &= trees
         report = self._state["report"]
         report.timings_ms["publish"] = (time.perf_counter() - started) * 1000
         report.timings_ms["total"] = (time.perf_counter() - self.op.started) * 1000
@@ -752,9 +752,10 @@ class _ImageParticipant:
             if previous is not None and previous.hash == digest and not new_resource:
                 meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
                 continue
-            if (previous is not None and name not in rebound and name in image.group_of
-                    and image.name_baselines.get(
-                        (image.groups[image.group_of[name]].stored.tree, name)) == digest):
+            loaded = (image.groups[image.group_of[name]].stored
+                      if name not in rebound and name in image.group_of else None)
+            if (previous is not None and loaded is not None
+                    and image.name_baselines.get((loaded.tree, name)) == digest):
                 # As it was loaded: only its bytes differ, as a restore makes them.
                 meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
                 self._name_baselines[final[group_of[name]].stored.tree, name] = digest
@@ -919,38 +920,45 @@ class _ImageParticipant:
     def _verdict(self, state: GroupState, *, settle: bool = False) -> str:
         """Whether the group's live values hold what is stored: ``same`` or ``changed``.
 
-        They are pickled and compared with the stored stream and buffers, or,
-        for values loaded from the store, with the stream they pickled to when
-        loaded (``Image.baselines``).  With ``settle``, a difference is checked
-        by pickling once more: values that pickle differently each time (some
-        library object draws a counter or a clock in its ``__getstate__``) are
-        ``unsure``: bytes cannot tell whether the op changed them.
+        They are pickled as a commit stores them and compared with the stored
+        stream and buffers, or, for values loaded from the store, with what they
+        pickled to when loaded (``Image.baselines``).  With ``settle`` (a
+        rollback), a group loaded but without a baseline yet gets one, and a
+        difference is checked by pickling once more: values that pickle
+        differently each time (some library object draws a counter or a clock in
+        its ``__getstate__``) are ``unsure``: bytes cannot tell whether the op
+        changed them.
         """
         image = self.op.image
         stored = state.stored
-        roots = [(name, image.committed[name]) for name in stored.names]
+        values = [image.committed[name] for name in stored.names]
         try:
-            pickled = image.serializer.dump(roots, op=self.op.id)
+            pickled = image.pickle_group(stored.names, values)
         except Exception:
             return "changed"
-        if len(pickled.buffers) != len(stored.buffers):
-            return "changed"
-        for data, part in zip(pickled.buffers, stored.buffers, strict=True):
-            if len(data) != part.size or chunk_ids(
-                    data, image.cache, by_content=part.by_content) != part.chunks:
-                return "changed"
-        part = stored.stream
-        if len(pickled.stream) == part.size and chunk_ids(
-                memoryview(pickled.stream), image.cache, by_content=part.by_content
-        ) == part.chunks:
+        if _stored_as(pickled, stored, image):
             return "same"
-        if image.baselines.get(stored.tree) == stream_digest(pickled.stream):
+        if settle:
+            image.ensure_baseline(stored)
+        if image.baselines.get(stored.tree) == image.content_hash(pickled):
             return "same"
         if settle:
             with contextlib.suppress(Exception):
-                if image.serializer.dump(roots, op=self.op.id).stream != pickled.stream:
+                again = image.pickle_group(stored.names, values)
+                if image.content_hash(again) != image.content_hash(pickled):
                     return "unsure"
         return "changed"
+
+
+def _stored_as(pickled: Pickled, stored: StoredGroup, image: Image) -> bool:
+    """Whether ``pickled`` is, byte for byte, what ``stored`` holds."""
+    if len(pickled.buffers) != len(stored.buffers):
+        return False
+    parts = [(memoryview(pickled.stream), stored.stream)]
+    parts += list(zip(pickled.buffers, stored.buffers, strict=True))
+    return all(len(data) == part.size
+               and chunk_ids(data, image.cache, by_content=part.by_content) == part.chunks
+               for data, part in parts)
 
 
 _UNSURE = ("it pickles differently each time, so whether the cell changed it cannot be "
