@@ -514,12 +514,23 @@ class _ImageParticipant:
             elif not names & (dirty | set(deleted)):
                 final[key] = state
                 claimed |= names
-            elif (unchanged and state.stored.tree in image.baselines
-                  and self._verdict(state) == "same"):
-                # Loaded values the op reached but left as they were: their bytes differ
-                # from the stored ones only as a restore makes them (see Image.baselines).
-                final[key] = state
-                claimed |= names
+        # Loaded values the op reached but left as they were pickle to other bytes than
+        # stored only as a restore makes them (see Image.baselines): keep their groups,
+        # but only if nothing else is pickled, since whatever is pickled may have come to
+        # share their objects, and sharing is found among the values pickled together.
+        # Only when every group reached was loaded (not written by this session, whose
+        # bytes match unless changed), so a commit rarely pickles anything twice.
+        reached = {key: state for key, state in image.groups.items()
+                   if key not in final and not set(state.stored.names) & claimed}
+        if reached and all(
+                (state.stored.tree in image.baselines or state.stored.tree in image.unbaselined)
+                and all(current.get(name, _MISSING) is committed.get(name, _MISSING)
+                        for name in state.stored.names) for state in reached.values()):
+            claimed_names = {name for state in reached.values() for name in state.stored.names}
+            if (not set(current) - claimed - claimed_names
+                    and all(self._verdict(state) == "same" for state in reached.values())):
+                final.update(reached)
+                claimed |= claimed_names
         affected = sorted(name for name in current if name not in claimed)
         timings["analyze"] = (time.perf_counter() - clock) * 1000
 
@@ -752,13 +763,14 @@ class _ImageParticipant:
             if previous is not None and previous.hash == digest and not new_resource:
                 meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
                 continue
-            loaded = (image.groups[image.group_of[name]].stored
-                      if name not in rebound and name in image.group_of else None)
-            if (previous is not None and loaded is not None
-                    and image.name_baselines.get((loaded.tree, name)) == digest):
+            base = (self._loaded_baseline(name)
+                    if previous is not None and name not in rebound and name in new_parts
+                    else None)
+            if (previous is not None and base is not None
+                    and image.content_hash(new_parts[name][0]) == base):
                 # As it was loaded: only its bytes differ, as a restore makes them.
                 meta[name] = NameMeta(**{**previous.to_json(), "group": group_of[name]})
-                self._name_baselines[final[group_of[name]].stored.tree, name] = digest
+                self._name_baselines[final[group_of[name]].stored.tree, name] = base
                 continue
             changed.add(name)
             meta[name] = NameMeta(
@@ -767,6 +779,18 @@ class _ImageParticipant:
                 op=self.op.id, principal=self.op.principal, changed_at=now,
             )
         return meta, changed
+
+    def _loaded_baseline(self, name: str) -> str | None:
+        """What ``name`` alone pickled to when it was loaded (its content hash), if known."""
+        image = self.op.image
+        key = image.group_of.get(name)
+        if key is None:
+            return None
+        stored = image.groups[key].stored
+        known = image.name_baselines.get((stored.tree, name))
+        if known is None and stored.names == (name,):
+            known = image.baselines.get(stored.tree)
+        return known
 
     # -- rollback --------------------------------------------------------------
 

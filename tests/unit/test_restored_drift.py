@@ -107,3 +107,22 @@ def test_a_restored_set_changed_in_place_is_still_seen(tmp_path: Path, baselines
     env.reopen()
     assert env.ns["numbers"] == {2, 8, 32, 15, 63}
     env.close()
+
+
+@pytest.mark.parametrize("source", [
+    "shared = [plan, plan]",
+    "holder.append(plan)",
+    "holder.append(plan)\nshared = [plan]",
+], ids=["a new name", "a changed name", "both"])
+def test_a_restored_value_that_comes_to_be_shared_keeps_its_identity(
+        tmp_path: Path, source: str) -> None:
+    env = CoreEnv(tmp_path / "ws")
+    env.run("plan = {'numbers': {8, 32, 15, 63}}\nholder = []")
+    env.reopen()
+    env.run(source)
+    env.reopen()
+    assert env.ns["plan"] == {"numbers": {8, 32, 15, 63}}
+    for name in ("shared", "holder"):
+        if env.ns.get(name):
+            assert env.ns[name][-1] is env.ns["plan"], name
+    env.close()

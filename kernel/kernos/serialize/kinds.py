@@ -424,9 +424,11 @@ class ModuleGlobals:
             if self._sizes.get(module_name) == len(namespace):
                 continue
             self._sizes[module_name] = len(namespace)
+            # type(), never isinstance(): a global may be a lazy proxy whose __class__
+            # runs library code (openai's module client makes an HTTP client there).
             names = {id(value): key for key, value in list(namespace.items())
                      if type(value) not in _PLAIN
-                     and not isinstance(value, (type, types.ModuleType))}
+                     and not issubclass(type(value), (type, types.ModuleType))}
             self._names[module_name] = names
             for key in names:
                 self._where.setdefault(key, module_name)
