@@ -51,6 +51,11 @@ What the stream holds, and what it leaves out on purpose:
   reduce rebuilds with one).  A reducer that raises falls back to
   ``__dict__`` and ``__slots__``; an object with none of these is written as
   its type name only: ``repr()`` is never called, for digests or messages.
+* **Library globals**: an object an imported module holds as a global (numpy's
+  global generator, ``rcParams``, a function a library installed over another
+  module's global) is written as ``module.name``, as the serializer stores it
+  (``kinds.ModuleGlobals``): its state is the library's, not the namespace's,
+  and digests of library internals need not agree across processes.
 * **Live resources** Kernos does not persist (files, sockets, threads, locks,
   generators, frames, ... see ``kinds.transient_types``) are their type and a
   marker; the resource is never touched.
@@ -90,7 +95,14 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from kernos.serialize.kinds import PICKLABLE_STREAMS, lookup, qualified, transient_types
+from kernos.serialize.kinds import (
+    MODULE_GLOBALS,
+    PICKLABLE_STREAMS,
+    library_global,
+    lookup,
+    qualified,
+    transient_types,
+)
 
 __all__ = ["describe_difference", "describe_state_difference", "digest", "state_digest"]
 
@@ -575,6 +587,11 @@ def _attributes(obj: object, memo: bool) -> _Node:
 def _node(obj: object) -> _Node:
     """How ``obj`` is written (not for atoms)."""
     kind = type(obj)
+    home = library_global(obj, "__main__")
+    if home is not None:  # stored as a reference to the library's own object: so written,
+        # as an importable function is (a global of that name, whatever it holds now)
+        return _Node(tag=b"g", memo=False, fields=(("module", _text(home[0])),
+                                                   ("qualname", _text(home[1]))))
     make = _BY_TYPE.get(kind)
     if make is not None:
         return make(obj)
@@ -644,6 +661,7 @@ class _Walker:
         self.hashers = [hashlib.sha256(FORMAT)]
 
     def run(self, root: object) -> bytes:
+        MODULE_GLOBALS.refresh("__main__")
         # An explicit stack: a 100,000-deep list must not exhaust the C stack.
         stack: list[_Frame] = []
         self.visit(root, stack)

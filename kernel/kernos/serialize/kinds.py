@@ -496,6 +496,24 @@ def module_global(owner: object) -> tuple[str, str] | None:
     return MODULE_GLOBALS.find(owner)
 
 
+def library_global(obj: object, home: str) -> tuple[str, str] | None:
+    """(module, name) if the serializer stores ``obj`` as a reference to a module global:
+    an object of a library's type held as a global, or a library's function that cannot
+    be found by its own name but is held as another module's global."""
+    kind = type(obj)
+    if issubclass(kind, (type, types.ModuleType)) or getattr(kind, "__module__", None) == home:
+        return None
+    if kind is types.FunctionType:
+        module_name = getattr(obj, "__module__", None)
+        if module_name in (home, None):
+            return None
+        module = sys.modules.get(module_name)
+        if module is not None and lookup(module, obj.__qualname__) is obj:  # type: ignore[attr-defined]
+            return None  # found by its own name: pickled by name
+        return MODULE_GLOBALS.search(obj, home)
+    return MODULE_GLOBALS.find(obj)
+
+
 def register_late_types() -> None:
     """Add reducers for types of modules that may be imported after this one."""
     numpy = sys.modules.get("numpy")

@@ -359,20 +359,20 @@ class _ImagePickler(pickle.Pickler):
             return (obj.func, obj.args)
         if kind is types.ModuleType:
             return self._reduce_module(obj)
+        if id(obj) in SINGLETONS:
+            return (rebuild.singleton, SINGLETONS[id(obj)])
+        home = module_global(obj) if kind.__module__ != self.home_module else None
+        if home is not None:  # a library's process-wide object: referenced, never copied
+            return (rebuild.singleton, home)
         special = SPECIAL.get(kind)
         if special is not None:
             return special(self, obj)
         if isinstance(obj, BaseException) and init_needs_more_than_args(kind):
             return reduce_exception(obj)
-        if id(obj) in SINGLETONS:
-            return (rebuild.singleton, SINGLETONS[id(obj)])
         if kind is _WholeValue:
             return self._unpersisted(obj.value, obj.reason, name=obj.name, failure=True)
         if kind is Unpersisted:
             return self._placeholder(obj)
-        home = module_global(obj)
-        if home is not None and not self.needs_value(kind):
-            return (rebuild.singleton, home)  # a library's process-wide object: referenced
         if isinstance(obj, self.serializer.transient_classes) and not isinstance(
             obj, PICKLABLE_STREAMS
         ):
