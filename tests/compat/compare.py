@@ -4,9 +4,10 @@ A cell's outputs are reduced to a :class:`Signature`: its stdout, its stderr
 without Kernos's own ``kernos: ...`` announcement lines, the ``text/plain`` of
 each result and display (figures' PNG bytes differ from run to run, their
 ``<Figure size 640x480 with 1 Axes>`` does not) and its error's name and
-message (tracebacks are left out).  Memory addresses, ANSI colours, the
-ipykernel file names of cells, ``%timeit`` / ``%time`` figures and process ids
-are normalised first.
+message (tracebacks are left out).  Memory addresses (also the decimal
+``id='...'`` of unittest.mock's reprs), ANSI colours, the ipykernel file names
+of cells, ``%timeit`` / ``%time`` figures and process ids are normalised
+first.
 
 A difference is allowed for three reasons only, checked in this order:
 
@@ -62,6 +63,8 @@ RANDOM = "<the global random generators>"
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
+# unittest.mock's reprs show the mock's id(), its memory address in decimal.
+_MOCK_ID = re.compile(r"\bid='\d+'")
 _CELL_FILE = re.compile(r"[^\s'\"]*ipykernel_\d+/\d+\.py")
 _TIMEIT = re.compile(r"^.*? ± .* per loop \(mean ± std\. dev\. of .*\)$", re.MULTILINE)
 _SLOWEST = re.compile(r"^The slowest run took .*(?:\n|$)", re.MULTILINE)
@@ -81,6 +84,7 @@ def normalise(text: str) -> str:
     """What of an output is comparable between two kernels and two runs."""
     text = _ANSI.sub("", text)
     text = _ADDRESS.sub("0x…", text)
+    text = _MOCK_ID.sub("id='…'", text)
     text = _CELL_FILE.sub("<cell>", text)
     text = _SLOWEST.sub("", text)
     text = _TIMEIT.sub("<timeit line>", text)

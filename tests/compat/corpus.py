@@ -2,15 +2,17 @@
 
 The compatibility test (``test_corpus.py``) and the benchmark
 (``bench/compat_bench.py``) both use this module: they run the same notebooks
-of the vendored corpus (``corpus/pydata-book``, see its README) on the stock
-``python3`` kernel and on ``kernos``, and compare.
+of the vendored corpora (``corpus/<source>/``, each with its licence and a
+README saying where it came from, see :data:`CORPORA`) on the stock ``python3``
+kernel and on ``kernos``, and compare.
 
 * :func:`run_notebook` runs every code cell in order through jupyter_client and
   records, per cell, the source, the reply's status and ``metadata["kernos"]``,
   the outputs and the client's wall time from ``execute_request`` to
-  ``execute_reply``.  Each run works in a scratch copy of the corpus directory
-  (notebooks write files such as ``tmp.txt`` or ``examples/mydata.h5``), so the
-  repository stays clean and two kernels never see each other's files.
+  ``execute_reply``.  Each run works in a scratch copy of the notebook's corpus
+  directory (notebooks write files such as ``tmp.txt`` or
+  ``examples/mydata.h5``, and read data files beside them), so the repository
+  stays clean and two kernels never see each other's files.
 * Both kernels get the same environment: matplotlib's inline backend (figures
   come out as ``display_data``), one BLAS thread, ``PYTHONHASHSEED=0`` (sets of
   strings print in one order) and a fresh IPython directory.
@@ -32,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +44,8 @@ import nbformat
 from jupyter_client import KernelManager
 
 __all__ = [
-    "CORPUS",
+    "CORPORA",
+    "CORPUS_ROOT",
     "NOTEBOOKS",
     "Cell",
     "NotebookKernel",
@@ -50,15 +53,28 @@ __all__ = [
     "RestoreCheck",
     "check_restore",
     "code_cells",
+    "corpus_directory",
     "run_notebook",
     "scratch_copy",
     "warm_caches",
 ]
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "pydata-book"
-"""The vendored notebooks with the data files they read (see its README.md)."""
-NOTEBOOKS = ("ch02", "ch03", "ch05", "ch06", "ch07", "ch08", "ch09", "ch10", "ch11", "ch12")
-"""The notebooks the test and the bench run, by file stem."""
+CORPUS_ROOT = Path(__file__).resolve().parent / "corpus"
+"""One directory per source: its notebooks, the data files they read, its licence, a README."""
+CORPORA: dict[str, tuple[str, ...]] = {
+    # "Python for Data Analysis", 3rd edition (MIT): pandas, numpy, statsmodels, I/O.
+    "pydata-book": ("ch02", "ch03", "ch05", "ch06", "ch07", "ch08", "ch09", "ch10", "ch11", "ch12"),
+    # J.R. Johansson's lectures (CC BY 3.0): matplotlib (%pylab, pylab, figures),
+    # scipy (frozen scipy.stats distributions), sympy (numeric evaluation, lambdify).
+    "scientific-python-lectures": ("Lecture-3-Scipy", "Lecture-4-Matplotlib", "Lecture-5-Sympy"),
+    # Four animations of the Matplotlib gallery (Matplotlib licence), as one notebook.
+    "matplotlib-gallery": ("animation-examples",),
+    # The examples of CPython's "unittest.mock — getting started" (0BSD), as a notebook.
+    "python-docs": ("unittest-mock-examples",),
+}
+"""Corpus directory name -> the notebooks of it that the test and the bench run, by file stem."""
+NOTEBOOKS = tuple(notebook for notebooks in CORPORA.values() for notebook in notebooks)
+"""Every notebook the test and the bench run, by file stem (unique across corpora)."""
 
 START_TIMEOUT = 120.0
 CELL_TIMEOUT = 180.0
@@ -150,9 +166,17 @@ class NotebookRun:
         return cls(cells=cells, **data)
 
 
+def corpus_directory(notebook: str) -> Path:
+    """The vendored directory that holds ``notebook`` (a stem of :data:`NOTEBOOKS`)."""
+    for name, notebooks in CORPORA.items():
+        if notebook in notebooks:
+            return CORPUS_ROOT / name
+    raise KeyError(f"{notebook!r} is in no corpus of {sorted(CORPORA)}")
+
+
 def code_cells(notebook: str) -> list[tuple[int, str]]:
     """``(index, source)`` of each code cell of a corpus notebook, in order."""
-    document = nbformat.read(CORPUS / f"{notebook}.ipynb", as_version=4)
+    document = nbformat.read(corpus_directory(notebook) / f"{notebook}.ipynb", as_version=4)
     return [
         (index, cell.source)
         for index, cell in enumerate(document.cells)
@@ -177,10 +201,10 @@ def warm_caches() -> None:
     )
 
 
-def scratch_copy(directory: Path) -> Path:
-    """A private copy of the corpus in ``directory`` (created), to run notebooks in."""
+def scratch_copy(directory: Path, notebook: str) -> Path:
+    """A private copy of ``notebook``'s corpus in ``directory`` (created), to run it in."""
     copy = directory / "corpus"
-    shutil.copytree(CORPUS, copy)
+    shutil.copytree(corpus_directory(notebook), copy)
     return copy
 
 
@@ -333,13 +357,13 @@ def run_cells(
 def run_notebook(
     notebook: str, kernel_name: str, scratch: Path, prelude: Sequence[str] = ()
 ) -> NotebookRun:
-    """Run a corpus notebook on a new kernel, in a copy of the corpus under ``scratch``.
+    """Run a corpus notebook on a new kernel, in a copy of its corpus under ``scratch``.
 
     ``prelude`` cells run first (``%kernos on-error keep``) and are not
     recorded; each must succeed.  A ``kernos`` kernel works on
     ``scratch / "workspace"``.
     """
-    copy = scratch_copy(scratch)
+    copy = scratch_copy(scratch, notebook)
     workspace = scratch / "workspace" if kernel_name == "kernos" else None
     with started(kernel_name, cwd=copy, scratch=scratch, workspace=workspace) as kernel:
         for source in prelude:
@@ -354,7 +378,8 @@ def run_notebook(
 
 # -- the restore check -------------------------------------------------------------------
 
-#: Run by ``exec`` in a dict of its own, so that the cell binds no name in the namespace.
+#: Run by ``exec`` in a dict of its own (``SKIP``: names not to digest), so that the cell
+#: binds no name in the namespace.
 _DIGESTS = """
 import json
 from IPython import get_ipython
@@ -362,8 +387,11 @@ from kernos.replay.digest import digest
 
 shell = get_ipython()
 found = {}
+hidden = shell.user_ns_hidden
 for name, value in list(shell.user_ns.items()):
-    if name.startswith("_") or name in shell.user_ns_hidden:
+    # IPython's own names (%pylab's too) are not the user's, unless the user rebound them
+    # (``from sympy import *`` after ``%pylab``): Kernos persists exactly those.
+    if name.startswith("_") or name in SKIP or (name in hidden and hidden[name] is value):
         continue
     try:
         found[name] = digest(value)
@@ -371,7 +399,14 @@ for name, value in list(shell.user_ns.items()):
         found[name] = "digest failed: " + type(error).__name__
 print(json.dumps(found, sort_keys=True))
 """
-DIGEST_CELL = f"exec({_DIGESTS!r}, {{}})"
+
+
+def digest_cell(skip: Iterable[str] = ()) -> str:
+    """A cell that prints ``{name: digest}`` of every user name but ``skip``, binding none."""
+    return f"exec({_DIGESTS!r}, {{'SKIP': {sorted(set(skip))!r}}})"
+
+
+DIGEST_CELL = digest_cell()
 """A cell that prints ``{name: digest}`` of every user name and leaves no name behind."""
 
 _NAME_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -392,6 +427,9 @@ class RestoreCheck:
     status_text: str = ""
     seconds: float = 0.0
     """From the SIGKILL to the digests of the restored kernel."""
+    not_digested: set[str] = field(default_factory=set)
+    """Announced names left out of both digests: excused whatever comes back, and what cannot
+    persist can be costly to digest (a MagicMock that recorded thousands of calls)."""
 
     @property
     def reported(self) -> set[str]:
@@ -414,8 +452,8 @@ class RestoreCheck:
         return {name: why for name, why in self.mismatches().items() if name not in self.reported}
 
 
-def _digests(kernel: NotebookKernel) -> dict[str, str]:
-    cell = kernel.execute(DIGEST_CELL)
+def _digests(kernel: NotebookKernel, skip: Iterable[str] = ()) -> dict[str, str]:
+    cell = kernel.execute(digest_cell(skip))
     text = "".join(
         o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == "stdout"
     )
@@ -459,12 +497,16 @@ def status_placeholders(status: str) -> set[str]:
 def check_restore(
     kernel: NotebookKernel, run: NotebookRun, *, cwd: Path, scratch: Path, workspace: Path
 ) -> RestoreCheck:
-    """Digest every name, SIGKILL ``kernel``, restore on a new kernel and digest again."""
-    before = _digests(kernel)
+    """Digest every name, SIGKILL ``kernel``, restore on a new kernel and digest again.
+
+    Names the run announced as not persistable are not digested: Kernos reported them.
+    """
+    announced = announced_names(run)
+    before = _digests(kernel, announced)
     started_at = time.perf_counter()
     kernel.kill()
     with started("kernos", cwd=cwd, scratch=scratch / "restored", workspace=workspace) as restored:
-        after = _digests(restored)
+        after = _digests(restored, announced)
         seconds = time.perf_counter() - started_at
         status = restored.execute("%kernos status")
     status_text = "".join(o.get("text", "") for o in status.outputs)
@@ -472,16 +514,17 @@ def check_restore(
         notebook=run.notebook,
         before=before,
         after=after,
-        announced=announced_names(run),
+        announced=announced,
         placeholders=status_placeholders(status_text),
         status_text=status_text,
         seconds=seconds,
+        not_digested=announced,
     )
 
 
 def run_and_restore(notebook: str, scratch: Path) -> tuple[NotebookRun, RestoreCheck]:
     """Run a corpus notebook on ``kernos``, then check what a SIGKILL and restore give back."""
-    copy = scratch_copy(scratch)
+    copy = scratch_copy(scratch, notebook)
     workspace = scratch / "workspace"
     with started("kernos", cwd=copy, scratch=scratch, workspace=workspace) as kernel:
         run = run_cells(kernel, notebook)
