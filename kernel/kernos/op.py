@@ -551,7 +551,7 @@ class _ImageParticipant:
                 pickled = image.serializer.dump([(name, current[name]) for name in members],
                                                 op=op.id)
             if pickled.kinds:
-                problem = image.serializer.trials.check(image.serializer, pickled)
+                problem = image.serializer.would_not_load(pickled)
                 if problem is not None:
                     unloadable.update(dict.fromkeys(members, problem))
             stored = writer.group(members, pickled, op=op.id)

@@ -408,9 +408,9 @@ class ModuleGlobals:
         self._searched: weakref.WeakKeyDictionary[object, tuple[str, str] | None] = (
             weakref.WeakKeyDictionary())
 
-    def refresh(self, home: str, *, force: bool = False) -> None:
+    def refresh(self, home: str) -> None:
         modules = sys.modules
-        if not force and len(modules) == self._modules:
+        if len(modules) == self._modules:
             return
         self._modules = len(modules)
         seen = set()

@@ -257,6 +257,10 @@ class Serializer:
             raise TypeError(f"a snapshot stream holds {type(values).__name__}, not a tuple")
         return values
 
+    def would_not_load(self, pickled: Pickled) -> str | None:
+        """Why ``pickled`` would not load back, tried once per new type (see trial), or None."""
+        return self.trials.check(self, pickled)
+
     def is_by_value(self, obj: type | types.FunctionType) -> bool:
         """Whether a function or class must be stored by value rather than by name."""
         module_name = getattr(obj, "__module__", None)
