@@ -19,6 +19,7 @@ The tree::
     │   ├── WorkspaceCorrupt      the history on disk is damaged or unreadable
     │   ├── WorkspaceFormatError  written by a newer Kernos, or not a workspace at all
     │   ├── WorkspaceUntrusted    a clone whose writers are not trusted yet: nothing is restored
+    │   ├── UnknownWorkspace      a workspace name that names none, or several
     │   └── DiskFull              a write found no space (ENOSPC, EDQUOT); also an OSError
     ├── CommitFailed              an op could not be committed; the image was rolled back
     ├── OpVetoed                  an op was rolled back at commit (a denial, a breached limit)
@@ -88,6 +89,7 @@ __all__ = [
     "UnknownRef",
     "UnknownSubject",
     "UnknownTool",
+    "UnknownWorkspace",
     "UsageError",
     "WorkspaceCorrupt",
     "WorkspaceError",
@@ -201,6 +203,38 @@ class WorkspaceUntrusted(WorkspaceError):
             "you trust its writers: compare each key id with the one `kernos remote trust` "
             "prints in the writer's own workspace, then run " + " and ".join(steps) + ". "
             "`kernos log` and `kernos audit verify` work meanwhile.", path=path)
+
+
+class UnknownWorkspace(WorkspaceError):
+    """A workspace name (``kernos -w NAME``) that names no workspace, or several.
+
+    ``name`` is what was given, ``root`` the directory names are looked up in, and
+    ``candidates`` the workspaces it could mean (empty: none matched).
+    """
+
+    def __init__(self, message: str, *, name: str, root: str,
+                 candidates: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.root = root
+        self.candidates = candidates
+        super().__init__(message, path=name)
+
+    @classmethod
+    def unknown(cls, name: str, *, root: str, known: list[str]) -> UnknownWorkspace:
+        listed = (f"the workspaces there are {', '.join(known[:8])}"
+                  + (f" and {len(known) - 8} more" if len(known) > 8 else "")) if known \
+            else "there is no workspace there yet"
+        return cls(f"no workspace is named {name!r} under {root} ({listed}). `kernos "
+                   "workspaces` lists them with their paths. -w takes one of those names or a "
+                   f"path: ./{name} for a directory here, {root}/{name} for a new workspace "
+                   "there.", name=name, root=root)
+
+    @classmethod
+    def ambiguous(cls, name: str, *, root: str, candidates: list[str]) -> UnknownWorkspace:
+        return cls(f"{name!r} could name {len(candidates)} workspaces under {root}: "
+                   f"{', '.join(candidates[:8])}{' ...' if len(candidates) > 8 else ''}. "
+                   "Give the whole name (`kernos workspaces` lists them) or a path.",
+                   name=name, root=root, candidates=tuple(candidates))
 
 
 class DiskFull(WorkspaceError, OSError):

@@ -68,6 +68,9 @@ The contract:
   (``.DST.forking-PID``), synced, and renamed into place last: a fork that
   dies leaves no half workspace at DST (only that directory, which the next
   fork to DST removes).
+* **Where DST goes** (:func:`fork_destination`, the one rule for the CLI and the
+  inspector's Fork): a bare name (no ``/``) is made *beside SRC*, as its sibling;
+  anything with a ``/`` (``./NAME`` for the current directory) is that path.
 * **Errors.**  DST that exists and is not empty (:class:`WorkspaceError`),
   SRC that is not a workspace (:class:`WorkspaceFormatError`), REF that
   names no snapshot (:class:`UnknownRef`); each names what to do.
@@ -79,6 +82,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -88,11 +92,16 @@ from typing import Any
 from kernos.audit import AuditLog, open_audit
 from kernos.errors import KernosError, UsageError, WorkspaceCorrupt, WorkspaceError
 from kernos.personal import Keyring
+from kernos.store.catalog import is_path
 from kernos.store.objects import fsync_dir
 from kernos.store.trust import require_trusted
 from kernos.store.workspace import AUDIT_CHAIN, Workspace, op_of
 
-__all__ = ["Forked", "Origin", "check_origin", "fork", "split_source"]
+__all__ = ["FORK_NAME", "Forked", "Origin", "check_origin", "fork", "fork_destination",
+           "split_source"]
+
+FORK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+"""A bare fork name: 1-100 letters, digits, '.', '_' or '-', not starting with '.'."""
 
 _LINK_ATTEMPTS = 5
 """How often the packs are listed again when a repack in SRC deleted one meanwhile."""
@@ -168,12 +177,27 @@ def split_source(text: str) -> tuple[str, str]:
     return text[:at], text[at + 1:] or "HEAD"
 
 
+def fork_destination(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Where a fork of ``source`` named ``dest`` is made: a bare name beside ``source``
+    (its sibling), a path (with a ``/``; ``./NAME`` for the current directory) where it
+    says.  The CLI's ``kernos fork SRC DST`` and the inspector's Fork (which sends a bare
+    name) both go through :func:`fork`, which asks this."""
+    text = os.fspath(dest)
+    if is_path(text):
+        return Path(os.path.abspath(Path(text).expanduser()))
+    if not FORK_NAME.fullmatch(text):
+        raise UsageError(f"{text[:60]!r} is neither a fork name (1-100 letters, digits, '.', "
+                         "'_' or '-', not starting with '.'; made beside the source) nor a "
+                         "path with a '/' (./NAME makes it in the current directory)")
+    return Path(os.path.abspath(Path(source).expanduser())).parent / text
+
+
 def fork(source: str | os.PathLike[str], dest: str | os.PathLike[str],
          ref: str = "HEAD") -> Forked:
     """Make the workspace ``dest`` from snapshot ``ref`` of ``source`` (see the module
-    docstring for the contract)."""
-    source_path = Path(source).expanduser().absolute()
-    dest_path = Path(dest).expanduser().absolute()
+    docstring for the contract; a bare name ``dest`` is made beside ``source``)."""
+    source_path = Path(os.path.abspath(Path(source).expanduser()))
+    dest_path = fork_destination(source_path, dest)
     _check_dest(dest_path, source_path)
     staging = dest_path.parent / f".{dest_path.name}.forking-{os.getpid()}"
     # A fork of an untrusted clone would be a workspace nobody marked untrusted.

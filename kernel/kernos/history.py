@@ -10,6 +10,7 @@ so an offline checkout has the same crash semantics as an op.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,10 @@ from kernos.store.workspace import Workspace
 __all__ = [
     "Diff",
     "LogEntry",
+    "changed_value",
     "checkout_offline",
     "diff",
+    "field_changes",
     "format_diff",
     "format_log",
     "format_show",
@@ -54,6 +57,11 @@ class LogEntry:
     changes: dict[str, list[str]] = field(default_factory=dict)
     bytes: int = 0
     """The image's size at this snapshot: the sum of its objects' sizes."""
+    outcome: str = "committed"
+    """``committed`` for a snapshot; in a log of every op (``kernos.audit.oplog``), what
+    became of an op that wrote none: ``read-only``, ``failed``, ``denied``, ..."""
+    error: str = ""
+    """Why such an op did not commit (``kind: message``)."""
 
 
 _ENTRIES: OrderedDict[str, LogEntry] = OrderedDict()
@@ -101,22 +109,38 @@ def _entry(workspace: Workspace, hexsha: str, commit: CommitData) -> LogEntry:
     )
 
 
-def format_log(entries: list[LogEntry]) -> str:
+INTERNAL = "kernos:"
+"""The prefix of the image's own names (the agents, their namespaces, the random state):
+the text a person reads leaves them out unless asked (``internal=True``); JSON keeps them."""
+
+
+def is_internal(name: str) -> bool:
+    return name.startswith(INTERNAL)
+
+
+def format_log(entries: list[LogEntry], *, internal: bool = False) -> str:
+    """The log as a table; an op that wrote no snapshot shows what became of it (``read-only``,
+    ``failed``, ...) where a snapshot shows its commit, and its error after what it ran.
+    ``internal``: the changes column shows the image's own names too."""
     if not entries:
         return "The history is empty: no op has been committed yet."
     rows = [("op", "commit", "when (UTC)", "who", "changes", "what")]
     for entry in entries:
+        snapshot = entry.outcome == "committed"
+        error = entry.error if len(entry.error) <= 60 else entry.error[:57] + "..."
+        what = entry.headline + (f" [{error}]" if error else "")
         rows.append((
-            str(entry.op), entry.commit[:12], entry.committed_at.replace("T", " ")[:19],
-            entry.principal, _changes(entry.changes), entry.headline,
+            str(entry.op), entry.commit[:12] if snapshot else f"({entry.outcome})",
+            entry.committed_at.replace("T", " ")[:19], entry.principal,
+            _changes(entry.changes, internal) if snapshot else "", what,
         ))
     return format_table(rows)
 
 
-def _changes(changes: dict[str, list[str]]) -> str:
-    parts = ([f"+{n}" for n in changes.get("added", [])]
-             + [f"~{n}" for n in changes.get("changed", [])]
-             + [f"-{n}" for n in changes.get("deleted", [])])
+def _changes(changes: dict[str, list[str]], internal: bool = False) -> str:
+    parts = [f"{mark}{name}" for mark, key in (("+", "added"), ("~", "changed"),
+                                               ("-", "deleted"))
+             for name in changes.get(key, []) if internal or not is_internal(name)]
     text = " ".join(parts) or "(none)"
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -150,7 +174,10 @@ def diff(workspace: Workspace, ref_a: str, ref_b: str = "HEAD") -> Diff:
     )
 
 
-def format_diff(result: Diff, ref_a: str = "", ref_b: str = "") -> str:
+def format_diff(result: Diff, ref_a: str = "", ref_b: str = "", *,
+                internal: bool = False) -> str:
+    """The diff as a table; the image's own names (``kernos:...``) only with ``internal``,
+    else a line counts them."""
     title = f"diff {ref_a or result.a[:12]} ({result.a[:12]}) -> {ref_b or result.b[:12]} " \
             f"({result.b[:12]})"
     if result.empty:
@@ -162,8 +189,90 @@ def format_diff(result: Diff, ref_a: str = "", ref_b: str = "") -> str:
         rows.append(("-", name, meta["type"], meta["summary"]))
     for name, (old, new) in result.changed.items():
         kind = old["type"] if old["type"] == new["type"] else f"{old['type']} -> {new['type']}"
-        rows.append(("~", name, kind, f"{old['summary']}  ->  {new['summary']}"))
-    return title + "\n" + format_table(rows, indent="  ")
+        rows.append(("~", name, kind, changed_value(old["summary"], new["summary"])))
+    hidden: list[str] = []
+    if not internal:
+        hidden = [row[1] for row in rows[1:] if is_internal(row[1])]
+        rows = [row for row in rows if not is_internal(row[1])]
+    lines = [title]
+    if len(rows) > 1:
+        lines.append(format_table(rows, indent="  "))
+    if hidden:
+        lines.append(f"  (also {internal_note(hidden)}; --internal shows "
+                     f"{'it' if len(hidden) == 1 else 'them'})")
+    return "\n".join(lines)
+
+
+def internal_note(names: list[str]) -> str:
+    """``kernos:random, the image's own`` (or how many, past three)."""
+    if len(names) > 3:
+        return f"{len(names)} of the image's own names"
+    return ", ".join(names) + ", the image's own"
+
+
+def changed_value(before: str, after: str) -> str:
+    """How a changed name's value changed, from its two summaries: the attributes that
+    differ (``balance: 100 -> 70``) when both read ``Type(key=value, ...)``, else
+    ``before -> after``, or a note when the summaries are the same."""
+    fields = field_changes(before, after)
+    if fields:
+        return "; ".join(f"{key}: {'(none)' if old is None else old} -> "
+                         f"{'(none)' if new is None else new}"
+                         for key, (old, new) in fields.items())
+    if before == after:
+        # Written by an older Kernos, say: `<__main__.Account object at 0x...>` twice.
+        return (re.sub(r" at 0x[0-9a-fA-F]+", "", before) + "  (changed; its summary "
+                "does not show how)")
+    return f"{before}  ->  {after}"
+
+
+def field_changes(before: str, after: str) -> dict[str, tuple[str | None, str | None]] | None:
+    """The fields that differ between two ``Type(key=value, ...)`` summaries of the same
+    type (an instance, a dataclass, a named tuple), as (before, after), None for a field
+    one side lacks; None if they are not both such summaries."""
+    old, new = _fields(before), _fields(after)
+    if old is None or new is None or old[0] != new[0]:
+        return None
+    keys = list(old[1]) + [key for key in new[1] if key not in old[1]]
+    return {key: (old[1].get(key), new[1].get(key)) for key in keys
+            if old[1].get(key) != new[1].get(key)}
+
+
+def _fields(summary: str) -> tuple[str, dict[str, str]] | None:
+    """``Type(a=1, b='x, y')`` as (``Type``, {a: 1, b: 'x, y'}); None for anything else
+    (a summary cut short, a positional part)."""
+    match = re.fullmatch(r"([A-Za-z_][\w.]*)\((.*)\)", summary)
+    if match is None:
+        return None
+    parts: list[str] = []
+    depth, quote = 0, ""
+    current: list[str] = []
+    for char in match.group(2):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{<":
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(char)
+    if quote or depth:
+        return None
+    parts.append("".join(current).strip())
+    found: dict[str, str] = {}
+    for part in parts:
+        if part in ("", "..."):
+            continue  # an empty Type(), or the fields a summary leaves out
+        key, sep, value = part.partition("=")
+        if not sep or not key.isidentifier():
+            return None
+        found[key] = value
+    return match.group(1), found
 
 
 def show(workspace: Workspace, ref: str = "HEAD") -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -81,7 +82,12 @@ def test_run_sends_ops_to_the_running_kernel_and_exits_by_status(
     assert done["versions"] == {"x": 2} and isinstance(done["op"], int)
     assert kernel.value("x") == 41, "the op must run in the live kernel"
     plain = cli("run", *ws, "-", stdin="print('out')\nx")
-    assert (plain.returncode, plain.stdout, plain.stderr) == (0, "out\n41\n", "")
+    assert (plain.returncode, plain.stdout) == (0, "out\n41\n")
+    # Which op it made, on stderr (stdout is the op's own); -q says nothing more.
+    assert re.fullmatch(r"kernos: op \d+ committed \(no name changed\), commit [0-9a-f]{12}\n",
+                        plain.stderr), plain.stderr
+    quiet = cli("run", *ws, "-q", "-", stdin="print('out')\nx")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "out\n41\n", "")
 
     failed = cli("run", *ws, "--json", "x = -1\n1 / 0")
     result = as_json(failed, 1)

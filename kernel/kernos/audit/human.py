@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernos.audit.erasure import ErasureReport, erase, known_subjects
+from kernos.audit.oplog import headline
 from kernos.audit.verify import VerifyReport, verify
 from kernos.history import format_table
 
@@ -72,17 +73,17 @@ def format_records(records: list[dict[str, Any]]) -> str:
     for record in records:
         kind = record.get("type")
         if kind == "op":
-            what = (record.get("code") or {}).get("text") or (
-                "(sealed)" if (record.get("code") or {}).get("sealed") else "")
+            what = headline(record)  # a harness request in words, not the JSON it records
             if record.get("error"):
                 what = f"{record['error']['kind']}: {record['error']['message']}"
             denied = (record.get("grants") or {}).get("denied") or []
             if denied:
                 what = "denied " + ", ".join(str(d["capability"]) for d in denied[:3])
+            status = str(record["status"]) + (" (no change)" if record.get("unchanged")
+                                              else "")
             rows.append((str(record["index"]), str(record["op"]), str(record["principal"]),
-                         str(record["status"]), str(record.get("commit") or "")[:12],
-                         str(len(record.get("events") or [])),
-                         " ".join(str(what).split())[:50]))
+                         status, str(record.get("commit") or "")[:12],
+                         str(len(record.get("events") or [])), _cut(what)))
         else:
             detail = {"void": f"voids record {record.get('voids')}",
                       "died": f"op {record.get('op')} died with its kernel",
@@ -100,6 +101,11 @@ def format_records(records: list[dict[str, Any]]) -> str:
             rows.append((str(record["index"]), str(record.get("op") or ""), "", str(kind), "",
                          "", detail))
     return format_table(rows)
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _forked(record: dict[str, Any]) -> str:

@@ -93,6 +93,9 @@ class VerifyReport:
     """The keys that signed the records read, in the order they first appear."""
     unsigned: int = 0
     """Records read from before signing existed (written by an older Kernos)."""
+    adopted: int = 0
+    """Snapshots of the history the genesis adopts, checked with it (``commits`` does not
+    count them): a fork's, from its source up to the snapshot it was forked at."""
 
     @property
     def ok(self) -> bool:
@@ -132,7 +135,7 @@ class VerifyReport:
         signed = f"; {self.signed()}" if self.signed() else ""
         if self.ok:
             if self.since is None:
-                lines = [f"ok: {self.records} records, {self.commits} snapshots and "
+                lines = [f"ok: {self.records} records, {self.snapshots()} and "
                          f"{self.objects} objects verified{signed}"]
             else:
                 lines = [f"ok: {self.range()}: {self.commits} snapshots and {self.objects} "
@@ -159,6 +162,16 @@ class VerifyReport:
             lines.append(f"head {self.head}")
         return "\n".join(lines)
 
+    def snapshots(self) -> str:
+        """How many snapshots were verified, in words (the adopted ones said apart)."""
+        total = self.commits + self.adopted
+        text = f"{total} snapshot{'' if total == 1 else 's'}"
+        if not self.adopted:
+            return text
+        source = "from the source, up to the fork" if self.origin is not None else \
+            "from before the log"
+        return (f"{text} ({self.commits} committed here, {self.adopted} adopted {source})")
+
     def signed(self) -> str:
         """Who signed the records read, in words (empty when none was read)."""
         parts = [signer.summary() for signer in self.signers]
@@ -170,7 +183,7 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         first, last = self.verified
         return {"ok": self.ok, "records": self.records, "head": self.head,
-                "commits": self.commits, "objects": self.objects,
+                "commits": self.commits, "adopted": self.adopted, "objects": self.objects,
                 "first_bad": self.first_bad,
                 "problems": [{"index": p.index, "what": p.what} for p in self.problems],
                 "since": self.since, "verified": {"first": first, "last": last},

@@ -399,6 +399,7 @@ def verify(path: str | Path, *, anchor: str | None = None, since: str | None = N
                               records=checker.pruned_records.get(p.index, 0))
                        for p in checker.prunes.prunings)
         return VerifyReport(records=checker.end, head=head, commits=checker.commits,
+                            adopted=checker.adopted,
                             objects=len(checker.seen_objects), problems=tuple(problems),
                             since=None if since is None else parse_anchor(since)[0],
                             pruned=pruned, unfinished=checker.unfinished,
@@ -455,6 +456,7 @@ def verify_candidate(source: HistorySource, chain: IO[bytes], size: int, *,
     last = checker.end - 1
     head = f"{last}:{checker.hashes[-1]}" if checker.hashes else f"-1:{GENESIS_PREV}"
     return VerifyReport(records=checker.end, head=head, commits=checker.commits,
+                        adopted=checker.adopted,
                         objects=len(checker.seen_objects), problems=tuple(problems),
                         since=None if since is None else parse_anchor(since)[0],
                         unfinished=checker.unfinished, signers=signers,

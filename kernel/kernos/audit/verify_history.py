@@ -72,6 +72,9 @@ class Checks:
         self.hashes: list[str] = []
         self.seen_objects: set[bytes] = set()
         self.commits = 0
+        self.adopted = 0
+        """Snapshots of the history the genesis adopts (a fork's source's, up to its REF;
+        or history from before the log), checked with it."""
         self.base = 0
         """The index of ``records[0]`` (the anchor's, with ``since``)."""
         self.since: int | None = None
@@ -278,6 +281,10 @@ class HistoryChecks(Checks):
         except (KernosError, ValueError):
             self.bad(0, f"it adopts the commit {commit[:12]}, which is missing")
             return
+        try:
+            self.adopted = sum(1 for _snapshot in self.workspace.history(bytes.fromhex(commit)))
+        except KernosError as error:
+            self.bad(0, f"the history it adopts is unreadable ({error})")
         if forked:
             return
         manifest = self._manifest(0, data.tree)

@@ -3,11 +3,14 @@
 ``kernos install``            install the kernelspec (--user, --sys-prefix or --prefix DIR)
 ``kernos demo``               the headless demonstration, on a real kernel
 ``kernos run CODE``           one op (or ``--tool NAME --args JSON``), through the running
-                              kernel, or a kernel started for it and shut down after
+                              kernel, or a kernel started for it and shut down after; a
+                              line on stderr says which op committed (``-q``: not)
 ``kernos objects``            the image's names, versions and who changed them
 ``kernos grants [AGENT]``     capability grants (needs a kernel; one is started if none runs)
 ``kernos agent policy|circuit|reset NAME``  circuit breakers (see ``cli/_agent_supervise``)
-``kernos log|show|diff``      browse a workspace's history, from disk
+``kernos workspaces``         the workspaces: name, path, head op, size, last used
+``kernos log|show|diff``      browse a workspace's history, from disk (``log --all``: every op,
+                              the rolled-back and read-only ones too)
 ``kernos checkout REF``       a new snapshot equal to REF (an op in the running kernel, or
                               one started through ``--gateway``,
                               else offline for the next kernel)
@@ -28,8 +31,9 @@
 ``kernos remote|push|pull``   a workspace through git remotes (``add``, ``list``, ``remove``,
 ``kernos clone URL DIR``      ``release``); a refused push (another writer) exits 3
 
-The workspace is ``--workspace DIR``, else ``$KERNOS_WORKSPACE``, else the
-default (see ``kernos.store.workspace``).  A running kernel is found through
+The workspace is ``--workspace NAME|PATH`` (a name as ``kernos workspaces`` lists
+it, or a path with a ``/``: ``kernos.store.catalog``), else ``$KERNOS_WORKSPACE``,
+else the default (see ``kernos.store.workspace``).  A running kernel is found through
 ``<workspace>/kernel.json`` (``kernos.client``).  Reads that the head
 snapshot answers never start a kernel.
 
@@ -41,7 +45,8 @@ The documents have the harness protocol's shapes (``kernos.harness.protocol``):
 ``show`` and ``diff`` results.  Progress goes to stderr, only when it is a
 terminal or with ``--progress``.
 
-Exit statuses (:class:`Exit`), which scripts may rely on:
+Exit statuses (:class:`Exit`), which scripts may rely on (each subcommand's
+``--help`` lists the ones it can return):
 
 ====  =====================================================================
 0     success (an op committed, or was a duplicate of one that did)
@@ -74,7 +79,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kernos.cli._common import Exit, Fail, emit_json, stderr_is_tty, workspace_path
+from kernos.cli._common import (
+    Exit,
+    Fail,
+    check_default_exists,
+    emit_json,
+    stderr_is_tty,
+    workspace_path,
+)
 from kernos.cli._progress import Progress
 from kernos.errors import (
     EventError,
@@ -83,6 +95,7 @@ from kernos.errors import (
     UnknownRef,
     UnknownSubject,
     UnknownTool,
+    UnknownWorkspace,
     WorkspaceError,
     WorkspaceLocked,
 )
@@ -167,7 +180,13 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
         from kernos.cli._fork import fork
 
         return fork(args)
+    if command == "workspaces":
+        from kernos.cli._workspaces import workspaces
+
+        return workspaces(args)
     path = workspace_path(args)
+    if command in _READS or (command == "objects" and args.principal in (None, "human")):
+        check_default_exists(args, path)
     if command in ("remote", "push", "pull", "clone"):
         from kernos.cli import _remote
 
@@ -212,6 +231,11 @@ def _dispatch(args: argparse.Namespace, progress: Progress) -> int:
     return _history.diff(args, path)
 
 
+_READS = frozenset(("log", "show", "diff", "checkout", "gc", "prune", "events", "audit",
+                    "erase", "replay", "remote", "push", "pull"))
+"""Commands that need an existing workspace (a missing default gets a helpful error)."""
+
+
 def _replay(args: argparse.Namespace, path: Path) -> int:
     from kernos.replay import replay
 
@@ -241,7 +265,8 @@ def _kind(error: KernosError) -> str:
     """A stable word for a Kernos error, as the harness protocol's error kinds are."""
     for kind, types in (("unknown_ref", UnknownRef), ("unknown_principal", UnknownAgent),
                         ("unknown_tool", UnknownTool), ("unknown_subject", UnknownSubject),
-                        ("workspace_locked", WorkspaceLocked), ("workspace", WorkspaceError),
+                        ("workspace_locked", WorkspaceLocked),
+                        ("unknown_workspace", UnknownWorkspace), ("workspace", WorkspaceError),
                         ("invalid", EventError)):
         if isinstance(error, types):
             return kind

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from kernos.store.workspace import default_workspace
+from kernos.store.catalog import find_workspace, workspace_names
+from kernos.store.workspace import default_workspace, workspaces_root
 
-__all__ = ["Exit", "Fail", "emit_json", "plural", "stderr_is_tty", "workspace_path"]
+__all__ = ["Exit", "Fail", "check_default_exists", "emit_json", "plural", "stderr_is_tty",
+           "workspace_path"]
 
 
 class Exit(enum.IntEnum):
@@ -54,14 +57,35 @@ def emit_json(document: Any) -> None:
 
 
 def workspace_path(args: argparse.Namespace) -> Path:
-    """``--workspace``, else ``$KERNOS_WORKSPACE``, else the default workspace.
+    """``--workspace`` (a name or a path: ``kernos.store.catalog.find_workspace``), else
+    ``$KERNOS_WORKSPACE``, else the default workspace.
 
     With ``--gateway`` it is a name under the gateway's root (``default`` if not given).
     """
     given = getattr(args, "workspace", None)
     if getattr(args, "gateway", None):
         return Path(given or "default")
-    return Path(given).expanduser() if given else default_workspace()
+    return find_workspace(given) if given else default_workspace()
+
+
+def check_default_exists(args: argparse.Namespace, path: Path) -> None:
+    """For a command that reads an existing workspace and was given none (no ``-w``, no
+    ``$KERNOS_WORKSPACE``): if the default is missing, say which workspaces there are."""
+    if (getattr(args, "workspace", None) or getattr(args, "gateway", None)
+            or os.environ.get("KERNOS_WORKSPACE") or (path / "workspace.json").exists()):
+        return
+    root = workspaces_root()
+    names = workspace_names(root)
+    told = (f"no workspace at {path}, the default (no -w was given and KERNOS_WORKSPACE is "
+            "not set). ")
+    if len(names) == 1:
+        raise Fail(told + f"The only workspace under {root} is {names[0]!r}: kernos "
+                   f"{args.command} -w {names[0]}")
+    if names:
+        raise Fail(told + f"{len(names)} workspaces are under {root} (`kernos workspaces` "
+                   "lists them): pick one with -w NAME, or set KERNOS_WORKSPACE")
+    raise Fail(told + f"There is no workspace under {root} yet: a notebook on the Kernos "
+               "kernel (or `kernos run CODE`) makes one; -w PATH reads one elsewhere")
 
 
 def plural(count: int, noun: str) -> str:

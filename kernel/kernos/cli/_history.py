@@ -4,12 +4,16 @@ and ``prune``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from kernos import history
-from kernos.cli._common import Exit, emit_json, plural
+from kernos.cli._common import Exit, Fail, emit_json, plural
 from kernos.cli._progress import Progress
+from kernos.errors import UnknownRef
 from kernos.store.snapshots import read_snapshot
 from kernos.store.workspace import Workspace
 
@@ -25,18 +29,37 @@ def name_info(name: str, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def log(args: argparse.Namespace, path: Path) -> int:
+    """The snapshots (a line says what the ops between them became); ``--all``: every op."""
+    from kernos.audit import open_audit
+    from kernos.audit.oplog import every_op, gap_note, missing_ops
+
+    note = None
     with Workspace.open(path, writable=False) as workspace:
-        entries = history.log(workspace, limit=args.n)
+        entries = None if args.all else history.log(workspace, limit=args.n)
+        missing = [] if entries is None else missing_ops(entries)
+        if entries is None or missing:  # the audit log only when it has something to add
+            audit = open_audit(workspace)
+            try:
+                if entries is None:
+                    entries = every_op(workspace, audit, limit=args.n)
+                else:
+                    note = gap_note(missing, audit)
+            finally:
+                audit.close()
     if args.json:
-        emit_json({"snapshots": [{
-            "op": entry.op, "commit": entry.commit, "when": entry.committed_at,
+        listed = [{
+            "op": entry.op, "commit": entry.commit or None, "when": entry.committed_at,
             "principal": entry.principal, "kind": entry.kind,
             "changes": {key: list(entry.changes.get(key, []))
                         for key in ("added", "changed", "deleted")},
             "message": entry.headline,
-        } for entry in entries]})
+            **({"outcome": entry.outcome, "error": entry.error or None} if args.all else {}),
+        } for entry in entries]
+        emit_json({"ops": listed} if args.all else {"snapshots": listed})
     else:
-        print(history.format_log(entries))
+        print(history.format_log(entries, internal=getattr(args, "internal", False)))
+        if note is not None:
+            print(note)
     return Exit.OK
 
 
@@ -69,8 +92,33 @@ def prune(args: argparse.Namespace, path: Path) -> int:
     return Exit.OK
 
 
+@contextlib.contextmanager
+def _told_what_happened(workspace: Workspace) -> Iterator[None]:
+    """An ``@N`` that names no snapshot: say what became of op N (rolled back, read-only,
+    ...), from the audit log, instead of only that it names none."""
+    try:
+        yield
+    except UnknownRef as error:
+        match = re.fullmatch(r"\s*@(\d+)\s*", error.ref)
+        if match is None:
+            raise
+        from kernos.audit import open_audit
+        from kernos.audit.oplog import what_happened
+
+        audit = open_audit(workspace)
+        try:
+            story = what_happened(audit, int(match.group(1)))
+        finally:
+            audit.close()
+        if story is None:
+            raise
+        raise Fail(f"{error.ref.strip()!r} names no snapshot: {story}. `kernos log --all` "
+                   "lists every op, `kernos audit log` their records", kind="unknown_ref"
+                   ) from None
+
+
 def show(args: argparse.Namespace, path: Path) -> int:
-    with Workspace.open(path, writable=False) as workspace:
+    with Workspace.open(path, writable=False) as workspace, _told_what_happened(workspace):
         shown = history.show(workspace, args.ref)
     if not args.json:
         print(history.format_show(shown))
@@ -90,10 +138,11 @@ def show(args: argparse.Namespace, path: Path) -> int:
 
 
 def diff(args: argparse.Namespace, path: Path) -> int:
-    with Workspace.open(path, writable=False) as workspace:
+    with Workspace.open(path, writable=False) as workspace, _told_what_happened(workspace):
         result = history.diff(workspace, args.ref_a, args.ref_b)
     if not args.json:
-        print(history.format_diff(result, args.ref_a, args.ref_b))
+        print(history.format_diff(result, args.ref_a, args.ref_b,
+                                  internal=getattr(args, "internal", False)))
         return Exit.OK
 
     def brief(name: str, meta: dict[str, Any]) -> dict[str, Any]:
@@ -104,16 +153,25 @@ def diff(args: argparse.Namespace, path: Path) -> int:
         "a": result.a, "b": result.b,
         "added": [brief(name, meta) for name, meta in result.added.items()],
         "deleted": [brief(name, meta) for name, meta in result.deleted.items()],
-        "changed": [{"name": name, "type": new.get("type"), "before": old.get("summary"),
-                     "after": new.get("summary")}
-                    for name, (old, new) in result.changed.items()],
+        "changed": [_changed(name, old, new) for name, (old, new) in result.changed.items()],
     })
     return Exit.OK
 
 
+def _changed(name: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A changed name as the kernel's ``diff`` result has it, plus ``fields`` (the attributes
+    that differ, as [before, after]) when both summaries read ``Type(key=value, ...)``."""
+    entry = {"name": name, "type": new.get("type"), "before": old.get("summary"),
+             "after": new.get("summary")}
+    fields = history.field_changes(str(old.get("summary")), str(new.get("summary")))
+    if fields:
+        entry["fields"] = {key: list(pair) for key, pair in fields.items()}
+    return entry
+
+
 def _target(path: Path, ref: str) -> tuple[str, int, int]:
     """The snapshot ``ref`` names: its commit, how many names and how many bytes it holds."""
-    with Workspace.open(path, writable=False) as workspace:
+    with Workspace.open(path, writable=False) as workspace, _told_what_happened(workspace):
         snapshot = read_snapshot(workspace, workspace.resolve(ref))
     names = snapshot.manifest.get("names", {})
     return snapshot.commit.hex(), len(names), sum(int(meta["size"]) for meta in names.values())

@@ -161,7 +161,7 @@ def report_op(args: argparse.Namespace, result: OpResult, *, action: str) -> int
         if result.output:
             sys.stdout.write(result.output if result.output.endswith("\n")
                              else result.output + "\n")
-        if result.value is not None:
+        if result.value is not None and result.value.repr != "None":  # as IPython shows it
             print(result.value.repr)
         if result.checkout:
             shown = result.checkout
@@ -174,11 +174,28 @@ def report_op(args: argparse.Namespace, result: OpResult, *, action: str) -> int
         reason = result.error.message if result.error is not None else "no reason given"
         at = f" (op {result.op})" if result.op is not None else ""
         print(f"kernos {action}: {result.status}{at}: {_one_line(reason)}", file=sys.stderr)
-    elif not args.json and stderr_is_tty():
-        duplicate = ", a duplicate: nothing ran" if result.duplicate else ""
-        print(f"kernos: committed, op {result.op}, commit {str(result.commit)[:12]}{duplicate}",
-              file=sys.stderr)
+    elif not args.json and (stderr_is_tty() if action != "run" else not args.quiet):
+        # `run` always says which op it made (on stderr: stdout is the op's own output);
+        # -q keeps it quiet.  A checkout's line on stdout says it already.
+        print(f"kernos: {committed_line(result)}", file=sys.stderr)
     return code
+
+
+def committed_line(result: OpResult) -> str:
+    """``op 12 committed (+x ~y), commit 1a2b3c4d5e6f``, or what a duplicate or an op that
+    changed nothing is."""
+    if result.duplicate:
+        return (f"op {result.op} had committed already with this --key (commit "
+                f"{str(result.commit)[:12]}): a duplicate, nothing ran")
+    changes = " ".join([f"+{name}" for name in result.added if not history.is_internal(name)]
+                       + [f"~{name}" for name in result.changed
+                          if not history.is_internal(name)]
+                       + [f"-{name}" for name in result.deleted
+                          if not history.is_internal(name)])
+    if len(changes) > 60:
+        changes = changes[:57] + "..."
+    return (f"op {result.op} committed ({changes or 'no name changed'}), commit "
+            f"{str(result.commit)[:12]}")
 
 
 def _one_line(text: str) -> str:
@@ -295,7 +312,12 @@ def objects(args: argparse.Namespace, path: Path, progress: Progress) -> int:
         found, source = _objects_on_disk(path, args.prefix or "", args.offset, args.n), "disk"
     if args.json:
         emit_json({"objects": found, "source": source})
-    elif not found:
+        return Exit.OK
+    hidden: list[str] = []
+    if not getattr(args, "internal", False):
+        hidden = [item["name"] for item in found if history.is_internal(item["name"])]
+        found = [item for item in found if not history.is_internal(item["name"])]
+    if not found:
         print("No objects." if not args.prefix else f"No objects named {args.prefix}*.")
     else:
         rows = [("name", "type", "size", "ver", "op", "who", "value")]
@@ -303,6 +325,9 @@ def objects(args: argparse.Namespace, path: Path, progress: Progress) -> int:
                   str(item["version"]), str(item["op"]), item["principal"],
                   item["summary"]) for item in found]
         print(history.format_table(rows))
+    if hidden:
+        print(f"(not listed: {history.internal_note(hidden)}; --internal lists "
+              f"{'it' if len(hidden) == 1 else 'them'})")
     return Exit.OK
 
 
@@ -313,13 +338,47 @@ def _object_json(info: Any) -> dict[str, Any]:
 
 def _objects_on_disk(path: Path, prefix: str, offset: int, limit: int | None
                      ) -> list[dict[str, Any]]:
-    """The head snapshot's names, as the kernel's ``objects`` would list them for the human."""
+    """The head snapshot's names, as the kernel's ``objects`` would list them for the human;
+    a value the snapshot could not persist as what a restore makes of it, a placeholder
+    (``kernos.Unpersisted``), not as the value it was."""
+    from urllib.parse import unquote
+
+    from kernos.store.snapshots import read_group
+
     with Workspace.open(path, writable=False, create=False) as workspace:
         head = workspace.head()
-        names = {} if head is None else read_snapshot(workspace, head).manifest.get("names", {})
-    chosen = sorted(name for name in names if name.startswith(prefix))
-    chosen = chosen[offset:] if limit is None else chosen[offset:offset + limit]
-    return [name_info(name, names[name]) for name in chosen]
+        snapshot = None if head is None else read_snapshot(workspace, head)
+        names = {} if snapshot is None else snapshot.manifest.get("names", {})
+        chosen = sorted(name for name in names if name.startswith(prefix))
+        chosen = chosen[offset:] if limit is None else chosen[offset:offset + limit]
+        groups = {names[name].get("group") for name in chosen}
+        unpersisted: dict[str, list[dict[str, Any]]] = {}
+        for key, tree in ({} if snapshot is None else snapshot.group_trees).items():
+            if unquote(key) in groups:
+                for info in read_group(workspace, key, tree).unpersisted:
+                    unpersisted.setdefault(str(info.get("name")), []).append(info)
+    return [_as_restored(name_info(name, names[name]), unpersisted.get(name, []))
+            for name in chosen]
+
+
+def _as_restored(info: dict[str, Any], unpersisted: list[dict[str, Any]]) -> dict[str, Any]:
+    """``info`` with ``placeholders`` (where a restore puts one), if it has any (else it is
+    the kernel's OBJECT as it is); a value that is one whole is typed and summarized as
+    the placeholder it becomes."""
+    if unpersisted:
+        info["placeholders"] = [{key: item.get(key) for key in ("path", "type_name", "reason")}
+                                for item in unpersisted]
+    whole = next((item for item in unpersisted if item.get("path") == info["name"]), None)
+    if whole is not None:
+        kept = ("nothing left to keep" if whole.get("lossless") else
+                "could not be persisted")
+        info["type"] = "Unpersisted"
+        info["summary"] = (f"placeholder for {whole.get('type_name')}: {kept} "
+                           f"({whole.get('reason')})")
+    elif unpersisted:
+        paths = ", ".join(str(item.get("path")) for item in unpersisted[:3])
+        info["summary"] = f"{info['summary']} (placeholders at {paths})"
+    return info
 
 
 def grants(args: argparse.Namespace, path: Path, progress: Progress) -> int:
@@ -364,6 +423,12 @@ def events(args: argparse.Namespace, path: Path) -> int:
         found = _logged_events(args, path, gateway)
         for event in found:
             _print_event(event, args.json)
+        if not found and not args.json:
+            asked = [text for text, given in (
+                (f"after seq {args.since}", args.since), (f"on {args.topic}", args.topic),
+                (f"by {args.principal}", args.principal)) if given]
+            print("No events" + (" " + ", ".join(asked) if asked else "")
+                  + (": no committed op has emitted one yet." if not asked else "."))
         return Exit.OK
     if args.topic is not None:
         from kernos.events.topics import compile_pattern

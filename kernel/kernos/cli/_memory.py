@@ -20,7 +20,7 @@ __all__ = ["add_memory", "memory"]
 
 def add_memory(add: Any, parents: Mapping[str, argparse.ArgumentParser]) -> None:
     """The ``memory`` subcommand and its three commands (``add`` is build_parser's)."""
-    from kernos.cli._parser import EXIT_STATUSES
+    from kernos.cli._parser import exit_statuses
 
     memory = add("memory", "search the agents' memory, or rebuild or describe its index",
                  description="Search the memory (past ops, stored facts, names) as the human "
@@ -33,7 +33,7 @@ def add_memory(add: Any, parents: Mapping[str, argparse.ArgumentParser]) -> None
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         made: argparse.ArgumentParser = commands.add_parser(
-            name, help=help_text, parents=uses, epilog=EXIT_STATUSES,
+            name, help=help_text, parents=uses, epilog=exit_statuses("memory"),
             description=help_text[0].upper() + help_text[1:] + ".",
             formatter_class=argparse.RawDescriptionHelpFormatter)
         return made

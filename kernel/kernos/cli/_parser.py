@@ -9,7 +9,7 @@ from typing import NoReturn, Protocol
 
 from kernos._version import __version__
 
-__all__ = ["EXIT_STATUSES", "build_parser"]
+__all__ = ["EXIT_STATUSES", "build_parser", "exit_statuses"]
 
 EXIT_STATUSES = """\
 exit status:
@@ -26,8 +26,70 @@ exit status:
   130  interrupted (Ctrl-C); `events --follow` exits 0 instead
 errors are one line on stderr: "kernos COMMAND: what was wrong and what to do";
 with --json they are also a document on stdout: {"error": {"kind", "message", "exit"}}"""
+"""The whole table, for ``kernos --help``; each subcommand's help lists only its own
+statuses (:func:`exit_statuses`)."""
 
-WORKSPACE_HELP = "the workspace directory (default: $KERNOS_WORKSPACE, else the default one)"
+_OP = "success (an op committed, or was a duplicate of one that did)"
+_NOT_COMMITTED = ("the op did not commit (rolled back, failed, denied, vetoed, interrupted,\n"
+                  "       rejected)")
+_DENIED = "the kernel refused the request (denied)"
+_USAGE = ("usage or input error: bad arguments, an unknown ref or name, a path or\n"
+          "       name that is not a workspace")
+_NO_KERNEL = "no kernel: none runs where one is needed, one could not start, or it died"
+_REMOTE = ("refused: another writer moved the remote or holds its lease (nothing\n"
+           "       changed)")
+_USAGE_HELD = _USAGE + ", a workspace a kernel holds"
+
+# Each subcommand's statuses beyond 2, 5 and 130 (which every one can return), with what
+# each means there; 0 is plain success unless said otherwise.
+_EXITS: dict[str, dict[int, str]] = {
+    "install": {}, "log": {}, "show": {}, "diff": {}, "gc": {}, "fork": {},
+    "workspaces": {}, "audit log": {}, "mcp": {}, "remote": {},
+    "demo": {1: "the demonstration found something wrong (it says what)",
+             4: _NO_KERNEL},
+    "run": {0: _OP, 1: _NOT_COMMITTED,
+            3: "conflict: a precondition failed (--expect, --predicate, or an expected\n"
+               "       name is gone); nothing ran",
+            4: _NO_KERNEL},
+    "objects": {1: _DENIED, 4: _NO_KERNEL},
+    "grants": {1: _DENIED, 4: _NO_KERNEL},
+    "checkout": {0: _OP, 1: _NOT_COMMITTED, 2: _USAGE_HELD + " (offline)", 4: _NO_KERNEL},
+    "prune": {2: _USAGE_HELD},
+    "erase": {2: _USAGE_HELD + ", an unknown subject"},
+    "events": {4: "no kernel: --follow needs a running one (or the gateway's died)",
+               130: "interrupted (Ctrl-C) reading the log; Ctrl-C ends --follow with 0"},
+    "agent": {0: _OP, 1: _NOT_COMMITTED + " or refused", 4: _NO_KERNEL},
+    "memory": {1: _DENIED, 4: _NO_KERNEL},
+    "audit": {1: "`audit verify` found tampering (the first bad record is named)"},
+    "audit verify": {1: "tampering: the first bad record is named"},
+    "replay": {1: "a snapshot diverged from the original (the first op that did is named)"},
+    "push": {3: _REMOTE},
+    "pull": {2: _USAGE_HELD + ", or the remote holds what this copy refuses\n"
+                "       (tampered, unsigned, untrusted: nothing changed)", 3: _REMOTE},
+    "clone": {2: _USAGE + ", or the remote holds what this copy refuses\n"
+                 "       (tampered, unsigned, untrusted: nothing was made)", 3: _REMOTE},
+}
+
+
+def exit_statuses(command: str) -> str:
+    """The ``exit status:`` epilog of one subcommand: only what it can return (the whole
+    table for a subcommand :data:`_EXITS` does not know yet)."""
+    own = _EXITS.get(command)
+    if own is None:
+        return EXIT_STATUSES
+    codes = {0: "success", 2: _USAGE, 5: "a bug in Kernos (the message says what to report)",
+             130: "interrupted (Ctrl-C)", **own}
+    lines = ["exit status:"]
+    lines += [f"  {code:<4} {codes[code]}" for code in sorted(codes)]
+    lines.append('errors are one line on stderr: "kernos COMMAND: what was wrong and what to '
+                 'do";')
+    lines.append('with --json they are also a document on stdout: {"error": {"kind", '
+                 '"message", "exit"}}')
+    return "\n".join(lines)
+
+
+WORKSPACE_HELP = ("the workspace: a name (`kernos workspaces` lists them) or a path with a '/' "
+                  "(default: $KERNOS_WORKSPACE, else the default one)")
 
 
 def count(text: str) -> int:
@@ -51,7 +113,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parents() -> dict[str, _Parser]:
     workspace = _Parser(add_help=False)
-    workspace.add_argument("--workspace", "-w", metavar="DIR", help=WORKSPACE_HELP)
+    workspace.add_argument("--workspace", "-w", metavar="NAME|PATH", help=WORKSPACE_HELP)
     as_json = _Parser(add_help=False)
     as_json.add_argument("--json", action="store_true",
                          help="print JSON on stdout, for machines")
@@ -91,7 +153,7 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
             ) -> argparse.ArgumentParser:
         return commands.add_parser(
             name, help=help_text, description=description or help_text[0].upper()
-            + help_text[1:] + ".", epilog=EXIT_STATUSES,
+            + help_text[1:] + ".", epilog=exit_statuses(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
             parents=[parents[use] for use in uses])
 
@@ -119,6 +181,8 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     objects.add_argument("-n", type=count, metavar="N", help="at most N")
     objects.add_argument("--offset", type=count, default=0, metavar="N",
                          help="skip the first N")
+    objects.add_argument("--internal", action="store_true",
+                         help="list the image's own names (kernos:...) too")
 
     grants = add("grants", "capability grants: who holds what, used and left",
                  "workspace", "json", "progress", "start",
@@ -133,8 +197,21 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                     "a workspace, or after a long life). Nothing is deleted but what the "
                     "new pack replaces, so the history and the audit chain are unchanged.")
     _add_prune(add)
-    log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json")
+    from kernos.cli._workspaces import add_workspaces
+
+    add_workspaces(add)
+    log = add("log", "list the snapshots, newest first (from disk)", "workspace", "json",
+              description="List the snapshots, newest first, from disk. Every op has a "
+                          "number, but only an op that committed a change writes a snapshot: "
+                          "an op that rolled back (failed, denied, vetoed, interrupted, "
+                          "rejected) or changed nothing (read-only) leaves a gap, which the "
+                          "log counts; --all lists those ops too, from the audit log.")
     log.add_argument("-n", type=count, default=20, metavar="N", help="at most N (default 20)")
+    log.add_argument("--all", action="store_true",
+                     help="every op, also those that wrote no snapshot (rolled back, "
+                          "read-only), marked as such")
+    log.add_argument("--internal", action="store_true",
+                     help="show the image's own names (kernos:...) among the changes")
     show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")
     show.add_argument("ref", nargs="?", default="HEAD",
                       help="a commit (or prefix), HEAD, HEAD~N or @N for op N (default HEAD)")
@@ -143,6 +220,8 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
     diff.add_argument("ref_a", metavar="A", help="a commit, HEAD, HEAD~N or @N")
     diff.add_argument("ref_b", metavar="B", nargs="?", default="HEAD",
                       help="another one (default HEAD)")
+    diff.add_argument("--internal", action="store_true",
+                      help="show the image's own names (kernos:...) too")
     checkout = add(
         "checkout", "record a new snapshot equal to REF", "workspace", "json", "progress",
         "gateway",
@@ -205,6 +284,9 @@ def _add_run(add: _Add) -> None:
                           "else exit 3")
     run.add_argument("--predicate", metavar="EXPR",
                      help="run only if EXPR is true (checked atomically, as the principal)")
+    run.add_argument("--quiet", "-q", action="store_true",
+                     help="on success, print only the op's output and value (not the line "
+                          "saying which op committed)")
 
 
 def _add_prune(add: _Add) -> None:
@@ -265,7 +347,7 @@ def _add_agent(add: _Add, parents: dict[str, _Parser]) -> None:
     from kernos.cli._agent_loop import add_arguments as add_loop_arguments
     from kernos.cli._agent_supervise import add_arguments as add_supervise_arguments
 
-    add_loop_arguments(agent_commands, parents, EXIT_STATUSES)
+    add_loop_arguments(agent_commands, parents, exit_statuses("agent"))
     add_supervise_arguments(agent_commands, [parents[use] for use in (
         "workspace", "json", "progress", "start")])
 
@@ -278,7 +360,7 @@ def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
         "verify", help="verify the chain, the snapshots and the history (exit 1 if tampered)",
         description="Verify the audit chain, the snapshots, the history and every git "
                     "object, from disk (also while a kernel runs). Exit 1 names the first "
-                    "bad record.", epilog=EXIT_STATUSES,
+                    "bad record.", epilog=exit_statuses("audit verify"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[parents["workspace"], parents["json"], parents["progress"]])
     verify.add_argument("--anchor", metavar="INDEX:HASH",
@@ -292,7 +374,7 @@ def _add_audit(add: _Add, parents: dict[str, _Parser]) -> None:
     audit_log = audit_commands.add_parser(
         "log", help="list audit records, oldest first",
         description="Audit records, oldest first (the newest N). --json prints one JSON "
-                    "record per line.", epilog=EXIT_STATUSES,
+                    "record per line.", epilog=exit_statuses("audit log"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[parents["workspace"], parents["json"]])
     audit_log.add_argument("-n", type=count, default=20, metavar="N",

@@ -34,9 +34,9 @@ def add_arguments(add: _Add) -> None:
     sub = remote.add_subparsers(dest="remote_command", required=True, metavar="SUBCOMMAND",
                                 parser_class=type(remote))
     shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument("--workspace", "-w", metavar="DIR",
-                        help="the workspace directory (default: $KERNOS_WORKSPACE, else the "
-                             "default one)")
+    shared.add_argument("--workspace", "-w", metavar="NAME|PATH",
+                        help="the workspace: a name (`kernos workspaces` lists them) or a path "
+                             "with a '/' (default: $KERNOS_WORKSPACE, else the default one)")
     shared.add_argument("--json", action="store_true", help="print JSON on stdout, for machines")
     added = sub.add_parser("add", parents=[shared], help="record a remote (a bare repository "
                            "path, ssh:// or https:// URL)")

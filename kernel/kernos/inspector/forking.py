@@ -4,8 +4,11 @@ The user picks a snapshot (the History tab's *Snapshot* row), types a name
 and clicks *Fork*: the kernel makes a new workspace of that name beside its
 own, from that snapshot (the harness ``fork`` action; ``kernos.fork``), and
 the tab shows where it is and how to open it (a kernel started with
-``KERNOS_WORKSPACE`` set to it).  The name is checked by the kernel against
-an allowlist; a refusal is shown in the status line, like every error.
+``KERNOS_WORKSPACE`` set to it, or ``kernos ... -w NAME`` from a shell).  A
+bare name goes where ``kernos fork SRC NAME`` puts it, beside the source: one
+rule, :func:`kernos.fork.fork_destination`.  The name is checked by the kernel
+against an allowlist (a path is refused here); a refusal is shown in the
+status line, like every error.
 This image is not changed: a fork only reads the workspace.
 """
 
@@ -27,7 +30,8 @@ class ForkControls:
                  selected: Callable[[], str | None], label: Callable[[object], str],
                  say: Callable[..., None]) -> None:
         self._request, self._selected, self._label, self._say = request, selected, label, say
-        self.name = widgets.Text(description="Fork as", placeholder="name of the new workspace")
+        self.name = widgets.Text(description="Fork as",
+                                 placeholder="a name: made beside this workspace")
         self.button = widgets.Button(description="Fork", icon="code-branch",
                                      tooltip="a new workspace from the chosen snapshot")
         self.result = widgets.HTML()
@@ -50,5 +54,6 @@ class ForkControls:
         self.result.value = (
             f"Forked {html.escape(self._label(target))} into <code>{html.escape(dest)}</code>. "
             "Open it with a kernel started with "
-            f"<code>KERNOS_WORKSPACE={html.escape(dest)}</code>.")
+            f"<code>KERNOS_WORKSPACE={html.escape(dest)}</code>, or read it from a shell "
+            f"with <code>kernos log -w {html.escape(dest)}</code>.")
         self._say(f"Forked {self._label(target)} into {dest}")

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from kernos.store.catalog import find_workspace
 from kernos.store.workspace import default_workspace
 
 __all__ = ["HOST", "HUMAN", "Stop", "add_arguments", "main"]
@@ -35,8 +36,9 @@ class Stop(Exception):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``kernos mcp`` to ``parser``."""
     parser.add_argument(
-        "--workspace", "-w", metavar="DIR",
-        help="the workspace to serve (default: $KERNOS_WORKSPACE, else the default workspace)")
+        "--workspace", "-w", metavar="NAME|PATH",
+        help="the workspace to serve: a name (`kernos workspaces` lists them) or a path with a "
+             "'/' (default: $KERNOS_WORKSPACE, else the default workspace)")
     parser.add_argument(
         "--gateway", metavar="URL", default=os.environ.get("KERNOS_GATEWAY_URL") or None,
         help="the kernel runs under this Jupyter Enterprise Gateway (http://HOST:PORT; "
@@ -64,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         if gateway:
             workspace = Path(args.workspace or "default")
         else:
-            workspace = Path(args.workspace).expanduser() if args.workspace \
+            workspace = find_workspace(args.workspace) if args.workspace \
                 else default_workspace()
         principal = str(args.principal)
         if args.host != HOST:

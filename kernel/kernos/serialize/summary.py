@@ -3,7 +3,10 @@
 A summary must be cheap and must never fail: it is computed for every
 changed name at every commit.  Arrays and frames are described by shape and
 dtype without calling their (possibly slow) ``repr``; containers by length;
-everything else by a truncated ``repr`` guarded against exceptions.
+an instance of a class that keeps ``object``'s repr (which says only its
+address, the same before and after a change) by its attributes, as a
+dataclass prints itself (``Account(balance=70)``: a diff can show which one
+changed); everything else by a truncated ``repr`` guarded against exceptions.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import reprlib
 __all__ = ["describe", "type_name"]
 
 _MAX = 80
+_ATTRIBUTES = 6
+"""How many attributes an instance's summary shows."""
 _BRACKETS = {dict: ("{", "}"), list: ("[", "]"), set: ("{", "}"), tuple: ("(", ")"),
              frozenset: ("{", "}")}
 _repr = reprlib.Repr()
@@ -66,4 +71,26 @@ def _describe(value: object) -> str:
     if callable(value) and hasattr(value, "__qualname__"):
         kind_word = "class" if isinstance(value, type) else "function"
         return f"{kind_word} {value.__qualname__}"
+    if kind.__repr__ is object.__repr__:
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            return _instance(kind, attributes)
     return _repr.repr(value)
+
+
+def _instance(kind: type, attributes: dict[str, object]) -> str:
+    """``Account(balance=70, owner='ann')``: the public attributes (all, if none is),
+    the first few, each bounded; an attribute that is itself such an instance by its
+    type alone (its address would differ at every restore)."""
+    named = [(key, item) for key, item in attributes.items() if isinstance(key, str)]
+    shown = [(key, item) for key, item in named if not key.startswith("_")] or named
+    parts = []
+    for key, item in shown[:_ATTRIBUTES]:
+        if type(item).__repr__ is object.__repr__:
+            text = f"<{type_name(item)}>"
+        else:
+            text = " ".join(_describe(item).split())
+            text = text if len(text) <= 30 else text[:27] + "..."
+        parts.append(f"{key}={text}")
+    more = ", ..." if len(shown) > _ATTRIBUTES else ""
+    return f"{kind.__qualname__}({', '.join(parts)}{more})"

@@ -37,9 +37,13 @@ Which directory is used, in order:
    Gateway forwards ``KERNEL_*`` variables from a start request), ``default`` when
    unset, and must match :data:`WORKSPACE_NAME`, so a client picks a name, never a
    path;
-2. ``$KERNOS_WORKSPACE``;
-3. from a source checkout, ``<checkout>/snapshots/<name>``;
-4. otherwise ``$XDG_DATA_HOME/kernos/workspaces/<name>`` (``~/.local/share``).
+2. the workspace the kernel's notebook names in ``metadata.kernos.workspace``
+   (a notebook opened on a fork; ``kernos.store.binding``, which checks it): a
+   binding in the notebook is more specific than the server-wide
+   ``$KERNOS_WORKSPACE``, so it wins over it;
+3. ``$KERNOS_WORKSPACE``;
+4. from a source checkout, ``<checkout>/snapshots/<name>``;
+5. otherwise ``$XDG_DATA_HOME/kernos/workspaces/<name>`` (``~/.local/share``).
 
 ``<name>`` is derived from the notebook path that Jupyter passes in
 ``$JPY_SESSION_NAME`` so that every notebook gets its own image, or is
@@ -69,6 +73,7 @@ from kernos.errors import (
     WorkspaceError,
     WorkspaceFormatError,
 )
+from kernos.store.binding import notebook_binding
 from kernos.store.buffers import BufferCache
 from kernos.store.lock import WorkspaceLock
 from kernos.store.objects import (
@@ -86,7 +91,7 @@ if TYPE_CHECKING:
     import git
 
 __all__ = ["FORMAT", "SETTINGS", "WORKSPACE_NAME", "Workspace", "check_workspace_name",
-           "default_workspace"]
+           "default_workspace", "notebook_workspace_name", "workspaces_root"]
 
 FORMAT = 1
 BRANCH = "refs/heads/main"
@@ -122,20 +127,42 @@ def check_workspace_name(name: str) -> str:
 def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
     """The workspace directory to use when none is given explicitly."""
     environ = os.environ if environ is None else environ
-    root = environ.get("KERNOS_WORKSPACE_ROOT")
-    if root:
-        return Path(root).expanduser() / check_workspace_name(
+    if environ.get("KERNOS_WORKSPACE_ROOT"):  # the operator's root: a name, never a path
+        return workspaces_root(environ) / check_workspace_name(
             environ.get("KERNEL_WORKSPACE", "default"))
+    bound = notebook_binding(environ)
+    if bound is not None:
+        return bound
     explicit = environ.get("KERNOS_WORKSPACE")
     if explicit:
         return Path(explicit).expanduser()
-    session = environ.get("JPY_SESSION_NAME", "")
-    name = _slug(Path(session).with_suffix("").as_posix()) if session else "default"
+    return workspaces_root(environ) / notebook_workspace_name(
+        environ.get("JPY_SESSION_NAME", ""))
+
+
+def workspaces_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The directory that holds the workspaces named by notebooks (or by a gateway's
+    clients): ``$KERNOS_WORKSPACE_ROOT``, else ``<checkout>/snapshots`` from a source
+    checkout, else ``$XDG_DATA_HOME/kernos/workspaces``."""
+    environ = os.environ if environ is None else environ
+    root = environ.get("KERNOS_WORKSPACE_ROOT")
+    if root:
+        return Path(root).expanduser()
     checkout = Path(__file__).resolve().parents[3]
     if (checkout / "snapshots" / "README.md").exists() and (checkout / "pyproject.toml").exists():
-        return checkout / "snapshots" / name
+        return checkout / "snapshots"
     data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "kernos" / "workspaces" / name
+    return Path(data_home) / "kernos" / "workspaces"
+
+
+def notebook_workspace_name(notebook: str) -> str:
+    """The name of the workspace a notebook gets under :func:`workspaces_root`: its path
+    (``$JPY_SESSION_NAME``, directories included) without the suffix, with every run of
+    other characters than letters, digits, '.', '_' and '-' made one '-'
+    (``/tmp/lab/Untitled.ipynb`` is ``tmp-lab-Untitled``); ``default`` for none."""
+    if not notebook:
+        return "default"
+    return _slug(Path(notebook).with_suffix("").as_posix())
 
 
 def _slug(text: str) -> str:
