@@ -14,7 +14,10 @@ import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
+import { cellOutcomes, SHOW_OP_COMMAND } from './cells';
+import { IOpenForkArgs, OPEN_FORK_COMMAND, openFork } from './forks';
 import { kernosIcon } from './icon';
+import { outputs } from './inline';
 import { KernosPanel } from './panel';
 
 /** The sidebar's widget id (also its layout-restorer key). */
@@ -88,7 +91,34 @@ const inspector: JupyterFrontEndPlugin<void> = {
     notebooks?.currentChanged.connect(update);
     consoles?.currentChanged.connect(update);
     void app.restored.then(update);
+
+    // A cell's badge (cells.ts) shows its op in the sidebar's History.
+    app.commands.addCommand(SHOW_OP_COMMAND, {
+      label: 'Show the Op in the Kernos History',
+      execute: args => {
+        labShell.activateById(PANEL_ID);
+        const op = Number(args.op);
+        // The History view selects the op's row once the panel offers it.
+        const select = (panel as unknown as { showOp?: (op: number) => unknown }).showOp;
+        if (Number.isInteger(op) && typeof select === 'function') {
+          return select.call(panel, op);
+        }
+      }
+    });
+
+    // A new notebook bound to a fork's workspace (forks.ts), opened on a Kernos kernel.
+    app.commands.addCommand(OPEN_FORK_COMMAND, {
+      label: 'Open the Fork in a New Notebook',
+      execute: args => {
+        const current = notebooks?.currentWidget?.context.path ?? '';
+        const directory = current.includes('/') ? current.slice(0, current.lastIndexOf('/')) : '';
+        return openFork(app, {
+          directory,
+          ...(args as unknown as IOpenForkArgs)
+        });
+      }
+    });
   }
 };
 
-export default [inspector];
+export default [inspector, outputs, cellOutcomes];

@@ -74,6 +74,17 @@ export interface ICommittedNotice {
   changed: string[];
   deleted: string[];
   events: number;
+  /** A notebook cell's op: the msg_id of its execute_request (absent for other ops). */
+  request?: string;
+  /** An op that checked out a snapshot: what it made the image equal to. */
+  checkout?: ICheckedOut;
+}
+
+/** The snapshot a checkout made the image equal to. */
+export interface ICheckedOut {
+  ref: string | null;
+  op: number | null;
+  commit: string | null;
 }
 
 export interface IRolledBackNotice {
@@ -81,6 +92,8 @@ export interface IRolledBackNotice {
   op: number | null;
   principal: string;
   error: string | null;
+  /** A notebook cell's op: the msg_id of its execute_request (absent for other ops). */
+  request?: string;
 }
 
 export interface IProgress {

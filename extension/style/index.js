@@ -1,1 +1,3 @@
 import './base.css';
+import './outputs.css';
+import './cells.css';

@@ -154,7 +154,26 @@ class AbortReport:
         return line
 
 
+AGENT_NAMESPACE = "kernos:ns:"
+"""The prefix of an agent's namespace (``kernos.agents.runtime.namespace_key``)."""
+SYSTEM_NAMES = {"kernos:agents": "the agents and their grants",
+                "kernos:events": "the event subscriptions",
+                "kernos:effects": "the pending effects",
+                "kernos:supervisor": "the agents' loops and circuits",
+                "kernos:random": "the random generators' state",
+                "kernos:embeddings": "the memory settings"}
+"""How a rollback line names the image's own values, which users never bind themselves."""
+
+
+def shown_name(name: str) -> str:
+    """A name as a user reads it: an agent's namespace is that agent's variables."""
+    if name.startswith(AGENT_NAMESPACE):
+        return f"{name[len(AGENT_NAMESPACE):]}'s variables"
+    return SYSTEM_NAMES.get(name, name)
+
+
 def _names(names: list[str], limit: int = 8) -> str:
+    names = [shown_name(name) for name in names]
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
@@ -213,6 +232,8 @@ class Op:
         self.failure: dict[str, str] | None = None
         """The error of an op whose code raised but which commits what it reached
         (see :meth:`keep_failed`), for its snapshot and audit record."""
+        self.checked_out: CheckoutReport | None = None
+        """What :meth:`checkout` made the image equal to, for the op's notice."""
         self.report_draft: CommitReport | None = None
         self.report: CommitReport | None = None
         self.abort_report: AbortReport | None = None
@@ -353,8 +374,10 @@ class Op:
                               for name, data in snapshot.manifest.get("names", {}).items()}
         self.kind = "checkout"
         self.note = f"checkout {commit.hex()[:12]}"
-        return CheckoutReport(ref=ref, commit=commit.hex(), op=op_of(snapshot.data),
-                              names=len(values), bytes=sum(g.size for g in groups.values()))
+        self.checked_out = CheckoutReport(
+            ref=ref, commit=commit.hex(), op=op_of(snapshot.data), names=len(values),
+            bytes=sum(g.size for g in groups.values()))
+        return self.checked_out
 
 
 class _UnionFind:

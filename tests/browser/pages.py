@@ -220,6 +220,48 @@ class NotebookPage:
         self.server.remember_kernels()
         self.wait_for_idle_kernel()
 
+    # -- what each cell did (extension/src/cells.ts) ----------------------------------------
+
+    def badge(self, cell: Locator) -> Locator:
+        """The cell's outcome footer: ``data-op``, ``data-status``, ``data-stale``, its text."""
+        return cell.get_by_test_id("kernos-cell-badge")
+
+    def start_cell(self, code: str) -> Locator:
+        """Like :meth:`run_cell`, but return once the cell runs (its prompt reads [*])."""
+        cell = self.cells.nth(self.cells.count() - 1)
+        editor = cell.locator(".cm-content")
+        editor.click()
+        self.page.keyboard.press("Control+a")
+        self.page.keyboard.insert_text(code)
+        expect(editor).to_contain_text(code.splitlines()[0])
+        self.page.keyboard.press("Shift+Enter")
+        expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\*\]:"))
+        return cell
+
+    def rerun(self, cell: Locator, timeout: int = KERNEL_TIMEOUT_MS) -> None:
+        """Run ``cell`` again in place (Ctrl+Enter); wait for its new execution count."""
+        prompt = cell.locator(".jp-InputPrompt")
+        before = str(prompt.inner_text()).strip()
+        cell.locator(".cm-content").click()
+        self.page.keyboard.press("Control+Enter")
+        expect(prompt).not_to_have_text(before, timeout=timeout)
+        expect(prompt).to_have_text(re.compile(r"\[\d+\]:"), timeout=timeout)
+
+    def kernel_pids(self) -> list[int]:
+        """The server's kernos kernel processes."""
+        found = []
+        for pid in children(self.server.pid):
+            with contextlib.suppress(OSError):
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if b"kernos.kernel" in command:
+                    found.append(pid)
+        return found
+
+    def lab(self, script: str, arg: Any = None) -> Any:
+        """Evaluate ``script`` (a function of ``app`` and ``arg``) on the JupyterLab app; the
+        server must expose it (``--LabApp.expose_app_in_browser=True``)."""
+        return self.page.evaluate(f"([arg]) => ({script})(window.jupyterapp, arg)", [arg])
+
 
 class KernosPanel:
     """The Kernos sidebar of a :class:`NotebookPage`."""

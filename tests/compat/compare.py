@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from compat.corpus import NOTICE, Cell, NotebookRun
+from compat.corpus import NOTICE, NOTICE_MIME, Cell, NotebookRun
 
 __all__ = [
     "Comparison",
@@ -138,6 +138,8 @@ def signature(cell: Cell) -> Signature:
         kind = output["output_type"]
         if kind == "stream":
             (stdout if output["name"] == "stdout" else stderr).append(output["text"])
+        elif kind == "display_data" and NOTICE_MIME in output.get("data", {}):
+            continue  # Kernos's notice (a value that cannot persist): not the cell's output
         elif kind in ("execute_result", "display_data"):
             results.append(_plain(output))
         elif kind == "error":

@@ -43,6 +43,8 @@ from typing import Any
 import nbformat
 from jupyter_client import KernelManager
 
+from kernos.kernel.kernel import NOTICE_MIME
+
 __all__ = [
     "CORPORA",
     "CORPUS_ROOT",
@@ -91,7 +93,8 @@ SAME_ENVIRONMENT = {
     "PYTHONHASHSEED": "0",
 }
 NOTICE = "kernos: "
-"""Kernos announces a rollback, or a value that cannot persist, on a stderr line of its own."""
+"""Kernos announces a rollback on a stderr line of its own (a value that cannot persist is a
+display of its own, ``kernos.kernel.kernel.NOTICE_MIME``)."""
 
 
 @dataclass
@@ -119,14 +122,17 @@ class Cell:
         return self.kernos.get("status") == "rolled back"
 
     def notices(self) -> list[str]:
-        """Kernos's own announcement lines in the cell's stderr."""
-        return [
-            line
-            for output in self.outputs
-            if output["output_type"] == "stream" and output["name"] == "stderr"
-            for line in output["text"].splitlines()
-            if line.startswith(NOTICE)
-        ]
+        """Kernos's own announcement lines: in the cell's stderr, and its notices."""
+        lines = []
+        for output in self.outputs:
+            if output["output_type"] == "stream" and output["name"] == "stderr":
+                text = output["text"]
+            elif output["output_type"] == "display_data" and NOTICE_MIME in output["data"]:
+                text = output["data"]["text/plain"]
+            else:
+                continue
+            lines += [line for line in text.splitlines() if line.startswith(NOTICE)]
+        return lines
 
     def error(self) -> tuple[str, str] | None:
         return next(

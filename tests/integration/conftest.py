@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from jupyter_client import KernelManager
 
+from kernos.kernel.kernel import NOTICE_MIME
+
 pytestmark = pytest.mark.kernel
 
 START_TIMEOUT = 120
@@ -39,6 +41,8 @@ class Result:
     errors: list[dict[str, Any]] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
     reply: dict[str, Any] = field(default_factory=dict)
+    notices: str = ""
+    """Kernos's notices that are not errors (``NOTICE_MIME`` displays), one per line."""
 
     @property
     def committed(self) -> bool:
@@ -73,6 +77,7 @@ class Kernel:
         stderr: list[str] = []
         errors: list[dict[str, Any]] = []
         results: list[str] = []
+        notices: list[str] = []
 
         def collect(message: dict[str, Any]) -> None:
             kind = message["msg_type"]
@@ -81,6 +86,8 @@ class Kernel:
                 (stdout if content["name"] == "stdout" else stderr).append(content["text"])
             elif kind == "error":
                 errors.append(content)
+            elif kind == "display_data" and NOTICE_MIME in content["data"]:
+                notices.append(content["data"]["text/plain"] + "\n")
             elif kind in ("execute_result", "display_data"):
                 results.append(content["data"].get("text/plain", ""))
 
@@ -93,6 +100,7 @@ class Kernel:
             errors=errors,
             results=results,
             reply=reply,
+            notices="".join(notices),
         )
 
     def value(self, expression: str) -> Any:

@@ -60,7 +60,7 @@ both = {{"store": store, "frame": frame}}
     paths = sorted(info["path"] for info in result.kernos["unpersisted"])
     assert paths == ["both['store']", "store"]
     assert "_handle._node_manager" not in result.stderr
-    assert "store (pandas.HDFStore) cannot be persisted: it holds an open file" in result.stderr
+    assert "store (pandas.HDFStore) cannot be persisted: it holds an open file" in result.notices
     restored = restart(kernel, kernel_factory)
     assert restored.value("list(both['frame']['a'])") == [1.0, 2.0]
     assert restored.value("both['frame'] is frame") is True

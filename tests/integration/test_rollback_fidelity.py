@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kernos.kernel.kernel import NOTICE_MIME
+
 if TYPE_CHECKING:
     from conftest import Kernel
 
@@ -45,6 +47,8 @@ def ordered_outputs(kernel: Kernel, code: str) -> tuple[dict[str, Any], list[tup
             outputs.append((content["name"], content["text"]))
         elif message["msg_type"] == "error":
             outputs.append(("error", content["ename"]))
+        elif message["msg_type"] == "display_data" and NOTICE_MIME in content["data"]:
+            outputs.append(("notice", content["data"]["text/plain"]))
 
     reply = kernel.client.execute_interactive(code, timeout=120, output_hook=collect)
     return reply, outputs
@@ -150,16 +154,16 @@ def test_a_value_that_would_not_load_back_is_reported_at_commit_and_once_at_rest
     reported = {info["name"]: info["reason"] for info in made.kernos["unpersisted"]}
     assert list(reported) == ["m"], made.kernos["unpersisted"]
     assert "would not load back from the snapshot (RecursionError" in reported["m"]
-    assert "m (unittest.mock.MagicMock) cannot be persisted" in made.stderr
+    assert "m (unittest.mock.MagicMock) cannot be persisted" in made.notices
     import sympy
 
     kernel = restart(kernel, kernel_factory)
     first = kernel.run("print(repr(RR(1.5)), RR is sympy.RR, CC is sympy.CC)")
     assert first.stdout.strip() == f"{sympy.RR(1.5)!r} True True", first
-    assert first.stderr.count("kernos: m could not be restored and is a placeholder") == 1
-    assert "RecursionError" in first.stderr
+    assert first.notices.count("kernos: m could not be restored and is a placeholder") == 1
+    assert "RecursionError" in first.notices and first.stderr == ""
     again = kernel.run("print(type(m).__name__)")
-    assert again.stdout.strip() == "Unpersisted" and again.stderr == "", again
+    assert again.stdout.strip() == "Unpersisted" and again.stderr == again.notices == "", again
 
 
 def test_kernos_lines_come_after_what_the_cell_printed(
@@ -169,12 +173,22 @@ def test_kernos_lines_come_after_what_the_cell_printed(
         kernel, "import socket\nprint('before')\nsock = socket.socket()\nprint('after')")
     assert reply["content"]["status"] == "ok"
     notices = [index for index, (name, text) in enumerate(outputs)
-               if name == "stderr" and text.startswith("kernos: ")]
+               if name == "notice" and text.startswith("kernos: ")]
     printed = [index for index, (name, _) in enumerate(outputs) if name == "stdout"]
     assert notices and printed and max(printed) < min(notices), outputs
+    assert not [name for name, _ in outputs if name == "stderr"], outputs  # not an error
+    # A failed cell: its output, then its traceback, then the rollback line.
     reply, outputs = ordered_outputs(kernel, "sock.close()\nprint('out')\nx = 1\n1/0")
     assert reply["content"]["status"] == "error"
-    kinds = [name for name, text in outputs
-             if name != "stderr" or text.startswith("kernos: ")]
-    assert kinds.index("stdout") < kinds.index("stderr"), outputs
-    assert kinds[-1] == "stderr", outputs
+    assert [name for name, _ in outputs] == ["stdout", "error", "stderr"], outputs
+    assert outputs[-1][1].startswith("kernos: rolled back — not kept: x (added); "), outputs
+    # A denied op: the same order, and the line names the agent's variables.
+    assert kernel.run("%kernos agent add analyst").committed
+    reply, outputs = ordered_outputs(
+        kernel, "%%agent analyst\nnote = 1\ntry:\n    read('orders')\n"
+                "except CapabilityDenied:\n    print('caught')")
+    assert reply["content"]["status"] == "error"
+    assert [name for name, _ in outputs] == ["stdout", "error", "stderr"], outputs
+    assert outputs[1][1] == "OpVetoed", outputs
+    assert outputs[-1][1] == ("kernos: rolled back — not kept: analyst's variables "
+                              "(changed in place)\n"), outputs

@@ -62,13 +62,14 @@ def test_the_op_that_creates_them_commits_and_names_each_path(
         assert type_fragment in info["type_name"]
         assert info["reason"], f"no reason given for {path}"
         # The cell's own output says it too, where the user is looking.
-        assert path in result.stderr and "cannot be persisted" in result.stderr
-    assert "data['x']" not in result.stderr and "data['rows']" not in result.stderr
+        assert path in result.notices and "cannot be persisted" in result.notices
+    assert "data['x']" not in result.notices and "data['rows']" not in result.notices
     assert set(result.kernos["added"]) >= set(EXPECTED)
 
     # Reported at the op that created them, not again by ops that leave them alone.
     later = kernel.run("unrelated = 1")
-    assert later.committed and later.kernos["unpersisted"] == [] and later.stderr == ""
+    assert later.committed and later.kernos["unpersisted"] == []
+    assert later.notices == later.stderr == ""
 
 
 def test_live_objects_keep_working_in_the_session(kernel: Kernel, tmp_path: Path) -> None:
@@ -147,7 +148,7 @@ def test_a_new_unpersistable_value_is_reported_by_the_op_that_made_it(
     assert again.committed
     assert [info["path"] for info in again.kernos["unpersisted"]] == ["conn"]
     assert "conn" in again.kernos["changed"]
-    assert "conn (sqlite3.Connection) cannot be persisted" in again.stderr
+    assert "conn (sqlite3.Connection) cannot be persisted" in again.notices
 
 
 def test_status_after_a_restore_does_not_call_placeholders_live(
@@ -179,7 +180,7 @@ box = [1, Stubborn()]
     assert result.status == "ok" and result.committed, (result.errors, result.kernos)
     paths = {info["path"] for info in result.kernos["unpersisted"]}
     assert {"holder.conn", "view", "box[1]"} <= paths, paths
-    assert "holder.conn" in result.stderr and "box[1]" in result.stderr
+    assert "holder.conn" in result.notices and "box[1]" in result.notices
     kernel.kill9()
     restored = kernel_factory(kernel.workspace)
     assert restored.value("type(holder).__name__") == "Holder"

@@ -59,7 +59,7 @@ from kernos.errors import (
     UsageError,
 )
 from kernos.image import Image
-from kernos.op import Op
+from kernos.op import AGENT_NAMESPACE, Op
 
 if TYPE_CHECKING:
     from kernos.llm import Completion, LlmClient
@@ -74,7 +74,7 @@ MAX_DENIALS_LOGGED = 20
 
 
 def namespace_key(agent: str) -> str:
-    return f"kernos:ns:{agent}"
+    return AGENT_NAMESPACE + agent
 
 
 class AgentNamespace(dict[str, Any]):

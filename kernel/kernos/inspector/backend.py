@@ -25,11 +25,21 @@ A :class:`Backend` has two methods:
     op is running, with one NOTICE::
 
         {"type": "committed", "op": int, "commit": str, "principal": str,
-         "added": [str], "changed": [str], "deleted": [str], "events": int}
+         "added": [str], "changed": [str], "deleted": [str], "events": int,
+         "request": str?, "checkout": {"ref": str, "op": int | None, "commit": str}?}
         {"type": "rolled_back", "op": int | None, "principal": str,
-         "error": str | None}
+         "error": str | None, "request": str?}
         {"type": "progress", "what": "restore" | "checkout", "done": int,
          "total": int}
+
+    ``request`` is there for a notebook cell's op only: the ``msg_id`` of its
+    ``execute_request``, so that the notebook that sent it can tell its own
+    ops from ops made elsewhere (another client, ``kernos run``, an agent's
+    loop, an inspector).  ``checkout`` is there for an op that checked out a
+    snapshot (from an inspector, the harness or ``%kernos checkout``): the
+    ref it was given, and the op and commit of the snapshot it made the image
+    equal to.  A notebook marks the outputs these invalidate as stale
+    (``extension/src/cells.ts``).
 
     ``progress`` notices may arrive while a checkout runs (that is their
     point); a callback must only update its display then.  The backend
@@ -51,7 +61,8 @@ from typing import Any, Protocol
 
 from kernos.harness.protocol import VERSION, ProtocolError, error_reply
 
-__all__ = ["ALLOWED", "CHANGES", "ONLY", "Backend", "Notice", "ServiceBackend", "Watchers"]
+__all__ = ["ALLOWED", "CHANGES", "ONLY", "Backend", "Notice", "ServiceBackend", "Watchers",
+           "checkout_notice", "notice_of"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +195,12 @@ class ServiceBackend:
         self.watchers.notify(notice)
 
 
+def checkout_notice(checkout: dict[str, Any]) -> dict[str, Any]:
+    """A notice's ``checkout``, from a checkout report (``kernos.op.CheckoutReport``)."""
+    return {"ref": checkout.get("ref"), "op": checkout.get("op"),
+            "commit": checkout.get("commit")}
+
+
 def notice_of(reply: dict[str, Any]) -> Notice | None:
     """The notice for a harness reply whose action ran an op (None for reads and errors)."""
     if reply.get("status") != "ok" or reply.get("v") != VERSION:
@@ -191,10 +208,13 @@ def notice_of(reply: dict[str, Any]) -> Notice | None:
     result = reply.get("result") or {}
     status = result.get("status")
     if status == "committed":
-        return {"type": "committed", "op": result.get("op"), "commit": result.get("commit"),
-                "principal": result.get("principal"), "added": result.get("added", []),
-                "changed": result.get("changed", []), "deleted": result.get("deleted", []),
-                "events": len(result.get("events", []))}
+        notice = {"type": "committed", "op": result.get("op"), "commit": result.get("commit"),
+                  "principal": result.get("principal"), "added": result.get("added", []),
+                  "changed": result.get("changed", []), "deleted": result.get("deleted", []),
+                  "events": len(result.get("events", []))}
+        if isinstance(result.get("checkout"), dict):
+            notice["checkout"] = checkout_notice(result["checkout"])
+        return notice
     if status in ("rolled back", "failed", "denied", "interrupted", "vetoed"):
         error = result.get("error") or {}
         return {"type": "rolled_back", "op": result.get("op"),

@@ -46,6 +46,8 @@ from kernos.inspector.plot import line_chart
 
 __all__ = ["Inspector", "inspect", "kernel_backend"]
 
+INSPECTOR_MIME = "application/vnd.kernos.inspector+json"
+"""What the JupyterLab extension renders as an inspector (``extension/src/inline.ts``)."""
 PAGE_SIZE = 50
 PREVIEW_BYTES = 2_000
 EVENTS_SHOWN = 200
@@ -529,6 +531,20 @@ class Inspector(widgets.VBox):  # type: ignore[misc]
         self.tabs.observe(self._on_tab, names="selected_index")
         self._unwatch: Callable[[], None] | None = backend.watch(self._on_notice)
         self.refresh()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        """The widget, and :data:`INSPECTOR_MIME` for the JupyterLab extension.
+
+        The extension draws its own panel for that type, bound to the notebook's
+        session, so the inspector survives a kernel restart and a reopened notebook,
+        where a widget's model is gone with the kernel that made it.  Frontends
+        without the extension show the widget.
+        """
+        bundle: dict[str, Any] | None = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/plain"] = "Kernos inspector"
+            bundle[INSPECTOR_MIME] = {"version": 1}
+        return bundle
 
     # -- requests and the status line ---------------------------------------------------
 

@@ -8,7 +8,9 @@ changed, what to write and how to roll back; the kernel only
 * wraps each ``execute_request`` in an op: the cell runs, then the op commits
   before the reply is sent, or rolls back if the cell failed (any
   ``BaseException``, interrupts included) or if the commit itself failed;
-* reports the op in the reply's ``metadata["kernos"]``;
+* reports the op in the reply's ``metadata["kernos"]`` (with ``names``, the
+  global names the cell could reach, and for a rollback its ``outcome``:
+  what the notebook's cell badges and stale markers read);
 * keeps everything else out of the way of ops: comm messages wait for the
   running op, kernel subshells and the debugger are not offered (they would
   run code concurrently with a cell).
@@ -44,7 +46,7 @@ from kernos.harness.protocol import PROGRESS_TYPE, REQUEST_TYPE
 from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
 from kernos.harness.service import Handled
 from kernos.image import SYSTEM_PREFIX, Image, RestoreReport, default_is_persistent
-from kernos.inspector.backend import notice_of
+from kernos.inspector.backend import checkout_notice, notice_of
 from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
@@ -53,7 +55,7 @@ from kernos.kernel.leaving import InFlight
 from kernos.kernel.loops import LoopDriver
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
-from kernos.op import AbortReport, CommitReport, Op
+from kernos.op import AbortReport, CheckoutReport, CommitReport, Op
 from kernos.personal import personal
 from kernos.store.remote_lease import RemoteSession
 from kernos.store.remote_start import start_remote
@@ -116,6 +118,8 @@ class KernosKernel(IPythonKernel):
         self._cells_ready = threading.Event()
         """Set once the start-up restore has loaded all but the big values (see do_execute)."""
         self._last_report: dict[str, Any] | None = None
+        self._rollback_line: str | None = None
+        """Said after the cell's traceback (``do_execute``)."""
         for message_type in ("comm_open", "comm_msg", "comm_close"):
             handler = self.shell_handlers.get(message_type)
             if handler is not None:
@@ -341,8 +345,11 @@ class KernosKernel(IPythonKernel):
 
     def _notify_finished(self, op: Op, outcome: CommitReport | BaseException | None,
                          why: BaseException | tuple[str, str] | None) -> None:
+        # A cell's op: its execute_request's id, so that the notebook that sent it
+        # tells its own ops from everyone else's (the stale markers, extension/src/cells.ts).
+        request = {"request": str(self.get_parent("shell").get("header", {}).get("msg_id", ""))}
         if isinstance(outcome, CommitReport):
-            self._notify_committed(outcome)
+            self._notify_committed(outcome, request, checkout=op.checked_out)
         else:
             if isinstance(outcome, BaseException):
                 error: str | None = str(outcome)  # the commit failed
@@ -351,14 +358,18 @@ class KernosKernel(IPythonKernel):
             else:
                 error = None if why is None else f"{type(why).__name__}: {why}"
             self.inspection.notify({"type": "rolled_back", "op": op.id,
-                                    "principal": op.principal, "error": error})
+                                    "principal": op.principal, "error": error, **request})
 
-    def _notify_committed(self, report: CommitReport) -> None:
-        self.inspection.notify({
+    def _notify_committed(self, report: CommitReport, extra: dict[str, str] | None = None, *,
+                          checkout: CheckoutReport | None = None) -> None:
+        notice = {
             "type": "committed", "op": report.op, "commit": report.commit,
             "principal": report.principal, "added": report.added,
             "changed": report.changed, "deleted": report.deleted,
-            "events": len(report.events)})
+            "events": len(report.events), **(extra or {})}
+        if checkout is not None:  # `%kernos checkout REF` in a cell
+            notice["checkout"] = checkout_notice(checkout.__dict__)
+        self.inspection.notify(notice)
 
     async def _runs_before_restored(self, code: str) -> bool:
         """Whether a cell can run while the start-up restore still loads big values.
@@ -484,6 +495,16 @@ class KernosKernel(IPythonKernel):
                     and self._keeps_failed_cells(op))
             outcome = self._finish(op, ok, why, keep=keep, silent=silent)
             self.current_op = None
+            if self._last_report is not None:  # what the cell's badge and stale marker read
+                self._last_report["names"] = reached_names(op.reach)
+            # The cell's output, then its traceback, then Kernos's line on the rollback.
+            if isinstance(outcome, BaseException):
+                reply = self._error_reply(outcome, reply)
+            elif failure is not None:
+                reply = self._error_reply(failure)
+            if self._rollback_line is not None:
+                _say(self._rollback_line)
+                self._rollback_line = None
             if isinstance(outcome, CommitReport) and outcome.events:
                 _faults.point("notify")
                 self.streams.publish(outcome.events)
@@ -495,10 +516,6 @@ class KernosKernel(IPythonKernel):
                 self._announce_placeholders()
         self.fold_when_idle()
         self.loop_driver.wake()  # the cell may have started, paused or reset a loop
-        if isinstance(outcome, BaseException):
-            return self._error_reply(outcome, reply)
-        if failure is not None:
-            return self._error_reply(failure)
         assert reply is not None
         return reply
 
@@ -571,20 +588,20 @@ class KernosKernel(IPythonKernel):
             if state.load_error is None or not names:
                 continue
             self._placeholders_told.update(names)
-            _say(f"kernos: {', '.join(names)} could not be restored and "
-                 f"{'is a placeholder' if len(names) == 1 else 'are placeholders'}: "
-                 f"{state.load_error}")
+            self._notice(f"kernos: {', '.join(names)} could not be restored and "
+                         f"{'is a placeholder' if len(names) == 1 else 'are placeholders'}: "
+                         f"{state.load_error}", "placeholder")
 
     def _rolled_back(self, op: Op, aborted: AbortReport | None, *,
                      silent: bool) -> dict[str, Any]:
         """The reply metadata of a rolled-back op; its summary ends the cell's output."""
         summary: dict[str, Any] = {"status": "rolled back", "op": op.id,
-                                   "audit": self._audit_head(op)}
+                                   "outcome": op.outcome[0], "audit": self._audit_head(op)}
         if aborted is not None:
             summary.update(reloaded=aborted.reloaded, undone=aborted.undone(),
                            message=aborted.summary())
             if not silent and not aborted.nothing_undone:
-                _say(f"kernos: {aborted.summary()}")
+                self._rollback_line = f"kernos: {aborted.summary()}"
         return summary
 
     @staticmethod
@@ -599,11 +616,27 @@ class KernosKernel(IPythonKernel):
             if not info.get("lossless"):
                 by_name.setdefault(str(info["name"]), []).append(info)
         for infos in by_name.values():
-            _say("kernos: " + unpersisted_line(infos))
+            self._notice("kernos: " + unpersisted_line(infos), "unpersisted")
         if report.failed is not None:
             _say(f"kernos: kept as op {report.op}, marked failed ({report.failed['kind']}): "
                  "what the cell did before the error is committed (`%kernos on-error "
                  "rollback` rolls failed cells back instead)")
+
+    def _notice(self, line: str, kind: str) -> None:
+        """A notice that is not an error (the cell committed): a display of its own.
+
+        It carries ``text/plain`` for every frontend and :data:`NOTICE_MIME` for the
+        Kernos extension, and it is never styled as stderr.  It follows what the
+        cell printed (stdout goes out first).
+        """
+        sys.stdout.flush()
+        if self.session is None:
+            _say(line)
+            return
+        self.session.send(self.iopub_socket, "display_data", {
+            "data": {"text/plain": line, NOTICE_MIME: {"kind": kind, "text": line}},
+            "metadata": {}, "transient": {}},
+            parent=self.get_parent("shell"), ident=self._topic("display_data"))
 
     def _error_reply(self, error: BaseException,
                      reply: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -612,6 +645,8 @@ class KernosKernel(IPythonKernel):
         message = str(error) or name
         content = {"ename": name, "evalue": message,
                    "traceback": [f"\x1b[0;31m{name}\x1b[0m: {message}"]}
+        sys.stdout.flush()  # what the cell printed comes first
+        sys.stderr.flush()
         if self.session is not None:
             self.session.send(self.iopub_socket, "error", content,
                               parent=self.get_parent("shell"), ident=self._topic("error"))
@@ -748,6 +783,22 @@ class KernosKernel(IPythonKernel):
         if self.remote is not None:  # after the close's fold: a final push, then the lease
             self.remote.close()
         return super().do_shutdown(restart)
+
+
+NOTICE_MIME = "application/vnd.kernos.notice+json"
+"""The MIME type of Kernos's notices that are not errors (see ``KernosKernel._notice``)."""
+
+
+MAX_REACHED_NAMES = 500
+"""More names than this in a cell's reach are reported as ``None`` (everything)."""
+
+
+def reached_names(reach: Reach) -> list[str] | None:
+    """The reply's ``names``: the global names a cell's code could read or write, sorted
+    (None: any name, as for code that calls ``exec`` or runs a magic)."""
+    if reach.everything or len(reach.names) > MAX_REACHED_NAMES:
+        return None
+    return sorted(reach.names)
 
 
 def _say(line: str) -> None:
