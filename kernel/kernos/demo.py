@@ -813,8 +813,24 @@ def run_demo(workspace_dir: str | None = None) -> int:
     except KernosError as error:
         print(f"\nDEMO FAILED: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    kernos = _command()
     print(f"Done in {time.monotonic() - started:.0f} s. Browse it yourself:\n"
-          f"    kernos log --workspace {workspace}\n"
-          f"    kernos audit log --workspace {workspace}\n"
-          f"    kernos objects --workspace {workspace}")
+          f"    {kernos} log --workspace {workspace}\n"
+          f"    {kernos} audit log --workspace {workspace}\n"
+          f"    {kernos} objects --workspace {workspace}")
+    if kernos != "kernos":
+        print(f"({kernos} is this install's command; `source {Path(kernos).parent}/activate` "
+              "puts `kernos` on your PATH.)")
     return 0
+
+
+def _command() -> str:
+    """How the reader runs this ``kernos``: its name when it is on the PATH, else its path."""
+    running = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    found = shutil.which("kernos")
+    if running is None or running.name != "kernos" or (
+            found is not None and Path(found).resolve() == running):
+        return "kernos"
+    with contextlib.suppress(ValueError):
+        return os.path.relpath(running)
+    return str(running)

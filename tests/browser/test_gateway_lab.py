@@ -47,6 +47,12 @@ def test_the_sidebar_works_against_a_gateway_kernel(
     notebook = open_notebook("through-gateway")
     kernels = gateway.api("/api/kernels")
     assert len(kernels) == 1, kernels  # the notebook's kernel runs under the gateway
+    # The launcher's logo comes through the gateway (it showed a plain "K" without it).
+    spec = notebook.server.api("/api/kernelspecs")["kernelspecs"]["kernos"]
+    assert "logo-svg" in spec["resources"], spec
+    path = spec["resources"]["logo-svg"].lstrip("/")
+    logo = notebook.page.request.get(f"{notebook.server.url}/{path}")
+    assert logo.ok and b"<svg" in logo.body(), logo.status
     panel = notebook.panel
     panel.open()
     panel.tab("objects")

@@ -152,8 +152,10 @@ def long_lived_agent(run: Run) -> None:
     assert before_pid == f"kernel pid {after.killed}", (before_pid, after.killed)
     assert _line(after.text, "kernel pid") != before_pid, "the kernel was not replaced"
     at_kill = _loop(after.loops_at_kill, "triage")
-    assert at_kill["status"] == "running" and at_kill["pending"] > 0, \
-        f"the kill came after the queue was done, so it shows no resume: {at_kill}"
+    assert (at_kill["status"], at_kill["iteration"], at_kill["pending"]) == ("paused", 2, 3), \
+        f"the kill should find the loop paused at T-3, the queue half done: {at_kill}"
+    resumed = _loop(_value(after), "triage")
+    assert resumed["status"] in ("running", "finished"), resumed
     # The queue done, each ticket once, in order, by the iteration that handled it.
     done = _loop(_value(run.cell("done")), "triage")
     assert (done["status"], done["iteration"], done["pending"], done["reason"]) == \

@@ -396,7 +396,7 @@ def iterate(runtime: AgentRuntime, agent: str) -> IterationResult:
     try:
         runtime.events.emit(ITERATION_TOPIC, {"agent": agent, "iteration": number,
                                               "op": op.id, "status": state.status},
-                            principal=HUMAN)
+                            principal=agent, by_runtime=True)
     finally:
         context.leave(token_)
     return IterationResult(agent=agent, iteration=number, op=op.id, status=state.status,
@@ -523,4 +523,4 @@ def _shown(value: object) -> str:
 def _emit_status(runtime: AgentRuntime, state: LoopState) -> None:
     runtime.events.emit(STATUS_TOPIC, {"agent": state.agent, "status": state.status,
                                        "iteration": state.iteration, "reason": state.reason},
-                        principal=HUMAN)
+                        principal=state.agent, by_runtime=True)

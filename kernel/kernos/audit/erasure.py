@@ -65,6 +65,17 @@ class ErasureReport:
     record: int
     """The index of the erasure record in the chain."""
 
+    def __str__(self) -> str:
+        key = "its key destroyed" if self.key_destroyed else "it had no key"
+        return (f"erased {self.subject}: {key}; {_count(len(self.payloads), 'audit payload')}"
+                f" and {_count(self.recordings, 'LLM recording')} deleted; "
+                f"{_count(self.live, 'live value')} now {'shows' if self.live == 1 else 'show'}"
+                f" <erased> (audit record {self.record})")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
 
 def known_subjects(log: AuditLog) -> tuple[set[str], dict[str, int]]:
     """(subjects with a key or a sealed payload, subject -> index of its erasure record)."""

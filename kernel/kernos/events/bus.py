@@ -240,12 +240,18 @@ class EventBus:
     # -- emitting -------------------------------------------------------------------
 
     def emit(self, topic: object, payload: object = None, *,
-             principal: str | None = None) -> Event:
+             principal: str | None = None, by_runtime: bool = False) -> Event:
+        """Emit ``topic`` in the current op, as ``principal`` (the op's, by default).
+
+        ``by_runtime``: the runtime itself reports on ``principal`` (a loop's iteration),
+        so no ``emit`` grant of that principal's is needed, yet the event is attributed to
+        whom it is about.
+        """
         op = self._op()
         principal = principal or self._who(op)
         check_topic(topic)
         assert isinstance(topic, str)
-        if principal != HUMAN and self.authorize is not None:
+        if principal != HUMAN and self.authorize is not None and not by_runtime:
             self.authorize(principal, "emit", topic)
         stored = self.stored_form(payload)
         depth = op.event_depth
