@@ -36,7 +36,8 @@ const inspector: JupyterFrontEndPlugin<void> = {
     consoles: IConsoleTracker | null,
     restorer: ILayoutRestorer | null
   ) => {
-    const panel = new KernosPanel();
+    const panel = new KernosPanel((command, args) =>
+      app.commands.execute(command, args as any));
     panel.id = PANEL_ID;
     panel.title.icon = kernosIcon;
     panel.title.caption = 'Kernos';
@@ -98,10 +99,8 @@ const inspector: JupyterFrontEndPlugin<void> = {
       execute: args => {
         labShell.activateById(PANEL_ID);
         const op = Number(args.op);
-        // The History view selects the op's row once the panel offers it.
-        const select = (panel as unknown as { showOp?: (op: number) => unknown }).showOp;
-        if (Number.isInteger(op) && typeof select === 'function') {
-          return select.call(panel, op);
+        if (Number.isInteger(op)) {
+          panel.showOp(op);
         }
       }
     });

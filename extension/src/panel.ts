@@ -21,7 +21,7 @@ import {
 import { AgentsView } from './views/agents';
 import { CapabilitiesView } from './views/capabilities';
 import { EventsView } from './views/events';
-import { HistoryView } from './views/history';
+import { CommandRunner, HistoryView } from './views/history';
 import { ObjectsView } from './views/objects';
 import { PlotView } from './views/plot';
 
@@ -30,7 +30,7 @@ type TabName = 'objects' | 'events' | 'capabilities' | 'history' | 'plot' | 'age
 const TABS: { name: TabName; label: string }[] = [
   { name: 'objects', label: 'Objects' },
   { name: 'events', label: 'Events' },
-  { name: 'capabilities', label: 'Capabilities' },
+  { name: 'capabilities', label: 'Grants' },
   { name: 'history', label: 'History' },
   { name: 'plot', label: 'Plot' },
   { name: 'agents', label: 'Agents' }
@@ -40,7 +40,12 @@ const TABS: { name: TabName; label: string }[] = [
 const NOTE_MS = 6000;
 
 export class KernosPanel extends Widget {
-  constructor() {
+  /**
+   * `execute` runs a JupyterLab command (`app.commands.execute`): the History
+   * tab's **Open** on a fork runs `kernos:open-fork`.  Without it (an inline
+   * inspector), a fork is named, not opened.
+   */
+  constructor(execute: CommandRunner | null = null) {
     super();
     this.addClass('kernos-panel');
     const request = <T = any>(action: string, fields?: RequestFields): Promise<T> => {
@@ -55,7 +60,7 @@ export class KernosPanel extends Widget {
       objects: new ObjectsView(request),
       events: new EventsView(request),
       capabilities: new CapabilitiesView(request),
-      history: new HistoryView(request, report),
+      history: new HistoryView(request, report, execute),
       plot: new PlotView(request),
       agents: new AgentsView(request, report)
     };
@@ -89,6 +94,7 @@ export class KernosPanel extends Widget {
         attrs: { type: 'button', role: 'tab', 'aria-selected': 'false', 'data-tab': tab.name }
       });
       button.addEventListener('click', () => this._select(tab.name));
+      button.title = tab.name === 'capabilities' ? 'Capabilities: who holds which grant' : tab.label;
       this._tabButtons.set(tab.name, button);
       this._tabBar.append(button);
     }
@@ -203,8 +209,8 @@ export class KernosPanel extends Widget {
         this._notKernos.hidden = false;
         this._notKernos.textContent =
           state.kind === 'no-kernel'
-            ? 'The active kernel is not Kernos; there is no active kernel. Open a notebook or ' +
-              'console that runs the Kernos kernel to inspect its image.'
+            ? 'No notebook or console is open. Open one that runs the Kernos kernel ' +
+              '(“Kernos (Python 3)” in the launcher) to inspect its image.'
             : `The active kernel is not Kernos; it is “${state.name}”. Switch the notebook's ` +
               'kernel to Kernos (kernelspec “kernos”) to inspect its image.';
         this._status.textContent = '';
@@ -272,8 +278,19 @@ export class KernosPanel extends Widget {
     }
   }
 
+  /** Show op `op` in the History tab, its row expanded (a cell's badge asks for this). */
+  showOp(op: number): void {
+    this._select('history');
+    const history = this._views.history as HistoryView;
+    void history.reveal(op);
+  }
+
   private _onCommitted(notice: ICommittedNotice): void {
-    this._head = { op: notice.op, commit: notice.commit };
+    // An op that changed nothing wrote no snapshot: the head is still the last one's
+    // (its op and commit), as `%kernos status` says.
+    if (notice.commit !== this._head?.commit) {
+      this._head = { op: notice.op, commit: notice.commit };
+    }
     if (this._hold === null || notice.op > this._hold) {
       this._hold = null;
       this._showHead();

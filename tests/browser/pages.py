@@ -9,8 +9,9 @@ the Kernos sidebar, read through the extension's ``data-testid`` contract:
 - objects table ``kernos-objects`` with rows ``tr[data-name=NAME]``, filter
   ``kernos-filter``, pages ``kernos-prev`` / ``kernos-next`` / ``kernos-page``,
   preview ``kernos-preview``;
-- history table ``kernos-history`` with rows ``tr[data-op=OP]``, each with a
-  ``kernos-checkout`` button (a dialog whose accept button says "Check out");
+- history table ``kernos-history`` with rows ``tr[data-op=OP]``; a click expands one
+  into ``tr[data-detail-op=OP]`` with the op's code and its ``kernos-checkout`` button
+  (a dialog whose accept button says "Check out") and ``kernos-fork``;
 - ``kernos-status`` ("op N · COMMIT"), ``kernos-progress``,
   ``kernos-not-kernos``, ``kernos-plot``.
 
@@ -429,13 +430,21 @@ class KernosPanel:
     def history(self) -> Locator:
         return self.testid("kernos-history")
 
-    def check_out(self, op: int) -> None:
-        """History tab: the op's checkout button, then "Check out" in the dialog."""
+    def expand(self, op: int) -> Locator:
+        """History tab: click the op's row; return its expanded detail row (code, actions)."""
         self.tab("history")
         row = self.history.locator(f'tr[data-op="{op}"]')
         expect(row).to_have_count(1, timeout=STEP_TIMEOUT_MS)
+        detail = self.history.locator(f'tr[data-detail-op="{op}"]')
+        if not detail.count():
+            self.click(row, detail, f"expand-{op}")
+        return detail
+
+    def check_out(self, op: int) -> None:
+        """History tab: the op's row, its Check out button, then "Check out" in the dialog."""
+        detail = self.expand(op)
         dialog = self.page.locator(".jp-Dialog")
-        self.click(row.get_by_test_id("kernos-checkout"),
+        self.click(detail.get_by_test_id("kernos-checkout"),
                    dialog.filter(has_text=re.compile(rf"Check out op {op}\b")), f"checkout-{op}")
         self.notebook.shot(f"checkout-dialog-op-{op}")
         dialog.locator(".jp-Dialog-button", has_text="Check out").click()

@@ -23,11 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.kernel, pytest.mark.extension]
 
 
 def _fork(panel: KernosPanel, op: int, name: str) -> None:
-    panel.tab("history")
-    row = panel.history.locator(f'tr[data-op="{op}"]')
-    expect(row).to_have_count(1, timeout=STEP_TIMEOUT_MS)
+    detail = panel.expand(op)
     dialog = panel.page.locator(".jp-Dialog")
-    panel.click(row.get_by_test_id("kernos-fork"),
+    panel.click(detail.get_by_test_id("kernos-fork"),
                 dialog.filter(has_text=re.compile(rf"from op {op}\b")), f"fork-{op}")
     dialog.get_by_test_id("kernos-fork-name").fill(name)
     panel.notebook.shot(f"fork-dialog-op-{op}-{name.replace('/', '_')}")
@@ -53,8 +51,10 @@ def test_fork_from_a_history_row(open_notebook: Callable[..., NotebookPage]) -> 
 
     _fork(panel, first_op, "trial-a")
     dest = workspace.parent / "trial-a"
-    expect(panel.testid("kernos-forked")).to_contain_text(f"KERNOS_WORKSPACE={dest}",
+    expect(panel.testid("kernos-forked")).to_contain_text(f"into {dest}",
                                                          timeout=STEP_TIMEOUT_MS)
+    # The result offers Open (a notebook bound to the fork: tests/browser/test_fork_open.py).
+    expect(panel.testid("kernos-open-fork")).to_be_visible()
     assert f"into {dest}" in panel.status()
     notebook.shot("forked")
     verdict = verify(dest)

@@ -343,3 +343,19 @@ def test_run_says_which_op_it_committed(kernel_factory: Callable[..., Kernel],
     quiet = cli("run", "-w", "live", "-q", "x = 2", root=root)
     assert (ok(quiet), quiet.stderr) == ("", "")
     assert kernel.value("x") == 2
+
+
+def test_a_running_kernel_lists_a_restored_placeholder_as_one(
+        kernel_factory: Callable[..., Kernel], root: Path) -> None:
+    kernel = kernel_factory(root / "live")
+    assert kernel.run("handle = open('/dev/null')\nkept = 1").committed
+    kernel.kill9()
+    kernel = kernel_factory(root / "live")
+    assert kernel.value("type(handle).__name__") == "Unpersisted"
+    listed = ok(cli("objects", "-w", "live", "--json", root=root))
+    found = json.loads(listed)
+    assert found["source"] == "kernel", found
+    [handle] = [item for item in found["objects"] if item["name"] == "handle"]
+    assert handle["type"] == "Unpersisted", handle
+    assert handle["summary"].startswith("placeholder for _io.TextIOWrapper: could not be "
+                                        "persisted (open files"), handle

@@ -6,6 +6,8 @@ import { clear, describeError, h, text } from '../dom';
 import { IGrant, IView, Requester } from '../tokens';
 
 const HEADERS = ['Principal', 'Capability', 'Limit', 'Used', 'Left', 'Revoked'];
+/** Columns shown only when the sidebar is wide enough; the row's tooltip has them all. */
+const WIDE = [false, false, true, true, false, true];
 
 export class CapabilitiesView implements IView {
   readonly node: HTMLElement;
@@ -23,7 +25,8 @@ export class CapabilitiesView implements IView {
         h(
           'table',
           { className: 'kernos-table', testid: 'kernos-capabilities' },
-          h('thead', {}, h('tr', {}, ...HEADERS.map(label => h('th', { text: label })))),
+          h('thead', {}, h('tr', {}, ...HEADERS.map((label, i) =>
+            h('th', { text: label, className: WIDE[i] ? 'kernos-wide' : '' })))),
           this._body
         )
       )
@@ -80,10 +83,11 @@ export class CapabilitiesView implements IView {
         },
         h('td', { text: grant.principal }),
         h('td', { text: grant.capability }),
-        h('td', { className: 'kernos-numeric', text: grant.limit === null ? 'unlimited' : text(grant.limit) }),
-        h('td', { className: 'kernos-numeric', text: text(grant.used) }),
+        h('td', { className: 'kernos-numeric kernos-wide', text: grant.limit === null ? 'unlimited' : text(grant.limit) }),
+        h('td', { className: 'kernos-numeric kernos-wide', text: text(grant.used) }),
         h('td', { className: 'kernos-numeric', text: text(grant.remaining) }),
         h('td', {
+          className: 'kernos-wide',
           text: revoked
             ? grant.revoked_op === null || grant.revoked_op === undefined
               ? 'revoked'
@@ -91,6 +95,11 @@ export class CapabilitiesView implements IView {
             : ''
         })
       );
+      row.title =
+        `${grant.principal}: ${grant.capability}, limit ` +
+        `${grant.limit === null ? 'unlimited' : text(grant.limit)}, used ${text(grant.used)}, ` +
+        `left ${text(grant.remaining)}${revoked ? ', revoked' : ''}`;
+      row.classList.toggle('kernos-revoked', !!revoked);
       this._body.append(row);
     }
     for (const agent of agents) {

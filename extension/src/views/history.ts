@@ -11,17 +11,30 @@ import { Widget } from '@lumino/widgets';
 import { clear, describeError, formatBytes, formatTime, h, shortCommit, text } from '../dom';
 import { IDiff, IDiffEntry, ISnapshot, IView, MAX_SNAPSHOTS, Requester } from '../tokens';
 
-const HEADERS = ['', 'Op', '', 'Principal', 'Message', 'Size', 'When'];
+const HEADERS = ['', 'Op', 'What'];
 
 /** Where the view reports a checkout's outcome (the panel's status line). */
 export type StatusReporter = (message: string, isError: boolean, op?: number | null) => void;
+
+/** Runs a JupyterLab command (the panel's `app.commands.execute`), if the panel has one. */
+export type CommandRunner = (command: string, args: Record<string, unknown>) => Promise<unknown>;
+
+/** One row: a snapshot, or (with `all`) an op that wrote none. */
+interface IEntry extends ISnapshot {
+  changes?: { added?: string[]; changed?: string[]; deleted?: string[] };
+  outcome?: string;
+  error?: string | null;
+}
+
+const CHECKOUT = /^checkout ([0-9a-f]{7,40})\b/;
 
 export class HistoryView implements IView {
   readonly node: HTMLElement;
 
   constructor(
     private readonly _request: Requester,
-    private readonly _report: StatusReporter
+    private readonly _report: StatusReporter,
+    private readonly _execute: CommandRunner | null = null
   ) {
     this._body = h('tbody');
     this._message = h('div', { className: 'kernos-view-message' });
@@ -29,7 +42,7 @@ export class HistoryView implements IView {
     this._forked = h('div', { className: 'kernos-forked', testid: 'kernos-forked' });
     const hint = h('div', {
       className: 'kernos-hint',
-      text: 'Select two snapshots to compare them.'
+      text: 'Click an op for its code and actions; tick two to compare them.'
     });
     this.node = h(
       'div',
@@ -40,7 +53,11 @@ export class HistoryView implements IView {
         { className: 'kernos-table-wrap' },
         h(
           'table',
-          { className: 'kernos-table', testid: 'kernos-history' },
+          { className: 'kernos-table kernos-history-table', testid: 'kernos-history' },
+          h('colgroup', {},
+            h('col', { className: 'kernos-col-select' }),
+            h('col', { className: 'kernos-col-op' }),
+            h('col', {})),
           h('thead', {}, h('tr', {}, ...HEADERS.map(label => h('th', { text: label })))),
           this._body
         )
@@ -54,16 +71,19 @@ export class HistoryView implements IView {
   async refresh(): Promise<void> {
     const generation = ++this._generation;
     try {
-      const result = await this._request<{ snapshots: ISnapshot[] }>('log', {
-        limit: MAX_SNAPSHOTS
+      const result = await this._request<{ snapshots: IEntry[] }>('log', {
+        limit: MAX_SNAPSHOTS,
+        all: true
       });
       if (generation !== this._generation) {
         return;
       }
       this._message.textContent = '';
-      const commits = new Set(result.snapshots.map(snapshot => snapshot.commit));
+      // An op that wrote no snapshot has no commit: '' here.
+      const entries = result.snapshots.map(entry => ({ ...entry, commit: entry.commit ?? '' }));
+      const commits = new Set(entries.map(entry => entry.commit).filter(Boolean));
       this._chosen = this._chosen.filter(commit => commits.has(commit));
-      this._draw(result.snapshots);
+      this._draw(entries);
     } catch (error) {
       if (generation === this._generation) {
         this._message.textContent = `Could not read the history: ${describeError(error)}`;
@@ -78,68 +98,177 @@ export class HistoryView implements IView {
   clear(): void {
     this._generation += 1;
     this._chosen = [];
+    this._expanded = null;
     clear(this._body);
     clear(this._diff);
     this._message.textContent = '';
   }
 
-  private _draw(snapshots: ISnapshot[]): void {
+  /** Show op `op`: expand its row and scroll it into view (a cell's badge asks for this). */
+  async reveal(op: number): Promise<void> {
+    this._expanded = op;
+    await this.refresh();
+    const row = this._body.querySelector<HTMLElement>(`tr[data-op="${op}"]`);
+    row?.scrollIntoView({ block: 'nearest' });
+  }
+
+  private _draw(entries: IEntry[]): void {
     clear(this._body);
+    const snapshots = entries.filter(entry => entry.commit);
     this._order = new Map(snapshots.map((snapshot, index) => [snapshot.commit, index]));
-    for (const snapshot of snapshots) {
-      const select = h('input', {
-        className: 'kernos-diff-select',
-        testid: 'kernos-diff-select',
-        attrs: { type: 'checkbox', 'aria-label': `Compare op ${text(snapshot.op)}` }
-      });
-      select.checked = this._chosen.includes(snapshot.commit);
-      select.addEventListener('change', () => this._choose(snapshot.commit, select.checked));
-      const checkout = h('button', {
-        className: 'kernos-button kernos-checkout',
-        testid: 'kernos-checkout',
-        text: 'Check out',
-        title: `Check out op ${text(snapshot.op)} (${shortCommit(snapshot.commit)})`,
-        attrs: { type: 'button' }
-      });
-      checkout.addEventListener('click', event => {
-        event.stopPropagation();
-        void this._checkout(snapshot);
-      });
-      const fork = h('button', {
-        className: 'kernos-button kernos-fork',
-        testid: 'kernos-fork',
-        text: 'Fork',
-        title: `Fork op ${text(snapshot.op)} (${shortCommit(snapshot.commit)}) into a new workspace`,
-        attrs: { type: 'button' }
-      });
-      fork.addEventListener('click', event => {
-        event.stopPropagation();
-        void this._fork(snapshot);
-      });
-      const bytes = snapshot.bytes;
-      this._body.append(
-        h(
-          'tr',
-          { attrs: { 'data-op': text(snapshot.op, ''), 'data-commit': snapshot.commit } },
-          h('td', {}, select),
-          h('td', { className: 'kernos-numeric', text: text(snapshot.op) }),
-          h('td', { className: 'kernos-row-actions' }, checkout, fork),
-          h('td', { text: text(snapshot.principal) }),
-          h('td', { className: 'kernos-message', text: text(snapshot.message, ''), title: shortCommit(snapshot.commit) }),
-          h('td', {
-            className: 'kernos-numeric',
-            text: formatBytes(bytes),
-            title: typeof bytes === 'number' ? `${bytes} bytes` : ''
-          }),
-          h('td', { text: formatTime(snapshot.when) })
-        )
-      );
+    this._opOf = new Map(snapshots.map(snapshot => [snapshot.commit, snapshot.op]));
+    const head = snapshots[0]?.commit ?? null;
+    // The snapshot the head checked out, if the newest snapshot is a checkout.
+    const checkedOut = head ? this._checkedOutBy(snapshots[0]) : null;
+    for (const entry of entries) {
+      this._drawRow(entry, entry.commit !== '' && entry.commit === head,
+                    checkedOut !== null && entry.commit === checkedOut);
     }
-    if (snapshots.length === 0) {
+    if (entries.length === 0) {
       this._body.append(
         h('tr', { className: 'kernos-empty' },
           h('td', { text: 'No snapshots yet.', attrs: { colspan: String(HEADERS.length) } }))
       );
+    }
+  }
+
+  /** The commit a checkout snapshot made the image equal to (its message names it). */
+  private _checkedOutBy(entry: IEntry): string | null {
+    const match = CHECKOUT.exec(entry.message ?? '');
+    if (!match) {
+      return null;
+    }
+    for (const commit of this._order.keys()) {
+      if (commit.startsWith(match[1])) {
+        return commit;
+      }
+    }
+    return null;
+  }
+
+  /** What an op did, as a person reads it: a checkout names the op it went back to. */
+  private _what(entry: IEntry): string {
+    const message = entry.message ?? '';
+    const match = CHECKOUT.exec(message);
+    if (match) {
+      for (const [commit, op] of this._opOf) {
+        if (commit.startsWith(match[1])) {
+          return `checkout → op ${text(op)}`;
+        }
+      }
+    }
+    return message;
+  }
+
+  private _drawRow(entry: IEntry, isHead: boolean, isCheckedOut: boolean): void {
+    const snapshot = entry.commit !== '';
+    const op = entry.op;
+    const expanded = op !== null && op === this._expanded;
+    const select = h('input', {
+      className: 'kernos-diff-select',
+      testid: 'kernos-diff-select',
+      attrs: { type: 'checkbox', 'aria-label': `Compare op ${text(op)}` }
+    });
+    select.checked = snapshot && this._chosen.includes(entry.commit);
+    select.disabled = !snapshot;
+    select.addEventListener('click', event => event.stopPropagation());
+    select.addEventListener('change', () => this._choose(entry.commit, select.checked));
+
+    const markers = h('span', { className: 'kernos-markers' });
+    if (isHead) {
+      markers.append(h('span', { className: 'kernos-marker kernos-marker-head', testid: 'kernos-head',
+                                 text: 'head', title: 'The image is this snapshot now' }));
+    }
+    if (isCheckedOut) {
+      markers.append(h('span', { className: 'kernos-marker kernos-marker-checked-out',
+                                 testid: 'kernos-checked-out', text: 'checked out',
+                                 title: 'The head is a checkout of this snapshot' }));
+    }
+    const outcome = snapshot ? '' : text(entry.outcome, 'no snapshot');
+    const changes = h('span', { className: 'kernos-changes', testid: 'kernos-changes' },
+      ...changeParts(entry));
+    const meta = h('div', { className: 'kernos-row-meta' },
+      h('span', { className: 'kernos-principal', text: text(entry.principal) }),
+      snapshot ? changes : h('span', { className: 'kernos-outcome', testid: 'kernos-outcome', text: outcome }));
+    const what = this._what(entry);
+    const row = h(
+      'tr',
+      {
+        className: [snapshot ? '' : 'kernos-no-snapshot', expanded ? 'kernos-selected' : '']
+          .filter(Boolean).join(' '),
+        attrs: { 'data-op': text(op, ''), 'data-commit': entry.commit ?? '',
+                 'aria-expanded': String(expanded), ...(snapshot ? {} : { 'data-outcome': outcome }) }
+      },
+      h('td', {}, select),
+      h('td', { className: 'kernos-numeric kernos-op-cell' }, h('div', { text: text(op) }), markers),
+      h('td', { className: 'kernos-what-cell' },
+        h('div', { className: 'kernos-message', text: what, title: what }),
+        meta)
+    );
+    row.tabIndex = 0;
+    const toggle = () => {
+      this._expanded = expanded ? null : op;
+      void this.refresh();
+    };
+    row.addEventListener('click', toggle);
+    row.addEventListener('keydown', event => {
+      if (event.key === 'Enter' || event.key === ' ') {
+        event.preventDefault();
+        toggle();
+      }
+    });
+    this._body.append(row);
+    if (expanded) {
+      this._body.append(this._detail(entry, outcome));
+    }
+  }
+
+  /** The expanded row: the op's full code, who and when, its outcome, and its actions. */
+  private _detail(entry: IEntry, outcome: string): HTMLTableRowElement {
+    const snapshot = entry.commit !== '';
+    const code = h('pre', { className: 'kernos-code', testid: 'kernos-op-code', text: snapshot ? 'Loading…' : '' });
+    const facts = h('div', { className: 'kernos-detail-facts' },
+      h('div', { text: `op ${text(entry.op)} by ${text(entry.principal)} · ${formatTime(entry.when)}` }),
+      h('div', {
+        text: snapshot
+          ? `committed · ${shortCommit(entry.commit)} · image ${formatBytes(entry.bytes ?? null)}`
+          : `${outcome}: no snapshot` + (entry.error ? ` · ${entry.error}` : '')
+      }));
+    const names = changeNames(entry);
+    const body = h('td', { attrs: { colspan: String(HEADERS.length) } }, facts);
+    if (names) {
+      body.append(h('div', { className: 'kernos-detail-names', text: names }));
+    }
+    if (snapshot) {
+      body.append(code);
+      void this._loadCode(entry.commit, code);
+      const checkout = h('button', {
+        className: 'kernos-button kernos-checkout', testid: 'kernos-checkout', text: 'Check out',
+        title: `Check out op ${text(entry.op)} (${shortCommit(entry.commit)})`, attrs: { type: 'button' }
+      });
+      checkout.addEventListener('click', event => {
+        event.stopPropagation();
+        void this._checkout(entry);
+      });
+      const fork = h('button', {
+        className: 'kernos-button kernos-fork', testid: 'kernos-fork', text: 'Fork…',
+        title: `Fork op ${text(entry.op)} into a new workspace`, attrs: { type: 'button' }
+      });
+      fork.addEventListener('click', event => {
+        event.stopPropagation();
+        void this._fork(entry);
+      });
+      body.append(h('div', { className: 'kernos-row-actions' }, checkout, fork));
+    }
+    return h('tr', { className: 'kernos-history-detail', attrs: { 'data-detail-op': text(entry.op, '') } }, body);
+  }
+
+  private async _loadCode(commit: string, into: HTMLElement): Promise<void> {
+    try {
+      const shown = await this._request<{ code?: string | null }>('show', { ref: commit });
+      into.textContent = shown.code ? shown.code : '(no code: an op the runtime ran)';
+    } catch (error) {
+      into.textContent = `Could not read the code: ${describeError(error)}`;
     }
   }
 
@@ -193,7 +322,9 @@ export class HistoryView implements IView {
     this._diff.append(
       h('div', {
         className: 'kernos-diff-title',
-        text: `${shortCommit(diff.a)} → ${shortCommit(diff.b)}`
+        text: `op ${text(this._opOf.get(diff.a) ?? null, shortCommit(diff.a))} → op ` +
+          `${text(this._opOf.get(diff.b) ?? null, shortCommit(diff.b))}`,
+        title: `${shortCommit(diff.a)} → ${shortCommit(diff.b)}`
       })
     );
     const list = h('ul', { className: 'kernos-diff-list' });
@@ -225,7 +356,7 @@ export class HistoryView implements IView {
     this._diff.append(list);
   }
 
-  private async _checkout(snapshot: ISnapshot): Promise<void> {
+  private async _checkout(snapshot: IEntry): Promise<void> {
     const short = shortCommit(snapshot.commit);
     const body = h(
       'div',
@@ -267,7 +398,7 @@ export class HistoryView implements IView {
     }
   }
 
-  private async _fork(snapshot: ISnapshot): Promise<void> {
+  private async _fork(snapshot: IEntry): Promise<void> {
     const short = shortCommit(snapshot.commit);
     const body = new ForkBody(
       `Make a new workspace from op ${text(snapshot.op)} (${short}), beside this one. ` +
@@ -286,12 +417,22 @@ export class HistoryView implements IView {
     this._report(`Forking op ${text(snapshot.op)} (${short}) into ${name}…`, false);
     try {
       const made = await this._request<IForked>('fork', { ref: snapshot.commit, dest: name });
-      const open = `KERNOS_WORKSPACE=${made.dest}`;
       clear(this._forked);
-      this._forked.append(
-        h('div', { text: `Forked op ${text(made.op)} (${short}) into ${made.dest}.` }),
-        h('div', { text: 'Open it with a kernel started with ' }, h('code', { text: open }))
-      );
+      this._forked.append(h('div', { text: `Forked op ${text(made.op)} (${short}) into ${made.dest}.` }));
+      if (this._execute) {
+        const open = h('button', {
+          className: 'kernos-button kernos-open-fork', testid: 'kernos-open-fork', text: 'Open',
+          title: 'A new notebook bound to the fork, on a Kernos kernel', attrs: { type: 'button' }
+        });
+        const execute = this._execute;
+        open.addEventListener('click', () => {
+          execute('kernos:open-fork', { path: made.dest }).catch(error =>
+            this._report(`Could not open the fork: ${describeError(error)}`, true));
+        });
+        this._forked.append(open);
+      } else {
+        this._forked.append(h('div', { text: `kernos log -w ${made.dest}` }));
+      }
       this._report(`Forked op ${text(made.op)} (${short}) into ${made.dest}`, false);
     } catch (error) {
       this._report(`Fork of ${short} failed: ${describeError(error)}`, true);
@@ -304,6 +445,8 @@ export class HistoryView implements IView {
   private _forked: HTMLDivElement;
   private _chosen: string[] = [];
   private _order = new Map<string, number>();
+  private _opOf = new Map<string, number | null>();
+  private _expanded: number | null = null;
   private _generation = 0;
   private _diffGeneration = 0;
 }
@@ -348,4 +491,43 @@ class ForkBody extends Widget implements Dialog.IBodyWidget<string> {
   }
 
   private _input: HTMLInputElement;
+}
+
+/** `+2 ~1 −1` for a row. */
+function changeParts(entry: IEntry): HTMLElement[] {
+  const parts: HTMLElement[] = [];
+  const count = (names: string[] | undefined) =>
+    (names ?? []).filter(name => !name.startsWith('kernos:')).length;
+  const added = count(entry.changes?.added);
+  const changed = count(entry.changes?.changed);
+  const deleted = count(entry.changes?.deleted);
+  if (added) {
+    parts.push(h('span', { className: 'kernos-change-added', text: `+${added}` }));
+  }
+  if (changed) {
+    parts.push(h('span', { className: 'kernos-change-changed', text: `~${changed}` }));
+  }
+  if (deleted) {
+    parts.push(h('span', { className: 'kernos-change-deleted', text: `−${deleted}` }));
+  }
+  if (!parts.length) {
+    parts.push(h('span', { className: 'kernos-change-none', text: 'no names' }));
+  }
+  return parts;
+}
+
+/** `added x, y · changed z` for the expanded row (the image's own names left out). */
+function changeNames(entry: IEntry): string {
+  const said: string[] = [];
+  for (const [label, names] of [
+    ['added', entry.changes?.added],
+    ['changed', entry.changes?.changed],
+    ['deleted', entry.changes?.deleted]
+  ] as [string, string[] | undefined][]) {
+    const shown = (names ?? []).filter(name => !name.startsWith('kernos:'));
+    if (shown.length) {
+      said.push(`${label} ${shown.slice(0, 12).join(', ')}${shown.length > 12 ? ', …' : ''}`);
+    }
+  }
+  return said.join(' · ');
 }

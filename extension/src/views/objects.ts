@@ -19,17 +19,28 @@ interface IColumn {
   label: string;
   cell: (row: IObjectRow) => string;
   numeric?: boolean;
+  /** Shown only when the sidebar is wide enough (style/base.css, `kernos-wide`). */
+  wide?: boolean;
+  /** Not a sort key of the kernel's. */
+  unsorted?: boolean;
 }
 
 const COLUMNS: IColumn[] = [
   { key: 'name', label: 'Name', cell: row => row.name },
-  { key: 'type', label: 'Type', cell: row => text(row.type) },
-  { key: 'size', label: 'Size', cell: row => formatBytes(row.size), numeric: true },
-  { key: 'version', label: 'Version', cell: row => text(row.version), numeric: true },
-  { key: 'op', label: 'Op', cell: row => text(row.op), numeric: true },
-  { key: 'principal', label: 'Principal', cell: row => text(row.principal) },
-  { key: 'changed_at', label: 'Changed', cell: row => formatTime(row.changed_at) }
+  { key: 'type', label: 'Type', cell: row => shortType(row.type) },
+  { key: 'summary', label: 'Value', cell: row => text(row.summary, ''), unsorted: true },
+  { key: 'size', label: 'Size', cell: row => formatBytes(row.size), numeric: true, wide: true },
+  { key: 'version', label: 'Ver', cell: row => text(row.version), numeric: true, wide: true },
+  { key: 'op', label: 'Op', cell: row => text(row.op), numeric: true, wide: true },
+  { key: 'principal', label: 'Who', cell: row => text(row.principal), wide: true },
+  { key: 'changed_at', label: 'Changed', cell: row => formatTime(row.changed_at), wide: true }
 ];
+
+/** `pandas.core.frame.DataFrame` -> `DataFrame` (the full name is in the tooltip). */
+function shortType(type: string | null | undefined): string {
+  const full = text(type);
+  return full.includes('.') ? full.slice(full.lastIndexOf('.') + 1) : full;
+}
 
 export class ObjectsView implements IView {
   readonly node: HTMLElement;
@@ -47,6 +58,15 @@ export class ObjectsView implements IView {
         void this.refresh();
       }, 250)
     );
+    this._internal = h('input', {
+      className: 'kernos-internal-toggle',
+      testid: 'kernos-show-internal',
+      attrs: { type: 'checkbox', 'aria-label': "Show the image's own kernos: names" }
+    });
+    this._internal.addEventListener('change', () => {
+      this._offset = 0;
+      void this.refresh();
+    });
     this._head = h('tr');
     this._body = h('tbody');
     const table = h(
@@ -65,7 +85,10 @@ export class ObjectsView implements IView {
     this.node = h(
       'div',
       { className: 'kernos-view kernos-objects-view' },
-      this._filter,
+      h('div', { className: 'kernos-objects-bar' },
+        this._filter,
+        h('label', { className: 'kernos-internal-label', title: "The image's own names: agents, their namespaces, the random state" },
+          this._internal, 'kernos:')),
       h('div', { className: 'kernos-table-wrap' }, table),
       h('div', { className: 'kernos-pager' }, this._prev, this._page, this._next),
       this._message,
@@ -83,7 +106,8 @@ export class ObjectsView implements IView {
         query: query || undefined,
         sort: this._sort,
         limit: PAGE_SIZE,
-        offset: this._offset
+        offset: this._offset,
+        internal: this._internal.checked
       });
       if (generation !== this._generation) {
         return;
@@ -132,8 +156,12 @@ export class ObjectsView implements IView {
     const descending = this._sort.startsWith('-');
     for (const column of COLUMNS) {
       const sorted = column.key === key;
+      if (column.unsorted) {
+        this._head.append(h('th', { className: 'kernos-value-cell', text: column.label }));
+        continue;
+      }
       const th = h('th', {
-        className: sorted ? 'kernos-sorted' : '',
+        className: [sorted ? 'kernos-sorted' : '', column.wide ? 'kernos-wide' : ''].filter(Boolean).join(' '),
         text: column.label + (sorted ? (descending ? ' ▼' : ' ▲') : ''),
         attrs: {
           'data-sort': column.key,
@@ -163,7 +191,11 @@ export class ObjectsView implements IView {
   private _drawRows(rows: IObjectRow[]): void {
     clear(this._body);
     for (const row of rows) {
-      const tr = h('tr', { attrs: { 'data-name': row.name } });
+      const tr = h('tr', {
+        attrs: { 'data-name': row.name },
+        title: `${row.name}: ${text(row.type)}, changed in op ${text(row.op)} by ` +
+          `${text(row.principal)} (version ${text(row.version)}, ${formatBytes(row.size)})`
+      });
       if (row.name === this._selected) {
         tr.classList.add('kernos-selected');
       }
@@ -171,9 +203,11 @@ export class ObjectsView implements IView {
         const value = column.cell(row);
         tr.append(
           h('td', {
-            className: column.numeric ? 'kernos-numeric' : '',
+            className: [column.numeric ? 'kernos-numeric' : '', column.wide ? 'kernos-wide' : '',
+                        column.unsorted ? 'kernos-value-cell' : ''].filter(Boolean).join(' '),
             text: value,
-            title: column.key === 'size' && typeof row.size === 'number' ? `${row.size} bytes` : value
+            title: column.key === 'size' && typeof row.size === 'number' ? `${row.size} bytes`
+              : column.key === 'type' ? text(row.type) : value
           })
         );
       }
@@ -185,7 +219,11 @@ export class ObjectsView implements IView {
         void this._showPreview(row.name);
       };
       tr.tabIndex = 0;
-      tr.addEventListener('click', select);
+      tr.addEventListener('mousedown', event => event.preventDefault()); // no scroll on focus
+      tr.addEventListener('click', () => {
+        tr.focus({ preventScroll: true });
+        select();
+      });
       tr.addEventListener('keydown', event => {
         if (event.key === 'Enter' || event.key === ' ') {
           event.preventDefault();
@@ -267,6 +305,7 @@ export class ObjectsView implements IView {
   }
 
   private _filter: HTMLInputElement;
+  private _internal: HTMLInputElement;
   private _head: HTMLTableRowElement;
   private _body: HTMLTableSectionElement;
   private _prev: HTMLButtonElement;

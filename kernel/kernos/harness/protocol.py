@@ -114,6 +114,8 @@ Actions and their fields (``?`` marks an optional field):
     name, type or principal contains it (ignoring case); ``total`` counts
     what is left.  ``sort`` is one of :data:`SORT_KEYS`, with a leading
     ``-`` for descending; the default is ``name``, and ties go by name.
+    ``internal: false`` leaves out the image's own names (``kernos:...``: the
+    agents, their namespaces, the random state), as the sidebar does.
 ``object``  name, principal?, preview_bytes?
     -> OBJECT plus ``"preview": {"repr", "json"?}`` bounded by
     ``preview_bytes`` (default 2,000; at most 100,000).
@@ -127,9 +129,13 @@ Actions and their fields (``?`` marks an optional field):
 ``tools``  principal?  -> ``{"tools": [{"name", "version", "schema",
     "description", "effect", "capability", "author"}]}``; for an agent, only
     the tools it may call.
-``log``  limit?  -> ``{"snapshots": [{"op", "commit", "when", "principal",
+``log``  limit?, all?  -> ``{"snapshots": [{"op", "commit", "when", "principal",
     "kind", "changes", "message", "bytes"}]}``, newest first; ``bytes`` is
     the image's size at that snapshot (the sum of its objects' sizes).
+    ``all: true`` (the human's log only) lists the ops that wrote no snapshot
+    too, from the audit log, each with ``"outcome"`` (``read-only``,
+    ``failed``, ``denied``, ...) and ``"error"``, and ``"commit": null``; a
+    snapshot's entry then has ``"outcome": "committed"``.
 ``show``  ref?  -> one snapshot: op, commit, principal, code, names.
 ``diff``  a, b?  -> ``{"a", "b", "added", "changed", "deleted"}`` (each a list
     of ``{"name", "type", "summary"}``).
@@ -291,7 +297,8 @@ ACTIONS: dict[str, dict[str, _Field]] = {
            "on_error": _f(_STR)},
     "versions": {"names": _f(_LIST, True), "principal": _f(_STR)},
     "objects": {"principal": _f(_STR), "prefix": _f(_STR), "query": _f(_STR),
-                "sort": _f(_STR), "limit": _f(_INT), "offset": _f(_INT)},
+                "sort": _f(_STR), "limit": _f(_INT), "offset": _f(_INT),
+                "internal": _f((bool,))},
     "object": {"name": _f(_STR, True), "principal": _f(_STR), "preview_bytes": _f(_INT)},
     "grant": {"agent": _f(_STR, True), "capability": _f(_STR, True),
               "limit": _f((int, str))},
@@ -300,7 +307,7 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "add_agent": {"agent": _f(_STR, True), "limits": _f(_OBJ)},
     "agents": {},
     "tools": {"principal": _f(_STR)},
-    "log": {"limit": _f(_INT), "principal": _f(_STR)},
+    "log": {"limit": _f(_INT), "principal": _f(_STR), "all": _f((bool,))},
     "show": {"ref": _f(_STR)},
     "diff": {"a": _f(_STR, True), "b": _f(_STR)},
     "checkout": {"ref": _f(_STR, True)},

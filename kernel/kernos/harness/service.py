@@ -34,7 +34,6 @@ import contextlib
 import io
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
@@ -46,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from kernos import history
 from kernos._version import __version__
 from kernos.analysis import Reach
+from kernos.audit.oplog import every_op
 from kernos.errors import (
     AgentCodeRejected,
     CapabilityDenied,
@@ -60,6 +60,7 @@ from kernos.errors import (
     UnknownTool,
     UsageError,
 )
+from kernos.fork import FORK_NAME, fork
 from kernos.harness.protocol import (
     ACTIONS,
     MUTATING,
@@ -72,6 +73,7 @@ from kernos.harness.protocol import (
 )
 from kernos.harness.results import ErrorInfo, OpResult, Value
 from kernos.harness.values import DEFAULT_PREVIEW_BYTES, value_of
+from kernos.serialize.unpersisted import Unpersisted
 
 if TYPE_CHECKING:
     from kernos.agents import AgentRuntime
@@ -86,8 +88,6 @@ HUMAN = "human"
 MAX_OUTPUT_CHARS = 64 * 1024
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 HARNESS_FILENAME = "<kernos-harness>"
-FORK_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
-"""What the ``fork`` action takes as the new workspace's name: an allowlist, never a path."""
 
 
 @dataclass(kw_only=True)
@@ -279,16 +279,24 @@ class HarnessService:
 
     def _describe(self, name: str) -> dict[str, Any]:
         meta = self.image.meta[name]
-        return {"name": name, "type": meta.type, "size": meta.size, "version": meta.version,
-                "op": meta.op, "principal": meta.principal, "changed_at": meta.changed_at,
-                "summary": meta.summary}
+        described = {"name": name, "type": meta.type, "size": meta.size,
+                     "version": meta.version, "op": meta.op, "principal": meta.principal,
+                     "changed_at": meta.changed_at, "summary": meta.summary}
+        value = self.image.lookup(name)
+        if type(value) is Unpersisted:  # a restore's placeholder, not what was stored
+            described["type"] = "Unpersisted"
+            described["summary"] = (f"placeholder for {value.type_name}: could not be "
+                                    f"persisted ({value.reason})")
+        return described
 
     def _objects(self, request: Request) -> Handled:
         principal = self._principal(request.get("principal"))
         prefix = request.get("prefix") or ""
         meta = self.image.meta
+        internal = request.get("internal", True)
         names = [name for name in meta
-                 if name.startswith(prefix) and self._may_read(principal, name)]
+                 if name.startswith(prefix) and self._may_read(principal, name)
+                 and (internal or not history.is_internal(name))]
         query = (request.get("query") or "").casefold()
         if query:
             names = [name for name in names if query in name.casefold()
@@ -353,6 +361,20 @@ class HarnessService:
         principal = self._principal(request.get("principal"))
         limit = request.get("limit")
         human = principal == HUMAN
+        if request.get("all"):
+            if not human:
+                raise ProtocolError("denied", "log: 'all' is the human's view of every op; "
+                                    "an agent's log lists the snapshots it may see")
+            return self._ok(request, {"snapshots": [{
+                "op": entry.op, "when": entry.committed_at,
+                # An op that wrote no snapshot names none (a read-only one's record has
+                # the head it left as it was).
+                "commit": (entry.commit or None) if entry.outcome == "committed" else None,
+                "principal": entry.principal, "kind": entry.kind, "changes": entry.changes,
+                "message": entry.headline,
+                "bytes": entry.bytes if entry.outcome == "committed" else None,
+                "outcome": entry.outcome, "error": entry.error or None,
+            } for entry in every_op(self.image.workspace, self.image.audit, limit=limit)]})
         own = f"kernos:ns:{principal}"
         shown: list[dict[str, Any]] = []
         for entry in history.log(self.image.workspace, limit=limit if human else None):
@@ -794,9 +816,11 @@ class HarnessService:
         return self._ok(request, result, events)
 
     def _fork(self, request: Request) -> Handled:
-        """A new workspace beside this one, from one of its snapshots (``kernos.fork``)."""
-        from kernos.fork import fork
+        """A new workspace beside this one, from one of its snapshots (``kernos.fork``).
 
+        ``dest`` is a bare name (:data:`kernos.fork.FORK_NAME`, an allowlist, never a
+        path); :func:`kernos.fork.fork_destination` puts it beside this workspace, as it
+        does for ``kernos fork``."""
         name: str = request.get("dest")
         if not FORK_NAME.fullmatch(name):
             raise ProtocolError("invalid", f"fork: the new workspace's name {name[:60]!r} is "
@@ -804,7 +828,7 @@ class HarnessService:
                                 "with '.'); it is a name, made beside this workspace, not a "
                                 "path")
         source = Path(self.image.workspace.path)
-        made = fork(source, source.parent / name, request.get("ref") or "HEAD")
+        made = fork(source, name, request.get("ref") or "HEAD")
         return self._ok(request, {**made.to_json(),
                                   "open": {"env": {"KERNOS_WORKSPACE": made.dest}}})
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-import reprlib
 from typing import Any
 
 from kernos.harness.results import Value
-from kernos.serialize.summary import type_name
+from kernos.serialize.summary import InstanceRepr, type_name
 
 __all__ = ["DEFAULT_PREVIEW_BYTES", "safe_repr", "to_json_value", "value_of"]
 
@@ -24,7 +23,7 @@ MAX_ITEMS = 10_000
 _NOT_JSON = object()
 
 
-class _Repr(reprlib.Repr):
+class _Repr(InstanceRepr):
     def __init__(self, size: int) -> None:
         super().__init__()
         self.maxlevel = 4

@@ -14,14 +14,27 @@ from __future__ import annotations
 import itertools
 import reprlib
 
-__all__ = ["describe", "type_name"]
+__all__ = ["InstanceRepr", "describe", "type_name"]
 
 _MAX = 80
 _ATTRIBUTES = 6
 """How many attributes an instance's summary shows."""
 _BRACKETS = {dict: ("{", "}"), list: ("[", "]"), set: ("{", "}"), tuple: ("(", ")"),
              frozenset: ("{", "}")}
-_repr = reprlib.Repr()
+class InstanceRepr(reprlib.Repr):
+    """reprlib, but an instance whose class keeps Python's default repr inside a container
+    reads as ``Account(balance=70)``, not ``<__main__.Account object at 0x...>`` (whose
+    address differs at every restore)."""
+
+    def repr_instance(self, x: object, level: int) -> str:
+        attributes = getattr(x, "__dict__", None)
+        if type(x).__repr__ is object.__repr__ and isinstance(attributes, dict):
+            text = _instance(type(x), attributes)
+            return text if len(text) <= self.maxother else text[:self.maxother - 3] + "..."
+        return super().repr_instance(x, level)
+
+
+_repr = InstanceRepr()
 _repr.maxstring = 60
 _repr.maxother = 60
 _repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxdict = 6

@@ -109,3 +109,28 @@ def test_stats_history_size_survives_a_restart_measured_on_disk(harness: Harness
     assert after > 0 and abs(after - before) < before  # on disk now: same order of size
     harness.op("b = 1")
     assert harness.ok(action="stats")["ops"][-1]["history_bytes"] >= after
+
+
+def test_objects_leave_the_images_own_names_out_when_asked(harness: Harness) -> None:
+    harness.op("import random\ndraw = random.random()")
+    everything = names(harness.ok(action="objects"))
+    assert "kernos:random" in everything  # the default keeps every name, as before
+    mine = harness.ok(action="objects", internal=False)
+    assert names(mine) == ["draw", "random"] and mine["total"] == 2
+    assert harness.error(action="objects", internal="no")["kind"] == "malformed"
+
+
+def test_log_all_lists_the_ops_that_wrote_no_snapshot_with_their_outcome(
+        harness: Harness) -> None:
+    harness.op("a = 1")
+    assert harness.op("b = 2\n1 / 0")["status"] == "failed"
+    harness.op("a + 1")  # read-only: no snapshot
+    harness.op("c = 3")
+    entries = harness.ok(action="log", all=True)["snapshots"]
+    assert [(entry["op"], entry["outcome"], entry["commit"] is None) for entry in entries] == [
+        (4, "committed", False), (3, "read-only", True), (2, "failed", True),
+        (1, "committed", False)]
+    assert "ZeroDivisionError" in entries[2]["error"]
+    assert [entry["op"] for entry in harness.ok(action="log")["snapshots"]] == [4, 1]
+    harness.ok(action="add_agent", agent="bob")
+    assert harness.error(action="log", all=True, principal="bob")["kind"] == "denied"
