@@ -170,6 +170,13 @@ class NotebookPage:
         The text is inserted, not typed key by key, so the editor's auto-indent cannot
         reshape it.  Returns the cell.
         """
+        cell = self._submit(code)
+        expect(cell.locator(".jp-InputPrompt")).to_have_text(
+            re.compile(r"\[\d+\]:"), timeout=timeout)
+        return cell
+
+    def _submit(self, code: str) -> Locator:
+        """Put ``code`` in the last cell (inserted, not typed) and press Shift+Enter."""
         cell = self.cells.nth(self.cells.count() - 1)
         editor = cell.locator(".cm-content")
         editor.click()
@@ -177,8 +184,6 @@ class NotebookPage:
         self.page.keyboard.insert_text(code)
         expect(editor).to_contain_text(code.splitlines()[0])
         self.page.keyboard.press("Shift+Enter")
-        expect(cell.locator(".jp-InputPrompt")).to_have_text(
-            re.compile(r"\[\d+\]:"), timeout=timeout)
         return cell
 
     def open_from_file_browser(self, notebook: str, kernel: str) -> None:
@@ -229,13 +234,7 @@ class NotebookPage:
 
     def start_cell(self, code: str) -> Locator:
         """Like :meth:`run_cell`, but return once the cell runs (its prompt reads [*])."""
-        cell = self.cells.nth(self.cells.count() - 1)
-        editor = cell.locator(".cm-content")
-        editor.click()
-        self.page.keyboard.press("Control+a")
-        self.page.keyboard.insert_text(code)
-        expect(editor).to_contain_text(code.splitlines()[0])
-        self.page.keyboard.press("Shift+Enter")
+        cell = self._submit(code)
         expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\*\]:"))
         return cell
 

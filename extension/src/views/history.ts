@@ -496,8 +496,7 @@ class ForkBody extends Widget implements Dialog.IBodyWidget<string> {
 /** `+2 ~1 −1` for a row. */
 function changeParts(entry: IEntry): HTMLElement[] {
   const parts: HTMLElement[] = [];
-  const count = (names: string[] | undefined) =>
-    (names ?? []).filter(name => !name.startsWith('kernos:')).length;
+  const count = (names: string[] | undefined) => userNames(names).length;
   const added = count(entry.changes?.added);
   const changed = count(entry.changes?.changed);
   const deleted = count(entry.changes?.deleted);
@@ -524,10 +523,15 @@ function changeNames(entry: IEntry): string {
     ['changed', entry.changes?.changed],
     ['deleted', entry.changes?.deleted]
   ] as [string, string[] | undefined][]) {
-    const shown = (names ?? []).filter(name => !name.startsWith('kernos:'));
+    const shown = userNames(names);
     if (shown.length) {
       said.push(`${label} ${shown.slice(0, 12).join(', ')}${shown.length > 12 ? ', …' : ''}`);
     }
   }
   return said.join(' · ');
+}
+
+/** The names a person bound: the image's own (`kernos:...`) left out. */
+function userNames(names: string[] | undefined): string[] {
+  return (names ?? []).filter(name => !name.startsWith('kernos:'));
 }
