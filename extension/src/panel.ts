@@ -208,11 +208,14 @@ export class KernosPanel extends Widget {
       case 'not-kernos': {
         this._notKernos.hidden = false;
         this._notKernos.textContent =
-          state.kind === 'no-kernel'
-            ? 'No notebook or console is open. Open one that runs the Kernos kernel ' +
-              '(“Kernos (Python 3)” in the launcher) to inspect its image.'
-            : `The active kernel is not Kernos; it is “${state.name}”. Switch the notebook's ` +
-              'kernel to Kernos (kernelspec “kernos”) to inspect its image.';
+          state.kind === 'not-kernos'
+            ? `The active kernel is not Kernos; it is “${state.name}”. Switch the notebook's ` +
+              'kernel to Kernos (kernelspec “kernos”) to inspect its image.'
+            : this._session === null
+              ? 'No notebook or console is open. Open one that runs the Kernos kernel ' +
+                '(“Kernos (Python 3)” in the launcher) to inspect its image.'
+              : 'This notebook has no kernel. Choose the Kernos kernel (Kernel › Change ' +
+                'Kernel…) to inspect its image.';
         this._status.textContent = '';
         this._hideProgress();
         break;
@@ -246,12 +249,16 @@ export class KernosPanel extends Widget {
     this._status.textContent = head?.commit
       ? `op ${op} · ${shortCommit(head.commit)}`
       : `op ${op} · no snapshot yet`;
+    this._status.title = head?.commit
+      ? `The image is op ${op}'s snapshot, commit ${head.commit}`
+      : 'No op has written a snapshot yet';
   }
 
   /** A message in the status line, kept until an op after `op` commits. */
   private _report(message: string, isError: boolean, op?: number | null): void {
     this._hold = op ?? this._head?.op ?? 0;
     this._status.textContent = message;
+    this._status.title = message;
     this._status.classList.toggle('kernos-status-error', isError);
   }
 

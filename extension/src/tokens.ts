@@ -117,7 +117,12 @@ export interface IObjectRow {
   principal: string | null;
   changed_at: string | null;
   summary?: string | null;
+  /** `[len]` of a builtin container or string, an array's or frame's shape, else null. */
+  shape?: number[] | null;
 }
+
+/** The type a restore gives a placeholder for a value that could not be persisted. */
+export const PLACEHOLDER_TYPE = 'Unpersisted';
 
 export interface IObjectDetail extends IObjectRow {
   preview?: { repr?: string; json?: unknown };
@@ -152,6 +157,25 @@ export interface ISnapshot {
   kind: string | null;
   message: string | null;
   bytes?: number | null;
+  /** The names the op added, changed and deleted (the image's own `kernos:` ones too). */
+  changes?: { added?: string[]; changed?: string[]; deleted?: string[] };
+  /** With `log`'s `all`: `committed` for a snapshot, else what became of the op
+   * (`read-only`, `failed`, `denied`, ...; kernos.audit.oplog). */
+  outcome?: string;
+  error?: string | null;
+}
+
+/** The `show` action's answer: a snapshot, or (`@N`, commit null) an op that wrote none. */
+export interface IShown {
+  commit: string | null;
+  op: number | null;
+  principal: string | null;
+  kind: string | null;
+  committed_at: string | null;
+  message: string | null;
+  code: string | null;
+  outcome?: string;
+  error?: string | null;
 }
 
 export interface IDiffEntry {

@@ -1108,6 +1108,8 @@ def _message(op: Op) -> str:
         headline = "(code sealed: it tagged personal data)"
     else:
         lines = [line.strip() for line in (op.source or "").splitlines() if line.strip()]
+        if len(lines) > 1 and lines[0].startswith("%%agent "):
+            lines = lines[1:]  # the agent's own code (the op's principal names the agent)
         headline = lines[0] if lines else f"({op.kind})"
         if len(headline) > 60:
             headline = headline[:57] + "..."

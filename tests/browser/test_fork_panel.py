@@ -1,10 +1,11 @@
 """Fork from a history row of the Kernos sidebar, in a real JupyterLab and chromium.
 
-The user clicks *Fork* on a row of the History tab, types a name in the dialog
-and accepts: the fork must exist on disk beside the notebook's workspace, start
-at that row's snapshot, and verify (``kernos audit verify``, the real CLI); the
-panel says where it is and how to open it.  A name that is a path is refused
-and nothing is made.
+The user expands a row of the History tab, clicks its *Fork*, types a name in
+the dialog and accepts: the fork must exist on disk beside the notebook's
+workspace, start at that row's snapshot, and verify (``kernos audit verify``,
+the real CLI); the panel says where it is and offers *Open*, which opens a new
+notebook whose kernel runs on the fork.  A name that is a path is refused and
+nothing is made.
 """
 
 from __future__ import annotations
@@ -63,3 +64,18 @@ def test_fork_from_a_history_row(open_notebook: Callable[..., NotebookPage]) -> 
     shown = cli("show", "-w", str(dest), "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["op"] == first_op
+
+    # Open: the panel runs kernos:open-fork, a new notebook bound to the fork whose
+    # kernel sees the fork's state (op first_op: plan is 'A').
+    panel.testid("kernos-open-fork").click()
+    expect(notebook.page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current",
+                                 has_text="trial-a.ipynb")).to_be_visible(
+        timeout=STEP_TIMEOUT_MS)
+    notebook.wait_for_idle_kernel()
+    notebook.server.remember_kernels()
+    seen = notebook.run_cell("print(plan)")
+    assert notebook.output(seen).strip() == "A"
+    notebook.shot("fork-opened")
+    # The sidebar follows the fork's notebook: its head, and no word of the other's fork.
+    panel.wait_for_status_op(first_op)
+    expect(panel.testid("kernos-forked")).to_have_text("")

@@ -24,7 +24,7 @@ export class CapabilitiesView implements IView {
         { className: 'kernos-table-wrap' },
         h(
           'table',
-          { className: 'kernos-table', testid: 'kernos-capabilities' },
+          { className: 'kernos-table kernos-capabilities-table', testid: 'kernos-capabilities' },
           h('thead', {}, h('tr', {}, ...HEADERS.map((label, i) =>
             h('th', { text: label, className: WIDE[i] ? 'kernos-wide' : '' })))),
           this._body

@@ -18,7 +18,8 @@ export class EventsView implements IView {
     this._topic = h('input', {
       className: 'kernos-input',
       testid: 'kernos-events-topic',
-      attrs: { type: 'search', placeholder: 'Topic (e.g. orders.*)', 'aria-label': 'Filter events by topic' }
+      attrs: { type: 'search', placeholder: 'Topic', 'aria-label': 'Filter events by topic (orders.* for a prefix)' },
+      title: 'Filter by topic: orders.created, or orders.* for every orders. topic'
     });
     this._principal = h('input', {
       className: 'kernos-input',

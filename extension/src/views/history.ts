@@ -6,10 +6,10 @@
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
-import { Widget } from '@lumino/widgets';
 
 import { clear, describeError, formatBytes, formatTime, h, shortCommit, text } from '../dom';
-import { IDiff, IDiffEntry, ISnapshot, IView, MAX_SNAPSHOTS, Requester } from '../tokens';
+import { IDiff, IDiffEntry, IShown, ISnapshot, IView, MAX_SNAPSHOTS, Requester } from '../tokens';
+import { changeNames, changeParts, ForkBody, IForked, outcomeLabel, WidgetBody } from './history-parts';
 
 const HEADERS = ['', 'Op', 'What'];
 
@@ -19,14 +19,14 @@ export type StatusReporter = (message: string, isError: boolean, op?: number | n
 /** Runs a JupyterLab command (the panel's `app.commands.execute`), if the panel has one. */
 export type CommandRunner = (command: string, args: Record<string, unknown>) => Promise<unknown>;
 
-/** One row: a snapshot, or (with `all`) an op that wrote none. */
-interface IEntry extends ISnapshot {
-  changes?: { added?: string[]; changed?: string[]; deleted?: string[] };
-  outcome?: string;
-  error?: string | null;
-}
+/** One row: a snapshot, or (`log` with `all`) an op that wrote none (commit ''). */
+type IEntry = ISnapshot;
 
 const CHECKOUT = /^checkout ([0-9a-f]{7,40})\b/;
+/** A cell run as an agent, in a history written before the headline skipped the magic. */
+const AGENT_CELL = /^%%agent (\S+)(?: \(\+(\d+) lines?\))?$/;
+/** How many ops' code the view keeps (an op's code never changes). */
+const CODE_CACHE = 100;
 
 export class HistoryView implements IView {
   readonly node: HTMLElement;
@@ -99,8 +99,10 @@ export class HistoryView implements IView {
     this._generation += 1;
     this._chosen = [];
     this._expanded = null;
+    this._code.clear();
     clear(this._body);
     clear(this._diff);
+    clear(this._forked);  // a fork of the previous kernel's workspace
     this._message.textContent = '';
   }
 
@@ -127,7 +129,7 @@ export class HistoryView implements IView {
     if (entries.length === 0) {
       this._body.append(
         h('tr', { className: 'kernos-empty' },
-          h('td', { text: 'No snapshots yet.', attrs: { colspan: String(HEADERS.length) } }))
+          h('td', { text: 'No ops yet.', attrs: { colspan: String(HEADERS.length) } }))
       );
     }
   }
@@ -157,6 +159,11 @@ export class HistoryView implements IView {
         }
       }
     }
+    const agent = AGENT_CELL.exec(message);
+    if (agent) {
+      const lines = Number(agent[2] ?? 0);
+      return `agent code (${lines} line${lines === 1 ? '' : 's'})`;
+    }
     return message;
   }
 
@@ -164,15 +171,19 @@ export class HistoryView implements IView {
     const snapshot = entry.commit !== '';
     const op = entry.op;
     const expanded = op !== null && op === this._expanded;
-    const select = h('input', {
-      className: 'kernos-diff-select',
-      testid: 'kernos-diff-select',
-      attrs: { type: 'checkbox', 'aria-label': `Compare op ${text(op)}` }
-    });
-    select.checked = snapshot && this._chosen.includes(entry.commit);
-    select.disabled = !snapshot;
-    select.addEventListener('click', event => event.stopPropagation());
-    select.addEventListener('change', () => this._choose(entry.commit, select.checked));
+    const selectCell = h('td', { className: 'kernos-select-cell' });
+    if (snapshot) {
+      const select = h('input', {
+        className: 'kernos-diff-select',
+        testid: 'kernos-diff-select',
+        attrs: { type: 'checkbox', 'aria-label': `Compare op ${text(op)}` },
+        title: `Compare op ${text(op)} (tick two)`
+      });
+      select.checked = this._chosen.includes(entry.commit);
+      select.addEventListener('click', event => event.stopPropagation());
+      select.addEventListener('change', () => this._choose(entry.commit, select.checked));
+      selectCell.append(select);
+    }
 
     const markers = h('span', { className: 'kernos-markers' });
     if (isHead) {
@@ -185,24 +196,35 @@ export class HistoryView implements IView {
                                  title: 'The head is a checkout of this snapshot' }));
     }
     const outcome = snapshot ? '' : text(entry.outcome, 'no snapshot');
+    const rolledBack = !snapshot && outcome !== 'read-only';
     const changes = h('span', { className: 'kernos-changes', testid: 'kernos-changes' },
       ...changeParts(entry));
+    changes.title = changeNames(entry) || 'It changed only the image’s own kernos: names';
     const meta = h('div', { className: 'kernos-row-meta' },
       h('span', { className: 'kernos-principal', text: text(entry.principal) }),
-      snapshot ? changes : h('span', { className: 'kernos-outcome', testid: 'kernos-outcome', text: outcome }));
+      snapshot ? changes : h('span', {
+        className: 'kernos-outcome', testid: 'kernos-outcome', text: outcomeLabel(outcome),
+        title: entry.error ?? ''
+      }),
+      markers,
+      // Secondary, for wider sidebars: when, and the commit.
+      h('span', { className: 'kernos-when kernos-mid', text: formatTime(entry.when).slice(11) }),
+      ...(snapshot ? [h('span', { className: 'kernos-commit kernos-wide', text: shortCommit(entry.commit) })] : []));
     const what = this._what(entry);
     const row = h(
       'tr',
       {
-        className: [snapshot ? '' : 'kernos-no-snapshot', expanded ? 'kernos-selected' : '']
-          .filter(Boolean).join(' '),
+        className: [snapshot ? '' : 'kernos-no-snapshot', rolledBack ? 'kernos-rolled-back' : '',
+                    expanded ? 'kernos-selected' : ''].filter(Boolean).join(' '),
         attrs: { 'data-op': text(op, ''), 'data-commit': entry.commit ?? '',
-                 'aria-expanded': String(expanded), ...(snapshot ? {} : { 'data-outcome': outcome }) }
+                 'aria-expanded': String(expanded), ...(snapshot ? {} : { 'data-outcome': outcome }) },
+        title: `op ${text(op)}${snapshot ? ` · ${shortCommit(entry.commit)}` : ''} · ` +
+          `${text(entry.principal)} · ${formatTime(entry.when)}\nClick for its code and actions`
       },
-      h('td', {}, select),
-      h('td', { className: 'kernos-numeric kernos-op-cell' }, h('div', { text: text(op) }), markers),
+      selectCell,
+      h('td', { className: 'kernos-numeric kernos-op-cell', text: text(op) }),
       h('td', { className: 'kernos-what-cell' },
-        h('div', { className: 'kernos-message', text: what, title: what }),
+        h('div', { className: 'kernos-message', text: what }),
         meta)
     );
     row.tabIndex = 0;
@@ -226,22 +248,25 @@ export class HistoryView implements IView {
   /** The expanded row: the op's full code, who and when, its outcome, and its actions. */
   private _detail(entry: IEntry, outcome: string): HTMLTableRowElement {
     const snapshot = entry.commit !== '';
-    const code = h('pre', { className: 'kernos-code', testid: 'kernos-op-code', text: snapshot ? 'Loading…' : '' });
+    const code = h('pre', { className: 'kernos-code', testid: 'kernos-op-code', text: 'Loading…' });
     const facts = h('div', { className: 'kernos-detail-facts' },
       h('div', { text: `op ${text(entry.op)} by ${text(entry.principal)} · ${formatTime(entry.when)}` }),
       h('div', {
+        testid: 'kernos-op-outcome',
         text: snapshot
-          ? `committed · ${shortCommit(entry.commit)} · image ${formatBytes(entry.bytes ?? null)}`
-          : `${outcome}: no snapshot` + (entry.error ? ` · ${entry.error}` : '')
+          ? `committed · commit ${shortCommit(entry.commit)} · image ${formatBytes(entry.bytes ?? null)}`
+          : outcome === 'read-only'
+            ? 'read-only: it changed nothing, so it wrote no snapshot'
+            : `${outcomeLabel(outcome)}: nothing of it was kept` + (entry.error ? ` · ${entry.error}` : '')
       }));
     const names = changeNames(entry);
     const body = h('td', { attrs: { colspan: String(HEADERS.length) } }, facts);
     if (names) {
-      body.append(h('div', { className: 'kernos-detail-names', text: names }));
+      body.append(h('div', { className: 'kernos-detail-names', testid: 'kernos-op-names', text: names }));
     }
+    body.append(code);
+    void this._loadCode(snapshot ? entry.commit : `@${text(entry.op, '')}`, code);
     if (snapshot) {
-      body.append(code);
-      void this._loadCode(entry.commit, code);
       const checkout = h('button', {
         className: 'kernos-button kernos-checkout', testid: 'kernos-checkout', text: 'Check out',
         title: `Check out op ${text(entry.op)} (${shortCommit(entry.commit)})`, attrs: { type: 'button' }
@@ -263,10 +288,21 @@ export class HistoryView implements IView {
     return h('tr', { className: 'kernos-history-detail', attrs: { 'data-detail-op': text(entry.op, '') } }, body);
   }
 
-  private async _loadCode(commit: string, into: HTMLElement): Promise<void> {
+  /** `ref`'s code into `into`: a commit, or `@N` for an op that wrote no snapshot. */
+  private async _loadCode(ref: string, into: HTMLElement): Promise<void> {
+    const known = this._code.get(ref);
+    if (known !== undefined) {
+      into.textContent = known;
+      return;
+    }
     try {
-      const shown = await this._request<{ code?: string | null }>('show', { ref: commit });
-      into.textContent = shown.code ? shown.code : '(no code: an op the runtime ran)';
+      const shown = await this._request<IShown>('show', { ref });
+      const code = shown.code ? shown.code : '(no code shown: an op the runtime ran, or sealed code)';
+      this._code.set(ref, code);
+      while (this._code.size > CODE_CACHE) {
+        this._code.delete(this._code.keys().next().value as string);
+      }
+      into.textContent = code;
     } catch (error) {
       into.textContent = `Could not read the code: ${describeError(error)}`;
     }
@@ -341,17 +377,28 @@ export class HistoryView implements IView {
     };
     // A summary usually names the type already; show the type alone otherwise.
     const describe = (entry: IDiffEntry) => text(entry.summary || entry.type);
-    for (const entry of diff.added) {
+    // The image's own names (grants, agents, the random state) are counted, not listed.
+    const mine = (entries: IDiffEntry[]) => entries.filter(entry => !entry.name.startsWith('kernos:'));
+    for (const entry of mine(diff.added)) {
       add('+', 'added', entry, describe(entry));
     }
-    for (const entry of diff.changed) {
+    for (const entry of mine(diff.changed)) {
       add('~', 'changed', entry, `${text(entry.before, '')} → ${text(entry.after, '')}`);
     }
-    for (const entry of diff.deleted) {
+    for (const entry of mine(diff.deleted)) {
       add('−', 'deleted', entry, describe(entry));
     }
+    const internal = [...diff.added, ...diff.changed, ...diff.deleted].length -
+      list.childElementCount;
     if (!list.childElementCount) {
-      list.append(h('li', { className: 'kernos-empty', text: 'No differences.' }));
+      list.append(h('li', { className: 'kernos-empty', text: 'No differences in your names.' }));
+    }
+    if (internal) {
+      list.append(h('li', {
+        className: 'kernos-diff-internal',
+        text: `and ${internal} of the image’s own kernos: name${internal === 1 ? '' : 's'}`,
+        title: 'Grants, agents, their namespaces, the random state'
+      }));
     }
     this._diff.append(list);
   }
@@ -447,91 +494,7 @@ export class HistoryView implements IView {
   private _order = new Map<string, number>();
   private _opOf = new Map<string, number | null>();
   private _expanded: number | null = null;
+  private _code = new Map<string, string>();
   private _generation = 0;
   private _diffGeneration = 0;
-}
-
-/** A dialog body built from DOM nodes (showDialog takes a widget or a string). */
-class WidgetBody extends Widget {
-  constructor(content: HTMLElement) {
-    super();
-    this.node.append(content);
-  }
-}
-
-/** What the kernel's `fork` action made (kernos.fork.Forked). */
-interface IForked {
-  dest: string;
-  commit: string;
-  op: number | null;
-}
-
-/** The fork dialog's body: what happens, and the new workspace's name. */
-class ForkBody extends Widget implements Dialog.IBodyWidget<string> {
-  constructor(explanation: string) {
-    super();
-    this._input = h('input', {
-      className: 'kernos-fork-name',
-      testid: 'kernos-fork-name',
-      attrs: { type: 'text', 'aria-label': 'Name of the new workspace', placeholder: 'name' }
-    });
-    this.node.append(
-      h(
-        'div',
-        { className: 'kernos-dialog-body' },
-        h('p', { text: explanation }),
-        h('p', { text: "Its name: letters, digits, '.', '_' or '-'." }),
-        this._input
-      )
-    );
-  }
-
-  getValue(): string {
-    return this._input.value;
-  }
-
-  private _input: HTMLInputElement;
-}
-
-/** `+2 ~1 −1` for a row. */
-function changeParts(entry: IEntry): HTMLElement[] {
-  const parts: HTMLElement[] = [];
-  const count = (names: string[] | undefined) => userNames(names).length;
-  const added = count(entry.changes?.added);
-  const changed = count(entry.changes?.changed);
-  const deleted = count(entry.changes?.deleted);
-  if (added) {
-    parts.push(h('span', { className: 'kernos-change-added', text: `+${added}` }));
-  }
-  if (changed) {
-    parts.push(h('span', { className: 'kernos-change-changed', text: `~${changed}` }));
-  }
-  if (deleted) {
-    parts.push(h('span', { className: 'kernos-change-deleted', text: `−${deleted}` }));
-  }
-  if (!parts.length) {
-    parts.push(h('span', { className: 'kernos-change-none', text: 'no names' }));
-  }
-  return parts;
-}
-
-/** `added x, y · changed z` for the expanded row (the image's own names left out). */
-function changeNames(entry: IEntry): string {
-  const said: string[] = [];
-  for (const [label, names] of [
-    ['added', entry.changes?.added],
-    ['changed', entry.changes?.changed],
-    ['deleted', entry.changes?.deleted]
-  ] as [string, string[] | undefined][]) {
-    const shown = userNames(names);
-    if (shown.length) {
-      said.push(`${label} ${shown.slice(0, 12).join(', ')}${shown.length > 12 ? ', …' : ''}`);
-    }
-  }
-  return said.join(' · ');
-}
-
-/** The names a person bound: the image's own (`kernos:...`) left out. */
-function userNames(names: string[] | undefined): string[] {
-  return (names ?? []).filter(name => !name.startsWith('kernos:'));
 }

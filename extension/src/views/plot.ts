@@ -1,13 +1,17 @@
 /**
  * Plot: the image's size and the history's size over ops, and each op's
- * latency, drawn as SVG from the `stats` action.
+ * latency, drawn as SVG from the `stats` action.  The drawing is as wide as
+ * the sidebar (one unit a pixel, redrawn when the sidebar is resized), so its
+ * labels keep their size at any width instead of shrinking with a viewBox.
  */
 
 import { clear, describeError, formatBytes, h } from '../dom';
 import { IOpStat, IStats, IView, Requester } from '../tokens';
 
 const SVG = 'http://www.w3.org/2000/svg';
+/** The width drawn before the view is laid out (a hidden tab has none). */
 const WIDTH = 320;
+const MIN_WIDTH = 180;
 const CHART_HEIGHT = 110;
 const GAP = 34;
 const LEFT = 48;
@@ -55,6 +59,12 @@ export class PlotView implements IView {
       this._summary,
       this._figure
     );
+    this._resize = new ResizeObserver(() => {
+      if (this._stats && Math.abs(this._measure() - this._drawnWidth) > 4) {
+        this._draw(this._stats);
+      }
+    });
+    this._resize.observe(this._figure);
   }
 
   async refresh(): Promise<void> {
@@ -79,13 +89,23 @@ export class PlotView implements IView {
 
   clear(): void {
     this._generation += 1;
+    this._stats = null;
     clear(this._figure);
     this._summary.textContent = '';
     this._message.textContent = '';
   }
 
+  /** The figure's width in pixels (WIDTH before it is laid out). */
+  private _measure(): number {
+    const width = Math.floor(this._figure.clientWidth);
+    return width > 0 ? Math.max(MIN_WIDTH, width) : WIDTH;
+  }
+
   private _draw(stats: IStats): void {
     clear(this._figure);
+    this._stats = stats;
+    const width = this._measure();
+    this._drawnWidth = width;
     const ops = stats.ops.filter(stat => typeof stat.op === 'number');
     this._summary.textContent =
       `Image ${formatBytes(stats.image_bytes)} · history ${formatBytes(stats.history_bytes)}` +
@@ -93,7 +113,9 @@ export class PlotView implements IView {
     const height = TOP + CHART_HEIGHT * 2 + GAP + 24;
     const root = svg('svg', {
       class: 'kernos-plot-svg',
-      viewBox: `0 0 ${WIDTH} ${height}`,
+      width,
+      height,
+      viewBox: `0 0 ${width} ${height}`,
       role: 'img',
       'aria-label': 'Image and history size, and op latency, over ops'
     });
@@ -105,13 +127,13 @@ export class PlotView implements IView {
     const first = ops[0].op as number;
     const last = ops[ops.length - 1].op as number;
     const x = (op: number) =>
-      LEFT + (last === first ? (WIDTH - LEFT - RIGHT) / 2 : ((op - first) / (last - first)) * (WIDTH - LEFT - RIGHT));
-    this._chart(root, ops, SIZES, TOP, x, formatBytes, 'size');
-    this._chart(root, ops, [LATENCY], TOP + CHART_HEIGHT + GAP, x, ms => `${Math.round(ms)} ms`, 'latency');
+      LEFT + (last === first ? (width - LEFT - RIGHT) / 2 : ((op - first) / (last - first)) * (width - LEFT - RIGHT));
+    this._chart(root, ops, SIZES, TOP, width, x, formatBytes, 'size');
+    this._chart(root, ops, [LATENCY], TOP + CHART_HEIGHT + GAP, width, x, ms => `${Math.round(ms)} ms`, 'latency');
     const axisY = TOP + CHART_HEIGHT * 2 + GAP;
     root.append(
       svg('text', { x: LEFT, y: axisY + 16, class: 'kernos-plot-axis' }, `op ${first}`),
-      svg('text', { x: WIDTH - RIGHT, y: axisY + 16, class: 'kernos-plot-axis', 'text-anchor': 'end' }, `op ${last}`)
+      svg('text', { x: width - RIGHT, y: axisY + 16, class: 'kernos-plot-axis', 'text-anchor': 'end' }, `op ${last}`)
     );
     this._figure.append(root);
   }
@@ -121,6 +143,7 @@ export class PlotView implements IView {
     ops: IOpStat[],
     series: ISeries[],
     top: number,
+    width: number,
     x: (op: number) => number,
     format: (value: number) => string,
     name: string
@@ -132,7 +155,7 @@ export class PlotView implements IView {
     const y = (value: number) => top + CHART_HEIGHT - (value / max) * CHART_HEIGHT;
     const group = svg('g', { class: `kernos-plot-chart kernos-plot-chart-${name}` });
     group.append(
-      svg('line', { x1: LEFT, y1: top + CHART_HEIGHT, x2: WIDTH - RIGHT, y2: top + CHART_HEIGHT, class: 'kernos-plot-rule' }),
+      svg('line', { x1: LEFT, y1: top + CHART_HEIGHT, x2: width - RIGHT, y2: top + CHART_HEIGHT, class: 'kernos-plot-rule' }),
       svg('line', { x1: LEFT, y1: top, x2: LEFT, y2: top + CHART_HEIGHT, class: 'kernos-plot-rule' }),
       svg('text', { x: LEFT - 4, y: top + 4, class: 'kernos-plot-axis', 'text-anchor': 'end' }, format(max)),
       svg('text', { x: LEFT - 4, y: top + CHART_HEIGHT, class: 'kernos-plot-axis', 'text-anchor': 'end' }, format(0))
@@ -160,6 +183,9 @@ export class PlotView implements IView {
     root.append(group);
   }
 
+  private _resize: ResizeObserver;
+  private _stats: IStats | null = null;
+  private _drawnWidth = 0;
   private _figure: HTMLDivElement;
   private _summary: HTMLDivElement;
   private _message: HTMLDivElement;

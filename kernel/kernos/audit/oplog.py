@@ -90,6 +90,8 @@ def headline(record: dict[str, Any]) -> str:
     if request is not None:
         return request
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("%%agent "):
+        lines = lines[1:]  # the agent's own code (the record's principal names the agent)
     if not lines:
         return f"({record.get('kind') or 'op'}: no code)"
     first = lines[0] if len(lines[0]) <= 60 else lines[0][:57] + "..."

@@ -106,14 +106,18 @@ Actions and their fields (``?`` marks an optional field):
 ``versions``  names, principal?
     -> ``{"versions": {name: int | null}, "op": int}``: current versions
     (null: no such name); the cheap read before an op with preconditions.
-``objects``  principal?, prefix?, query?, sort?, limit?, offset?
+``objects``  principal?, prefix?, query?, sort?, limit?, offset?, internal?
     -> ``{"objects": [OBJECT], "total": int}``.  OBJECT is
     ``{"name", "type", "size", "version", "op", "principal", "changed_at",
-    "summary"}``.  For an agent, only names it may read (``read:NAME``) and
-    its own namespace (as ``ns:NAME``).  ``query`` keeps the objects whose
-    name, type or principal contains it (ignoring case); ``total`` counts
-    what is left.  ``sort`` is one of :data:`SORT_KEYS`, with a leading
-    ``-`` for descending; the default is ``name``, and ties go by name.
+    "summary", "shape"}``; ``shape`` is ``[len]`` of a builtin container or string,
+    a numpy array's or pandas object's shape, else null.  A placeholder a restore
+    put in place of a value that could not be persisted has ``"type":
+    "Unpersisted"`` and a summary that says what it stands for.  For an agent,
+    only names it may read (``read:NAME``) and its own namespace (as
+    ``ns:NAME``).  ``query`` keeps the objects whose name, type or principal
+    contains it (ignoring case); ``total`` counts what is left.  ``sort`` is
+    one of :data:`SORT_KEYS`, with a leading ``-`` for descending; the
+    default is ``name``, and ties go by name.
     ``internal: false`` leaves out the image's own names (``kernos:...``: the
     agents, their namespaces, the random state), as the sidebar does.
 ``object``  name, principal?, preview_bytes?
@@ -136,7 +140,10 @@ Actions and their fields (``?`` marks an optional field):
     too, from the audit log, each with ``"outcome"`` (``read-only``,
     ``failed``, ``denied``, ...) and ``"error"``, and ``"commit": null``; a
     snapshot's entry then has ``"outcome": "committed"``.
-``show``  ref?  -> one snapshot: op, commit, principal, code, names.
+``show``  ref?  -> one snapshot: op, commit, principal, code, names.  ``@N`` of an
+    op that wrote no snapshot (it only read, or rolled back) answers from its audit
+    record: ``"commit": null``, its ``code`` (null if sealed), ``"outcome"`` and
+    ``"error"``.
 ``diff``  a, b?  -> ``{"a", "b", "added", "changed", "deleted"}`` (each a list
     of ``{"name", "type", "summary"}``).
 ``checkout``  ref   (an op by ``human``) -> an OP-RESULT plus ``"checkout":

@@ -61,6 +61,7 @@ from kernos.errors import (
     UsageError,
 )
 from kernos.fork import FORK_NAME, fork
+from kernos.harness.inspection import newest_ops, op_without_snapshot, shape_of
 from kernos.harness.protocol import (
     ACTIONS,
     MUTATING,
@@ -283,6 +284,7 @@ class HarnessService:
                      "version": meta.version, "op": meta.op, "principal": meta.principal,
                      "changed_at": meta.changed_at, "summary": meta.summary}
         value = self.image.lookup(name)
+        described["shape"] = shape_of(value)
         if type(value) is Unpersisted:  # a restore's placeholder, not what was stored
             described["type"] = "Unpersisted"
             described["summary"] = (f"placeholder for {value.type_name}: could not be "
@@ -374,7 +376,8 @@ class HarnessService:
                 "message": entry.headline,
                 "bytes": entry.bytes if entry.outcome == "committed" else None,
                 "outcome": entry.outcome, "error": entry.error or None,
-            } for entry in every_op(self.image.workspace, self.image.audit, limit=limit)]})
+            } for entry in (every_op(self.image.workspace, self.image.audit) if limit is None
+                            else newest_ops(self.image.workspace, self.image.audit, limit))]})
         own = f"kernos:ns:{principal}"
         shown: list[dict[str, Any]] = []
         for entry in history.log(self.image.workspace, limit=limit if human else None):
@@ -393,7 +396,15 @@ class HarnessService:
         return self._ok(request, {"snapshots": shown})
 
     def _show(self, request: Request) -> Handled:
-        shown = history.show(self.image.workspace, request.get("ref") or "HEAD")
+        ref: str = request.get("ref") or "HEAD"
+        try:
+            shown = history.show(self.image.workspace, ref)
+        except UnknownRef:
+            # `@N` of an op that wrote no snapshot: what its audit record says.
+            unrecorded = op_without_snapshot(self.image.audit, ref)
+            if unrecorded is None:
+                raise
+            return self._ok(request, unrecorded)
         manifest = shown["manifest"]
         return self._ok(request, {
             "commit": shown["commit"], "op": manifest.get("op"),
