@@ -15,7 +15,7 @@ machine hits all of them alike.
 
 Candidates:
 
-* ``loose``: the project's writer, ``kernos.store.objects.LooseObjects``
+* ``loose``: the project's writer, ``kernos.store.loose.LooseObjects``
   (begin, a write per object, seal, ref, finish): one zlib file per object
   and one ``syncfs`` per commit.
 * ``fast-import``: one ``git fast-import`` per repository, kept running, fed
@@ -33,7 +33,7 @@ Candidates:
   object database can read: the commit's objects are held in an in-memory
   backend (what libgit2's mempack does; pygit2 does not expose mempack), and
   ``PackBuilder.write`` writes and fsyncs the pack and index.
-* ``kernos-store``: the store's own writer, ``kernos.store.objects.ObjectStore``
+* ``kernos-store``: the store's own writer, ``kernos.store.object_store.ObjectStore``
   (one pack v2 of whole objects and its index per commit, to temporary
   names, renamed, one ``syncfs`` for the batch).  It started in this file as
   the "minimal-pack" candidate, the fastest of the first runs, and moved
@@ -79,19 +79,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 
+from kernos._durable import fsync_dir, replace_file, sync_filesystem
+from kernos.store.loose import LooseObjects
+from kernos.store.object_store import ObjectStore
 from kernos.store.objects import (
     BLOB_MODE,
     TREE_MODE,
     CommitData,
-    LooseObjects,
-    ObjectStore,
     TreeEntry,
     encode_commit,
     encode_tree,
-    fsync_dir,
     object_id,
-    replace_file,
-    sync_filesystem,
 )
 from kernos.store.packs import PackSet
 

@@ -8,7 +8,7 @@ In-process, on the core (no kernel), fresh workspaces and a bare remote in $TMPD
    ``AutoPusher`` (``--interval``) pushes; each op's lag is from its commit to the end of
    the push that carried it to the remote.  Median and p99.
 2. *Clone.* A workspace holding ``--mb`` MB of random float64 data (one array per op, 8
-   ops), pushed; then ``kernos.store.remote.clone`` of it against ``git clone --bare
+   ops), pushed; then ``kernos.remote.transfer.clone`` of it against ``git clone --bare
    --no-local`` of the same remote (the same bytes moved, without the audit and LLM
    refs or the workspace's own checks).  Then the restore of the clone against the
    original's (a fresh image each time, median of 3).
@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel"))
 
 from kernos import Image, Workspace
+from kernos.remote.autopush import AutoPusher
+from kernos.remote.transfer import RemoteConfig, clone, push
 from kernos.store.identity import load_identity
-from kernos.store.remote import RemoteConfig, clone, push
-from kernos.store.remote_push import AutoPusher
 
 
 def open_image(path: Path) -> tuple[Workspace, Image, dict[str, object]]:

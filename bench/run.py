@@ -376,7 +376,8 @@ def _check_environment() -> str | None:
         from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
     except ImportError as error:
         return (f"{error}. Run the benchmark with the Python that has Kernos and its bench "
-                "extras installed (e.g. /work/venv/bin/python bench/run.py).")
+                "extras installed (e.g. the checkout's .venv/bin/python bench/run.py, "
+                "after bash scripts/test).")
     for name in ("kernos", "python3"):
         try:
             KernelSpecManager().get_kernel_spec(name)

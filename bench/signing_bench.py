@@ -36,8 +36,8 @@ from kernos.audit import log as log_module
 from kernos.audit import verify
 from kernos.audit.log import AuditLog
 from kernos.personal import Keyring
+from kernos.remote.transfer import RemoteConfig, clone, pull, push
 from kernos.store.identity import load_identity
-from kernos.store.remote import RemoteConfig, clone, pull, push
 
 
 @contextmanager

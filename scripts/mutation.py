@@ -49,7 +49,7 @@ TARGETS: dict[str, Target] = {
         tests=("tests/unit/test_transaction.py", "tests/unit/test_transaction_mutants.py"),
     ),
     "op": Target(
-        files=("op.py",),
+        files=("op.py", "image/changes.py", "image/rollback.py"),
         tests=(
             "tests/unit/test_image.py",
             "tests/unit/test_transaction.py",
@@ -67,7 +67,7 @@ TARGETS: dict[str, Target] = {
                "tests/unit/agents/test_capabilities_mutants.py"),
     ),
     "registry": Target(
-        files=("agents/registry.py",),
+        files=("agents/registry.py", "llm/schema.py"),
         tests=("tests/unit/agents/test_registry.py", "tests/unit/agents/test_registry_mutants.py"),
     ),
     "effects": Target(
@@ -78,8 +78,8 @@ TARGETS: dict[str, Target] = {
     "audit.verify": Target(files=("audit/verify.py",), tests=("tests/unit/audit",)),
     **{
         f"store.{name}": Target(files=(f"store/{name}.py",), tests=("tests/unit/store",))
-        for name in ("buffers", "lock", "maintenance", "objects", "packs", "retention",
-                     "snapshots", "tail", "workspace")
+        for name in ("buffers", "location", "lock", "loose", "maintenance", "object_store",
+                     "objects", "packs", "retention", "snapshots", "tail", "workspace")
     },
 }
 

@@ -17,6 +17,13 @@ The Jupyter kernel (``kernos.kernel``) runs every cell this way, and in it
 capabilities, history, a plot).
 """
 
+# Registered with Workspace.open (a writable open finishes what a crash interrupted):
+import kernos.audit._store_hooks  # the audit records the commit tail carries
+
+# The composition root: importing these registers the floors above with the floors below.
+import kernos.llm._erasure  # erasing a subject deletes its LLM recordings
+import kernos.remote._store_hooks  # an interrupted pull
+import kernos.store.retention  # noqa: F401  (an interrupted prune)
 from kernos._version import __version__
 from kernos.errors import (
     AuditError,

@@ -47,7 +47,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kernos.serialize.pickler import code_names
+from kernos.serialize.kinds import code_names
 
 __all__ = ["DYNAMIC_NAMES", "NONCONSTANT", "READ_ATTRS", "READ_METHODS", "SINK_CALLS", "Reach",
            "Read", "Use", "reach_of_code", "reach_of_names", "reach_of_source", "reads_of_tree",

@@ -57,14 +57,13 @@ import types
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from kernos.op import Op
-    from kernos.transaction import Transaction
+from kernos.transaction import Transaction
 
 __all__ = [
     "STATE_NAME",
+    "GeneratorImage",
     "GeneratorParticipant",
     "apply_state",
     "capture_state",
@@ -396,6 +395,25 @@ class _NumpyRandomHook(importlib.abc.MetaPathFinder):
         return None
 
 
+class GeneratorImage(Protocol):
+    """What :class:`GeneratorParticipant` needs of the image whose op it moves with."""
+
+    @property
+    def system(self) -> dict[str, object]:
+        """The runtime's own persisted names (``kernos:...``), :data:`STATE_NAME` among them."""
+        ...
+
+    @property
+    def committed(self) -> dict[str, object]:
+        """The values the last commit holds."""
+        ...
+
+    @property
+    def identity(self) -> str:
+        """The workspace's identity (see :func:`fresh_seed`)."""
+        ...
+
+
 class GeneratorParticipant:
     """Moves the global generators' state with an op (see the module docstring).
 
@@ -404,8 +422,8 @@ class GeneratorParticipant:
     the generators back where the last commit left them.
     """
 
-    def __init__(self, op: Op) -> None:
-        self.op = op
+    def __init__(self, image: GeneratorImage) -> None:
+        self.image = image
         self.reset = False
         """Set on abort: the op had moved the generators, and they were put back."""
 
@@ -416,7 +434,7 @@ class GeneratorParticipant:
         pass
 
     def commit(self, txn: Transaction) -> None:
-        image = self.op.image
+        image = self.image
         stored = image.system.get(STATE_NAME)
         reference = stored if _valid(stored) else fresh_state(image.identity)
         state = capture_state(image.identity, reference)
@@ -434,5 +452,5 @@ class GeneratorParticipant:
         pass
 
     def abort(self, txn: Transaction) -> None:
-        image = self.op.image
+        image = self.image
         self.reset = ensure_state(image.committed.get(STATE_NAME), image.identity)

@@ -76,20 +76,20 @@ import logging
 import reprlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernos import _faults
 from kernos.audit.canonical import canonical, check_json
 from kernos.errors import DiskFull, EventError, KernosError, UsageError
 
 if TYPE_CHECKING:
-    from kernos.agents.registry import ToolVersion
-    from kernos.agents.runtime import AgentRuntime
+    from kernos.image import Image
     from kernos.op import CommitReport, Op
 
-__all__ = ["OUTBOX", "STATUSES", "Effect", "EffectRunner", "Outbox", "queue", "request_hash"]
+__all__ = ["OUTBOX", "STATUSES", "Effect", "EffectRunner", "EffectsHost", "Outbox", "Tool",
+           "ToolShelf", "queue", "request_hash"]
 
 OUTBOX = "kernos:effects"
 STATUSES = ("queued", "done", "failed", "in-doubt")
@@ -103,6 +103,43 @@ MAX_RESULT_BYTES = 64 * 1024
 """A larger result is recorded as a bounded repr, with a note."""
 
 log = logging.getLogger(__name__)
+
+
+# -- what effects need of the agent runtime (which sits above them) ----------------------------
+
+
+class Tool(Protocol):
+    """One version of an external tool, as effects read it (a
+    :class:`kernos.agents.registry.ToolVersion` is one).  Optional attributes a version
+    may carry are read with ``getattr`` and their defaults here: ``attempts``
+    (:data:`DEFAULT_ATTEMPTS`), ``backoff`` (:data:`DEFAULT_BACKOFF`), ``timeout``
+    (:data:`DEFAULT_TIMEOUT`) and ``resolve`` (None)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def function(self) -> Callable[..., Any]: ...
+    @property
+    def source(self) -> str | None: ...
+
+
+class ToolShelf(Protocol):
+    """The tool versions by name, oldest first (``kernos.agents.registry.Registry.tools``)."""
+
+    @property
+    def tools(self) -> Mapping[str, Sequence[Tool]]: ...
+
+
+class EffectsHost(Protocol):
+    """What queueing and the :class:`EffectRunner` need of their host (the agent runtime,
+    ``kernos.agents.runtime.AgentRuntime``): the image, and the registry's tool versions."""
+
+    @property
+    def image(self) -> Image: ...
+    @property
+    def registry(self) -> ToolShelf: ...
 
 
 @dataclass(kw_only=True)
@@ -155,14 +192,14 @@ class Outbox:
 # -- queueing, inside an op ----------------------------------------------------------------
 
 
-def request_hash(version: ToolVersion, arguments: dict[str, Any]) -> str:
+def request_hash(version: Tool, arguments: dict[str, Any]) -> str:
     """What a recorded outcome is bound to: the tool version, its code and the arguments."""
     return hashlib.sha256(canonical({
         "tool": version.name, "version": version.version, "code": code_identity(version),
         "arguments": arguments})).hexdigest()
 
 
-def code_identity(version: ToolVersion) -> str:
+def code_identity(version: Tool) -> str:
     """A digest of the code a tool version runs (its source, or its compiled code)."""
     if version.source is not None:
         return hashlib.sha256(version.source.encode("utf-8", "surrogatepass")).hexdigest()
@@ -176,12 +213,12 @@ def code_identity(version: ToolVersion) -> str:
     return digest.hexdigest()
 
 
-def workspace_tag(runtime: AgentRuntime) -> str:
+def workspace_tag(runtime: EffectsHost) -> str:
     """The workspace part of idempotency keys (see :attr:`Image.identity`)."""
     return runtime.image.identity
 
 
-def queue(runtime: AgentRuntime, op: Op, principal: str, version: ToolVersion,
+def queue(runtime: EffectsHost, op: Op, principal: str, version: Tool,
           arguments: dict[str, Any]) -> dict[str, Any]:
     """Queue a call of an external tool in ``op``; the ticket the caller gets back."""
     try:
@@ -241,7 +278,7 @@ _JOURNAL_FULL = {
 class EffectRunner:
     """Executes queued effects and records their outcomes (see the module docstring)."""
 
-    def __init__(self, runtime: AgentRuntime, *,
+    def __init__(self, runtime: EffectsHost, *,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.runtime = runtime
         self.sleep = sleep
@@ -406,7 +443,7 @@ class EffectRunner:
             return None
         return bool(executed), _plain(result), "the tool's resolve function"
 
-    def _version(self, effect: Effect) -> ToolVersion | None:
+    def _version(self, effect: Effect) -> Tool | None:
         versions = self.runtime.registry.tools.get(effect.tool, [])
         if 0 < effect.version <= len(versions):
             return versions[effect.version - 1]

@@ -85,15 +85,16 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernos._durable import fsync_dir
 from kernos.audit import AuditLog, open_audit
-from kernos.errors import KernosError, UsageError, WorkspaceCorrupt, WorkspaceError
+from kernos.audit.origin import Origin, check_origin
+from kernos.errors import UsageError, WorkspaceCorrupt, WorkspaceError
 from kernos.personal import Keyring
 from kernos.store.catalog import is_path
-from kernos.store.objects import fsync_dir
 from kernos.store.trust import require_trusted
 from kernos.store.workspace import AUDIT_CHAIN, Workspace, op_of
 
@@ -135,36 +136,6 @@ class Forked:
                 "op": self.op, "genesis": self.genesis, "forked_from": self.forked_from,
                 "linked": self.linked, "copied": self.copied,
                 "tail_objects": self.tail_objects}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Origin:
-    """Where a forked workspace came from, checked against its source when it is there."""
-
-    forked_from: dict[str, Any]
-    """The genesis record's ``forked_from``."""
-    checked: bool
-    """Whether SRC was found and its chain read."""
-    problems: list[str] = field(default_factory=list)
-    """What disagrees with SRC (empty: the origin is confirmed, or SRC is gone)."""
-    note: str = ""
-    """Why it was not checked, or what else a reader should know."""
-
-    def describe(self) -> str:
-        source = self.forked_from.get("workspace")
-        commit = str(self.forked_from.get("commit"))[:12]
-        audit = self.forked_from.get("audit") or {}
-        text = (f"forked from {source} at {commit} (op {self.forked_from.get('op')}), "
-                f"its audit record {audit.get('index')}:{str(audit.get('hash'))[:16]}")
-        if self.problems:
-            return text + ": " + "; ".join(self.problems)
-        if self.checked:
-            return text + ": confirmed against the source's chain"
-        return text + f": not checked ({self.note})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"forked_from": self.forked_from, "checked": self.checked,
-                "problems": self.problems, "note": self.note}
 
 
 def split_source(text: str) -> tuple[str, str]:
@@ -441,55 +412,3 @@ def _publish(staging: Path, dest: Path) -> None:
             (staging / leftover).unlink()
     os.replace(staging, dest)  # onto a missing or empty directory
     fsync_dir(dest.parent)
-
-
-def check_origin(path: str | os.PathLike[str], genesis: dict[str, Any]) -> Origin | None:
-    """For a fork's genesis (``forked_from``), check its origin against SRC if it exists:
-    SRC's chain still holds the record it names with that hash, and REF's commit is in
-    SRC's history (or a prune there says it was pruned).  A source deleted, or replaced by
-    another workspace (another ``created_at``), is not checked, and says so; that is no
-    problem of the fork's.  None for a workspace that is no fork."""
-    facts = genesis.get("forked_from")
-    if not isinstance(facts, dict):
-        return None
-    problems = []
-    if facts.get("commit") != genesis.get("adopts"):
-        problems.append(f"its genesis adopts {str(genesis.get('adopts'))[:12]}, not the "
-                        f"commit it names as forked from ({str(facts.get('commit'))[:12]})")
-    source = Path(str(facts.get("workspace")))
-    if not (source / "workspace.json").exists():
-        return Origin(forked_from=facts, checked=False, problems=problems,
-                      note=f"the source {source} is not there any more")
-    try:
-        created = json.loads((source / "workspace.json").read_text()).get("created_at")
-    except (OSError, ValueError, AttributeError):
-        created = None
-    if facts.get("created_at") is not None and created != facts.get("created_at"):
-        return Origin(forked_from=facts, checked=False, problems=problems,
-                      note=f"the workspace at {source} now is another one (created {created}, "
-                           f"not {facts.get('created_at')})")
-    audit = facts.get("audit") or {}
-    index = audit.get("index")
-    try:
-        with Workspace.open(source, writable=False, create=False) as src:
-            log = open_audit(src)
-            try:
-                if type(index) is not int or not 0 <= index < len(log):
-                    problems.append(f"the source's chain has no record {index!r} (the chain "
-                                    "was cut, or the origin is false)")
-                elif log.entries[index].hash != audit.get("hash"):
-                    problems.append(f"the source's record {index} has another hash than the "
-                                    "fork names (the source's chain was rewritten, or the "
-                                    "origin is false)")
-                pruned = any(entry.type == "prune" for entry in log.entries)
-            finally:
-                log.close()
-            try:
-                src.read_commit(bytes.fromhex(str(facts.get("commit"))))
-            except (KernosError, ValueError):
-                if not pruned:
-                    problems.append(f"the source has no commit {str(facts.get('commit'))[:12]}")
-    except KernosError as error:
-        return Origin(forked_from=facts, checked=False, problems=problems,
-                      note=f"the source could not be read ({error})")
-    return Origin(forked_from=facts, checked=True, problems=problems)

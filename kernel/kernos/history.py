@@ -1,10 +1,10 @@
-"""Reading the history: log, show, diff; and checkout without a kernel.
+"""Reading the history: log, show, diff.
 
 Everything here works on a workspace directory alone, so the CLI can browse
-(and check out) the history of a workspace whose kernel is not running.  It
-reads the small per-commit manifests only; no value is unpickled.  Browsing
-goes through GitPython; the one writing function reuses the snapshot writer,
-so an offline checkout has the same crash semantics as an op.
+the history of a workspace whose kernel is not running.  It reads the small
+per-commit manifests only; no value is unpickled.  Browsing goes through
+GitPython.  A checkout without a kernel writes an audit record too, so it is
+the audit's (:func:`kernos.audit.offline.checkout_offline`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernos._time import utc_now
-from kernos.errors import UsageError
 from kernos.store.objects import CommitData, decode_tree
 from kernos.store.snapshots import (
     MANIFEST,
-    ChunkCache,
-    SnapshotWriter,
-    commit_message,
     read_group,
     read_snapshot,
 )
@@ -33,7 +28,6 @@ __all__ = [
     "Diff",
     "LogEntry",
     "changed_value",
-    "checkout_offline",
     "diff",
     "field_changes",
     "format_diff",
@@ -323,59 +317,6 @@ def format_show(shown: dict[str, Any]) -> str:
         for info in shown["unpersisted"]:
             lines.append(f"    {info['path']}: {info['type_name']}: {info['reason']}")
     return "\n".join(lines)
-
-
-def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human") -> str:
-    """Record a new snapshot equal to ``ref``, without a kernel.  Returns the commit id."""
-    if not workspace.writable:
-        raise UsageError("checkout needs the workspace opened writable (it takes the lock)")
-    from kernos.audit import open_audit
-
-    log = open_audit(workspace)
-    target = workspace.resolve(ref)
-    head = workspace.head()
-    assert head is not None
-    current = read_snapshot(workspace, head)
-    snapshot = read_snapshot(workspace, target)
-    op = max(int(current.manifest.get("op", 0)), log.last_op) + 1
-    started = utc_now()
-    old_names = current.manifest.get("names", {})
-    names = {}
-    changed = []
-    for name, meta in snapshot.manifest.get("names", {}).items():
-        previous = old_names.get(name)
-        if previous is not None and previous["hash"] == meta["hash"]:
-            names[name] = {**previous, "group": meta["group"]}
-            continue
-        changed.append(name)
-        version = previous["version"] + 1 if previous else 1
-        names[name] = {**meta, "version": version, "op": op, "principal": principal}
-    deleted = sorted(old_names.keys() - names.keys())
-    manifest = {
-        "format": 1, "op": op, "principal": principal, "kind": "checkout",
-        "note": f"checkout {target.hex()[:12]}", "committed_at": utc_now(),
-        "changes": {"added": sorted(n for n in changed if n not in old_names),
-                    "changed": sorted(n for n in changed if n in old_names),
-                    "deleted": deleted},
-        "names": names,
-        "facts": {"audit": log.binding()},
-    }
-    with SnapshotWriter(workspace, ChunkCache()) as writer:  # discards what it wrote on error
-        commit = writer.commit(
-            namespace_tree=snapshot.namespace_tree, manifest=manifest, source=None, parent=head,
-            message=commit_message(op=op, principal=principal, kind="checkout",
-                                   headline=f"checkout {target.hex()[:12]}"),
-            author=f"{principal} <{principal}@kernos.invalid>",
-        )
-        # As for every op: the record first, then the commit point.
-        log.append({"type": "op", "op": op, "kind": "checkout", "principal": principal,
-                    "status": "committed", "error": None, "code": None,
-                    "grants": {"used": [], "denied": []}, "changes": manifest["changes"],
-                    "events": [], "attempted_events": 0, "effects": [],
-                    "commit": commit.hex(), "started_at": started, "finished_at": utc_now(),
-                    "note": f"offline checkout of {target.hex()[:12]}"})
-        writer.publish(commit)
-    return commit.hex()
 
 
 def human_size(size: float) -> str:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from kernos.errors import ErasedValue, UsageError
+from kernos.serialize.sealing import register_sealer
 
 __all__ = ["Keyring", "Personal", "check_subject", "personal"]
 
@@ -175,6 +176,10 @@ class Personal:
         return (open_personal, (self._subject, keyring.seal([self._subject], plaintext)))
 
 
+# The image pickler writes a personal value sealed under its subject's key.
+register_sealer(Personal, Personal._sealed)
+
+
 def _track(wrapper: Personal) -> None:
     _live.setdefault(wrapper.subject, weakref.WeakValueDictionary())[id(wrapper)] = wrapper
 
@@ -274,7 +279,7 @@ class Keyring:
         return found
 
     def _create(self, subject: str, path: Path) -> bytes:
-        from kernos.store.objects import replace_file
+        from kernos._durable import replace_file
 
         self.directory.mkdir(exist_ok=True)
         key = secrets.token_bytes(32)
@@ -330,7 +335,7 @@ class Keyring:
 
     def destroy(self, subject: str) -> bool:
         """Overwrite, sync and delete the subject's key.  Returns whether one existed."""
-        from kernos.store.objects import fsync_dir
+        from kernos._durable import fsync_dir
 
         self._keys.pop(subject, None)
         path = self._path(subject)

@@ -2,7 +2,10 @@
 
 The model is two-phase commit among *participants*, after
 zopefoundation/transaction.  A participant is anything whose state must move
-with the op: the image today; the event log and the audit chain later.
+with the op: the image's snapshot history, its audit chain and its random
+generators (the image joins them to each op it begins, ``kernos.image``), and
+what a higher floor registers (``kernos.op.register_participant``).  This
+module knows only the protocol, never a participant.
 
 Participant contract (called in ``sort_key`` order):
 

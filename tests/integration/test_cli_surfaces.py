@@ -287,7 +287,8 @@ def test_each_help_lists_only_its_own_exit_statuses(root: Path) -> None:
     # Every subcommand has its own list (one the table forgot would get the whole table).
     import argparse
 
-    from kernos.cli._parser import _EXITS, build_parser
+    from kernos.cli._argtypes import _EXITS
+    from kernos.cli._parser import build_parser
 
     [commands] = [action for action in build_parser()._actions
                   if isinstance(action, argparse._SubParsersAction)]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kernos.store.objects import REPACK_PACKS
+from kernos.store.object_store import REPACK_PACKS
 from kernos.store.repack import wait_for_repacks
 from kernos.store.workspace import Workspace
 

@@ -30,8 +30,8 @@ from kernos.audit import verify
 from kernos.audit.canonical import canonical
 from kernos.audit.log import record_hash
 from kernos.audit.signing import sign
+from kernos.remote.transfer import RemoteConfig, clone, push
 from kernos.store.identity import load_identity
-from kernos.store.remote import RemoteConfig, clone, push
 
 __all__ = ["Attacker", "Scene", "cli", "fingerprint"]
 

@@ -476,7 +476,7 @@ def test_a_copy_made_by_hand_is_a_writer_of_its_own(fresh: Scene) -> None:
     assert copy_id != a_id
     secret = json.loads((scene.a / "identity.json").read_text())["secret"]
     assert secret not in (copy / "identity.json").read_text()  # the copied key is gone
-    from kernos.store.remote_lease import acquire_lease
+    from kernos.remote.lease import acquire_lease
 
     lease = acquire_lease(scene.a, "origin", ttl=60)
     try:

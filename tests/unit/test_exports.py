@@ -32,8 +32,8 @@ def test_core_does_not_import_jupyter() -> None:
             "kernos.agents", "kernos.agents.runtime", "kernos.events", "kernos.events.bus",
             "kernos.events.human", "kernos.audit", "kernos.audit.verify", "kernos.audit.human",
             "kernos.personal", "kernos.llm", "kernos.prune", "kernos.store.retention",
-            "kernos.audit.pruning", "kernos.store.remote", "kernos.store.remote_lease",
-            "kernos.store.remote_push", "kernos.store.remote_config", "kernos.store.remote_start",
+            "kernos.audit.pruning", "kernos.remote.transfer", "kernos.remote.lease",
+            "kernos.remote.autopush", "kernos.remote.config", "kernos.remote.start",
             "kernos.cli._remote", "kernos.fork"]
     code = (
         "import sys\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernos import CommitFailed, RestoreError, Unpersisted, UnpersistedValueError, history
+from kernos.audit.offline import checkout_offline
 
 
 def git(workspace_path: Path, *args: str) -> str:
@@ -278,7 +279,7 @@ def test_offline_checkout_and_history_views(session, reopen) -> None:  # type: i
     assert "+  z" in text and "-  y" in text and "1  ->  2" in text
     shown = history.show(workspace, f"@{first.op}")
     assert shown["source"] == "x = 1\ny = [1]"
-    commit = history.checkout_offline(workspace, f"@{first.op}")
+    commit = checkout_offline(workspace, f"@{first.op}")
     assert workspace.head().hex() == commit
     restored = reopen(workspace).namespace
     assert restored["x"] == 1 and restored["y"] == [1] and "z" not in restored

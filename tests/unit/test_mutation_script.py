@@ -75,7 +75,8 @@ def test_every_target_names_files_and_tests_that_exist(mutation: ModuleType) -> 
 
 def test_groups_expand_to_their_modules_in_order_and_once(mutation: ModuleType) -> None:
     assert mutation.GROUPS["audit"] == ("audit.log", "audit.verify")
-    assert len(mutation.GROUPS["store"]) == 9
+    store = [name for name in mutation.TARGETS if name.startswith("store.")]
+    assert len(mutation.GROUPS["store"]) == len(store) >= 9
     assert all(name.startswith("store.") for name in mutation.GROUPS["store"])
     assert mutation.expand(["op", "audit", "audit.log", "op"]) == [
         "op", "audit.log", "audit.verify"]

@@ -15,7 +15,8 @@ import pytest
 
 from core_support import CoreEnv, abort
 from kernos.errors import OpVetoed, UsageError
-from kernos.op import AbortReport, _sealed_source, outcome
+from kernos.image.changes import _sealed_source
+from kernos.op import AbortReport, outcome
 
 
 @pytest.fixture()
@@ -510,15 +511,15 @@ def test_an_op_that_leaves_the_runtimes_own_state_unstorable_is_vetoed(env: Core
 
 
 def test_the_image_is_the_last_participant_to_vote() -> None:
-    from kernos.op import _ImageParticipant
+    from kernos.image.changes import ImageParticipant
 
-    key = _ImageParticipant.sort_key(None)  # type: ignore[arg-type]
+    key = ImageParticipant.sort_key(None)  # type: ignore[arg-type]
     assert key == "~kernos.image"
     assert key > "kernos.audit" and key > "kernos.generators"
 
 
 def test_union_find_groups_names_that_share() -> None:
-    from kernos.op import _UnionFind
+    from kernos.image.changes import _UnionFind
 
     sharing = _UnionFind(["d", "c", "b", "a", "e"])
     sharing.union("d", "c")
@@ -595,7 +596,7 @@ def test_a_function_with_an_empty_cell_does_not_stop_a_rollback(env: CoreEnv) ->
 
 
 def test_the_search_gives_up_as_unsure_when_its_budget_runs_out() -> None:
-    from kernos.op import _reaches
+    from kernos.image.rollback import _reaches
 
     nested = [[[[1]]]]  # two lists below the direct contents
     assert _reaches(nested, {}, budget=3) is False
@@ -604,7 +605,7 @@ def test_the_search_gives_up_as_unsure_when_its_budget_runs_out() -> None:
 
 
 def test_classes_are_not_searched() -> None:
-    from kernos.op import _reaches
+    from kernos.image.rollback import _reaches
 
     root = [1]
 
@@ -708,3 +709,29 @@ def test_the_size_of_a_name_counts_its_buffers(env: CoreEnv) -> None:
     env.ns["np"] = np
     env.run("data = np.zeros(100_000)")
     assert env.image.meta["data"].size >= 800_000
+
+
+def test_a_registered_participant_moves_with_every_op(env: CoreEnv) -> None:
+    """A floor above the image (the memory, say) takes part through kernos.op's registry."""
+    import kernos.op
+    from kernos.testing import RecordingParticipant
+
+    made: list[RecordingParticipant] = []
+
+    def factory(op: kernos.op.Op) -> RecordingParticipant | None:
+        if op.kind != "cell":
+            return None  # a factory may leave an op alone
+        made.append(RecordingParticipant("memory"))
+        return made[-1]
+
+    kernos.op.register_participant(factory)
+    kernos.op.register_participant(factory)  # once is enough
+    try:
+        env.run("x = 1")
+        abort(env, "x = 2\nraise ValueError")
+        env.image.begin(kind="other").abort()
+    finally:
+        kernos.op._factories.remove(factory)
+    assert [participant.calls for participant in made] == [
+        ["tpc_begin", "commit", "tpc_vote", "tpc_finish"], ["abort"]]
+    assert env.ns["x"] == 1

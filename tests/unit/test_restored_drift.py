@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import kernos.image
+import kernos.image.state
 from core_support import CoreEnv, abort
 from kernos.store.snapshots import read_part
 
@@ -62,7 +62,7 @@ def test_groups_of_several_names_are_unchanged_by_a_commit_that_changes_one(
 def baselines(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Baselines taken as the restore loads, or (as for long streams) only when needed."""
     if request.param != "at restore":
-        monkeypatch.setattr(kernos.image, "EAGER_BASELINE_BYTES", -1)
+        monkeypatch.setattr(kernos.image.state, "EAGER_BASELINE_BYTES", -1)
     return str(request.param)
 
 

@@ -1,5 +1,5 @@
 """What a rollback undid is said, and values holding live resources are never replaced
-by copies (kernos.op: AbortReport, _ImageParticipant._reload)."""
+by copies (kernos.op: AbortReport; kernos.image.rollback: Rollback._reload)."""
 
 from __future__ import annotations
 

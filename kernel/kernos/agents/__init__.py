@@ -8,8 +8,15 @@ The core of it (no Jupyter here):
   agent code is compiled in, the allowlists it runs under, the calls it can
   make, and what may cross between it and the host;
 * ``limits``: time, memory, recursion and output bounds, and the watchdog;
-* ``runtime``: :class:`AgentRuntime`, which runs all of it inside the
-  image's ops;
+* ``context``: who runs, in which op, and :class:`~kernos.agents.context.Runtime`,
+  the interface the runtime offers the modules below it;
+* ``namespace``: the runtime's names in the image (the registry's, each
+  agent's namespace);
+* ``supervisor``, ``_tools``, ``_llm``, ``_events``, ``_memory``: the
+  runtime's seams (circuit breakers, tools, models, events, memory), which
+  know the runtime only through that interface;
+* ``runtime``: :class:`AgentRuntime`, which composes them and runs all of it
+  inside the image's ops;
 * ``loop``: an agent's loop in the image, one op per iteration;
 * ``human``: :class:`Agents`, the human's Python API (``agents`` in a
   notebook).

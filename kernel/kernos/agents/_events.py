@@ -29,17 +29,18 @@ from typing import TYPE_CHECKING, Any
 from kernos.agents import context
 from kernos.agents.boundary import check_bounded, to_host
 from kernos.agents.context import RunContext
+from kernos.agents.namespace import REGISTRY, namespace_key
 from kernos.agents.registry import HUMAN
 from kernos.errors import BoundaryError, EventError, UsageError
 from kernos.events.bus import EventBus
 
 if TYPE_CHECKING:
-    from kernos.agents.runtime import AgentRuntime
+    from kernos.agents.context import Runtime
 
 __all__ = ["bus_for", "emit", "subscribe", "unsubscribe"]
 
 
-def bus_for(runtime: AgentRuntime) -> EventBus:
+def bus_for(runtime: Runtime) -> EventBus:
     """The event bus of ``runtime``'s image, running and checking agents as above."""
     return EventBus(runtime.image, runner=partial(_run_subscriber, runtime),
                     authorize=partial(_authorize, runtime), principal=_principal)
@@ -50,20 +51,18 @@ def _principal() -> str | None:
     return None if ctx is None else ctx.principal
 
 
-def _authorize(runtime: AgentRuntime, principal: str, kind: str, target: str) -> None:
+def _authorize(runtime: Runtime, principal: str, kind: str, target: str) -> None:
     ctx = context.running()
     if ctx is None or ctx.principal != principal:
         raise UsageError(f"events are checked against {principal!r}'s grants only while "
                          "its code runs")
-    runtime._require(ctx, kind, target)
+    runtime.require(ctx, kind, target)
 
 
-def _run_subscriber(runtime: AgentRuntime, principal: str, handler: Callable[..., Any],
+def _run_subscriber(runtime: Runtime, principal: str, handler: Callable[..., Any],
                     event: Any) -> None:
     """Run an in-image subscriber as its own principal, inside the running op."""
-    from kernos.agents.runtime import REGISTRY, namespace_key
-
-    op = runtime._op()
+    op = runtime.current_op()
     outer = context.running()
     if principal == HUMAN:
         token = context.suspend()  # trusted code: not under the emitter's authority
@@ -86,7 +85,7 @@ def _run_subscriber(runtime: AgentRuntime, principal: str, handler: Callable[...
         return
     op.touch(namespace_key(principal), REGISTRY)
     if outer is None:
-        with runtime._running(principal, op):
+        with runtime.running(principal, op):
             handler(event)
         return
     # Already under a supervisor (an agent emitted): switch principal only.
@@ -100,33 +99,33 @@ def _run_subscriber(runtime: AgentRuntime, principal: str, handler: Callable[...
         context.leave(token)
 
 
-def emit(runtime: AgentRuntime, ctx: RunContext, topic: object, payload: object) -> None:
+def emit(runtime: Runtime, ctx: RunContext, topic: object, payload: object) -> None:
     try:
         plain = to_host(payload)
         if ctx.foreign() is not None and type(topic) is str:
-            runtime._require(ctx, "emit", topic)  # the bus checks only the principal
+            runtime.require(ctx, "emit", topic)  # the bus checks only the principal
         runtime.events.emit(topic, plain, principal=ctx.principal)
     except (EventError, BoundaryError) as error:
-        raise runtime._invalid(ctx, error) from None
+        raise runtime.invalid(ctx, error) from None
 
 
-def subscribe(runtime: AgentRuntime, ctx: RunContext, pattern: object,
+def subscribe(runtime: Runtime, ctx: RunContext, pattern: object,
               handler: object) -> object:
-    runtime._on_own_behalf(ctx, "subscribe")
+    runtime.on_own_behalf(ctx, "subscribe")
     try:
         check_bounded({"the handler": handler},
                       what=f"a subscriber of {ctx.principal!r}")
     except BoundaryError as error:
-        raise runtime._invalid(ctx, error) from None
+        raise runtime.invalid(ctx, error) from None
     try:
         return runtime.events.subscribe(pattern, handler, principal=ctx.principal)
     except EventError as error:
-        raise runtime._invalid(ctx, error) from None
+        raise runtime.invalid(ctx, error) from None
 
 
-def unsubscribe(runtime: AgentRuntime, ctx: RunContext, subscription_id: object) -> None:
-    runtime._on_own_behalf(ctx, "unsubscribe")
+def unsubscribe(runtime: Runtime, ctx: RunContext, subscription_id: object) -> None:
+    runtime.on_own_behalf(ctx, "unsubscribe")
     try:
         runtime.events.unsubscribe(subscription_id, principal=ctx.principal)
     except UsageError as error:
-        raise runtime._invalid(ctx, error) from None
+        raise runtime.invalid(ctx, error) from None

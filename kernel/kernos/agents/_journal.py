@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kernos.store.objects import replace_file
+from kernos._durable import replace_file
 
 __all__ = ["AgentState", "BurnWindow", "Journal", "Trip", "copy_journal", "line"]
 

@@ -3,6 +3,7 @@
 One :class:`Models` belongs to one :class:`~kernos.agents.runtime.AgentRuntime`
 (``runtime.models``), which delegates to it the names other modules call
 (``llm``, ``llm_as_human``, ``embed_texts``, ``llm_client``, ``llm_keyring``).
+It knows the runtime only as :class:`kernos.agents.context.Runtime`.
 
 Who may call: an agent needs an active ``llm:MODEL`` (or ``llm:*``) grant
 (inside a tool another agent wrote, its author needs one too); the human needs
@@ -45,9 +46,9 @@ from kernos.errors import BoundaryError, CapabilityDenied, KernosError, UsageErr
 
 if TYPE_CHECKING:
     from kernos.agents.capabilities import Grant
+    from kernos.agents.context import Runtime
     from kernos.agents.limits import Limits
     from kernos.agents.registry import ToolVersion
-    from kernos.agents.runtime import AgentRuntime
     from kernos.llm import Budget, Completion, LlmClient, Request, Spent
     from kernos.op import Op
     from kernos.personal import Keyring
@@ -61,7 +62,7 @@ MAX_EMBED_TEXTS = 256
 class Models:
     """The runtime's way to models: LLM completions and embeddings, granted and budgeted."""
 
-    def __init__(self, runtime: AgentRuntime) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.keyring: Keyring | None = None
         """The keys the LLM recordings are sealed and opened with (default: the image's;
@@ -92,7 +93,7 @@ class Models:
         if not authority:  # the human's own code (no agent-written tool running)
             return self.as_human(model, messages, params).to_plain()
         if type(model) is not str:
-            raise runtime._invalid(ctx, LLMRequestInvalid("llm() takes a model name (a str)"))
+            raise runtime.invalid(ctx, LLMRequestInvalid("llm() takes a model name (a str)"))
         assert isinstance(model, str)
         grants = self._grants(ctx, authority, model)
         try:
@@ -100,7 +101,7 @@ class Models:
             tools = _split_tools(plain, lambda name: self._offered_tool(ctx, name))
             request = build_request(model, to_host(messages), plain, tools=tools)
         except (LLMRequestInvalid, BoundaryError) as error:
-            raise runtime._invalid(ctx, error) from None
+            raise runtime.invalid(ctx, error) from None
         budgets = self._budgets(grants, authority, ctx.op, ctx.limits)
         completion = self._complete(ctx.op, ctx.principal, request, budgets,
                                     timeout=float(ctx.limits.seconds))
@@ -111,7 +112,7 @@ class Models:
         """Call ``model`` as the human, in the current op: recorded, no grant or budget."""
         from kernos.llm import Mode, build_request
 
-        op = self.runtime._op()
+        op = self.runtime.current_op()
         plain = dict(params)
         tools = _split_tools(plain, lambda name: _tool_spec(
             self.runtime.registry.tool_version(name, before_op=op.id)))
@@ -137,7 +138,7 @@ class Models:
         """A registered tool offered to a model: the caller must be able to call it."""
         version = self.runtime.toolbox.pinned(ctx, name)
         kind, target = parse_capability(version.capability)
-        self.runtime._require(ctx, kind, target, exempt=version.author)
+        self.runtime.require(ctx, kind, target, exempt=version.author)
         return _tool_spec(version)
 
     # -- embeddings -----------------------------------------------------------------------
@@ -183,7 +184,7 @@ class Models:
             requests = [build_embedding_request(model, text, params) for text in texts]
         except LLMRequestInvalid as error:
             if ctx is not None:
-                raise runtime._invalid(ctx, error) from None
+                raise runtime.invalid(ctx, error) from None
             raise
         budgets = self._budgets(grants, authority, op, limits) if authority else []
         try:

@@ -4,13 +4,14 @@ One :class:`Toolbox` belongs to one :class:`~kernos.agents.runtime.AgentRuntime`
 (``runtime.toolbox``), which delegates to it the names other modules call
 (``define_tool``, ``call``, ``call_as``, ``call_as_human``).  The tools
 themselves live in the registry (``kernos:agents``), so they commit and roll
-back with the image; the toolbox keeps only a cache of compiled sources.
+back with the image; the toolbox keeps only a cache of compiled sources.  It
+knows the runtime only as :class:`kernos.agents.context.Runtime`.
 
 The contract:
 
 * **Defining.** Agent code defines tools (the human registers trusted Python
   with ``AgentRuntime.register_tool``).  The source is compiled restricted,
-  run in a module of its own (an :class:`~kernos.agents.runtime.AgentNamespace`
+  run in a module of its own (an :class:`~kernos.agents.namespace.AgentNamespace`
   labelled ``AUTHOR:tool:NAME:vN``, which names its code's file), and its
   module state must be plain, bounded data.  Not inside a tool another agent
   wrote (it would act on its caller's behalf).
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from kernos.agents.boundary import check_bounded, to_agent, to_host
 from kernos.agents.capabilities import parse_capability
 from kernos.agents.limits import AGENT_FILENAME_PREFIX
+from kernos.agents.namespace import REGISTRY, AgentNamespace, namespace_key
 from kernos.agents.policy import compile_agent
 from kernos.agents.registry import HUMAN, check_arguments, shown
 from kernos.agents.supervisor import fingerprint
@@ -40,9 +42,8 @@ from kernos.effects import queue
 from kernos.errors import BoundaryError, CapabilityDenied, UsageError
 
 if TYPE_CHECKING:
-    from kernos.agents.context import RunContext
+    from kernos.agents.context import RunContext, Runtime
     from kernos.agents.registry import ToolVersion
-    from kernos.agents.runtime import AgentNamespace, AgentRuntime
 
 __all__ = ["Toolbox"]
 
@@ -50,7 +51,7 @@ __all__ = ["Toolbox"]
 class Toolbox:
     """The runtime's tools: agent-written ones defined, every one pinned and called."""
 
-    def __init__(self, runtime: AgentRuntime) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self._code: dict[tuple[str, int], Any] = {}
         """Compiled sources of agent-written tools, for their foreign calls."""
@@ -61,8 +62,8 @@ class Toolbox:
         runtime = self.runtime
         if ctx.principal == HUMAN:
             raise UsageError("the human registers tools with agents.register_tool()")
-        runtime._on_own_behalf(ctx, "define tools")
-        registry = runtime._mutable_registry(ctx.op)
+        runtime.on_own_behalf(ctx, "define tools")
+        registry = runtime.mutable_registry(ctx.op)
         version_number = len(registry.tools.get(name, [])) + 1 if type(name) is str else 0
         label = _tool_label(ctx.principal, name, version_number)
         code = compile_agent(source, principal=ctx.principal,
@@ -73,7 +74,7 @@ class Toolbox:
             check_bounded(namespace.user_items(),
                           what=f"the module state of tool {shown(name)!r} by {ctx.principal!r}")
         except BoundaryError as error:
-            raise runtime._invalid(ctx, error) from None
+            raise runtime.invalid(ctx, error) from None
         function = namespace.get(name) if type(name) is str else None
         if not callable(function):
             raise UsageError(f"the source of tool {name!r} must define a function {name}()")
@@ -87,15 +88,13 @@ class Toolbox:
 
     def call(self, ctx: RunContext, name: object, arguments: dict[str, object]) -> object:
         """Call a tool as ``ctx.principal``, with the version pinned for this op."""
-        from kernos.agents.runtime import REGISTRY
-
         runtime = self.runtime
         version = self.pinned(ctx, name)
         # A trusted tool may change human names in place: with the registry in
         # the op's reach, the commit widens it through the tool's code.
         ctx.op.touch(REGISTRY)
         kind, target = parse_capability(version.capability)
-        runtime._require(ctx, kind, target, exempt=version.author)
+        runtime.require(ctx, kind, target, exempt=version.author)
         arguments = to_host(arguments)
         check_arguments(version.name, version.schema, arguments)
         if version.effect == "external":  # runs after the op commits, exactly once
@@ -121,16 +120,14 @@ class Toolbox:
 
     def call_as(self, principal: str, name: object, arguments: dict[str, object]) -> object:
         """Call a tool as ``principal`` (checking its grants), inside the current op."""
-        from kernos.agents.runtime import REGISTRY, namespace_key
-
         runtime = self.runtime
-        op = runtime._op()
+        op = runtime.current_op()
         if principal != HUMAN:
             runtime.registry.principal(principal)
             runtime.breakers.admit(principal, op,
                                    lambda: fingerprint("tool", repr(name)[:200], arguments))
             op.touch(namespace_key(principal), REGISTRY)
-        with runtime._running(principal, op) as ctx:
+        with runtime.running(principal, op) as ctx:
             return self.call(ctx, name, arguments)
 
     def pinned(self, ctx: RunContext, name: object) -> ToolVersion:
@@ -182,8 +179,6 @@ def _tool_label(author: str, name: object, version: int) -> str:
 
 def _module_instance(code: Any, author: str, label: str) -> AgentNamespace:
     """A new instance of an agent-written tool's module: its code run in fresh globals."""
-    from kernos.agents.runtime import AgentNamespace
-
     namespace = AgentNamespace(author, label=label)
     exec(code, namespace)
     namespace.pop("_print", None)  # RestrictedPython's per-run print target

@@ -124,21 +124,21 @@ def llm(model: object, messages: object, /, **params: object) -> object:
 
 
 def recall(query: object, k: object = 5, kinds: object = None) -> list[object]:
-    from kernos.memory import agent
+    from kernos.agents import _memory
 
-    return agent.recall(context.current(), query, k, kinds)
+    return _memory.recall(context.current(), query, k, kinds)
 
 
 def remember(fact: object, tags: object = ()) -> object:
-    from kernos.memory import agent
+    from kernos.agents import _memory
 
-    return agent.remember(context.current(), fact, tags)
+    return _memory.remember(context.current(), fact, tags)
 
 
 def memory_context(max_tokens: object, query: object = None) -> str:
-    from kernos.memory import agent
+    from kernos.agents import _memory
 
-    return agent.context(context.current(), max_tokens, query)
+    return _memory.context(context.current(), max_tokens, query)
 
 
 memory_context.__name__ = "context"

@@ -91,8 +91,8 @@ def parse_capability(capability: object) -> tuple[str, str]:
             f"{capability[:80]!r} is not a capability; write KIND:TARGET with KIND one of "
             f"{', '.join(sorted(KINDS))} (for example 'call:search' or 'spend:USD')")
     if kind in EVENT_KINDS:
+        from kernos.audit.topics import compile_pattern
         from kernos.errors import EventError
-        from kernos.events.topics import compile_pattern
 
         try:
             compile_pattern(target)
@@ -152,7 +152,7 @@ class Grant:
         if not self.active:
             return False
         if self.kind in EVENT_KINDS and self.kind == kind:
-            from kernos.events.topics import compile_pattern, covers
+            from kernos.audit.topics import compile_pattern, covers
 
             return covers(compile_pattern(self.target), compile_pattern(target))
         if self.kind == kind or (self.kind == "write" and kind == "read"):

@@ -1,4 +1,4 @@
-"""The context an agent's code runs in: who, in which op, under which limits.
+"""The context an agent's code runs in: who, in which op, under which limits, by which runtime.
 
 The guards and builtins that agent code calls are module-level functions
 shared by every agent; they find the caller through :func:`current`, a
@@ -7,23 +7,147 @@ call).  Authority is the *running* principal's, bounded by ``bounds``: while
 a tool an agent wrote runs, its author is in ``bounds``, and every check must
 pass for the caller and for each of them (the intersection of their grants),
 so a tool never acts with more authority than the agent that wrote it.
+
+:class:`Runtime` is the interface the agent runtime
+(:class:`kernos.agents.runtime.AgentRuntime`) offers to what sits below it:
+the calls agent code makes (``kernos.agents.api``, through
+``RunContext.runtime``) and what the runtime's seams (``_tools``, ``_llm``,
+``_events``, ``_memory``, ``supervisor``) ask of the runtime that composes
+them.  The seams depend on this protocol, never on the runtime's module, so
+the runtime imports them and not the other way round.
 """
 
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kernos.agents.registry import HUMAN
 from kernos.errors import UsageError
 
 if TYPE_CHECKING:
+    from kernos.agents._journal import Trip
     from kernos.agents.limits import Limits
-    from kernos.agents.runtime import AgentRuntime
+    from kernos.agents.registry import Registry, ToolVersion
+    from kernos.errors import CapabilityDenied, KernosError
+    from kernos.events.bus import EventBus
+    from kernos.image import Image
+    from kernos.memory.service import ImageMemory
     from kernos.op import Op
 
-__all__ = ["BoundedOutput", "RunContext", "current", "running"]
+__all__ = [
+    "BoundedOutput",
+    "Circuits",
+    "RunContext",
+    "Runtime",
+    "Toolshelf",
+    "current",
+    "running",
+]
+
+
+class Circuits(Protocol):
+    """The circuit breakers as the seams ask them (``kernos.agents.supervisor.Breakers``)."""
+
+    replaying: bool
+    """A replay: nothing is counted or refused again."""
+
+    def circuit(self, agent: str) -> Trip | None:
+        """Why ``agent``'s ops are refused (its own or an ancestor's open circuit), or None."""
+
+    def admit(self, agent: str, op: Op, fingerprint_of: Callable[[], str]) -> None:
+        """Before an op of ``agent`` runs: refuse it (CircuitOpen, vetoed) or count it in."""
+
+    def refuse_if_open(self, agent: str, op: Op, *, via: str) -> None:
+        """Refuse (CircuitOpen, vetoed) if ``agent``'s circuit is open; count nothing."""
+
+
+class Toolshelf(Protocol):
+    """The tools as the LLM seam asks them (``kernos.agents._tools.Toolbox``)."""
+
+    def pinned(self, ctx: RunContext, name: object) -> ToolVersion:
+        """The version of tool ``name`` that ``ctx``'s op uses (UnknownTool if none)."""
+
+
+class Runtime(Protocol):
+    """The agent runtime, as agent code's calls and the runtime's seams reach it.
+
+    State (all looked up afresh in the image on each use): ``image``,
+    ``registry`` (read-only use), ``events`` (the image's bus), ``memory``,
+    ``breakers`` and ``toolbox``.  Authority: :meth:`require` raises a denial
+    (which vetoes the op) unless every principal of ``ctx.authority()``
+    holds ``kind:target``; :meth:`deny` records one and returns the error;
+    :meth:`invalid` counts a malformed request as one; :meth:`on_own_behalf`
+    refuses an action inside a tool another agent wrote.  :meth:`running`
+    enters agent context for ``principal`` under supervision (or yields the
+    context already running).  The calls of agent code (``read`` ...
+    ``refused``) take the running :class:`RunContext` first; see
+    ``kernos.agents.api``.
+    """
+
+    image: Image
+    events: EventBus
+
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def memory(self) -> ImageMemory: ...
+    @property
+    def breakers(self) -> Circuits: ...
+    @property
+    def toolbox(self) -> Toolshelf: ...
+
+    # -- what the seams ask -------------------------------------------------------------
+
+    def current_op(self) -> Op:
+        """The running op (UsageError outside one)."""
+
+    def mutable_registry(self, op: Op) -> Registry:
+        """The registry, bound in the image and touched in ``op`` (for a change)."""
+
+    def limits_for(self, principal: str) -> Limits:
+        """``principal``'s resource limits (the defaults with its overrides)."""
+
+    def require(self, ctx: RunContext, kind: str, target: str, *,
+                exempt: str | None = None) -> None:
+        """Deny unless every principal of ``ctx.authority()`` (but ``exempt``) holds it."""
+
+    def deny(self, ctx: RunContext, capability: str, detail: str = "") -> CapabilityDenied:
+        """Record a denial, veto the op, and return the error to raise."""
+
+    def invalid(self, ctx: RunContext, error: KernosError) -> KernosError:
+        """A malformed request from agent code: a denial too; returns ``error``."""
+
+    def on_own_behalf(self, ctx: RunContext, action: str) -> None:
+        """Refuse ``action`` inside a tool another agent wrote."""
+
+    def running(self, principal: str, op: Op) -> AbstractContextManager[RunContext]:
+        """Agent context for ``principal`` in ``op``, under supervision."""
+
+    # -- the calls of agent code (kernos.agents.api, kernos.agents.boundary) -------------
+
+    def read(self, ctx: RunContext, name: object) -> object: ...
+    def write(self, ctx: RunContext, name: object, value: object) -> None: ...
+    def resolve_view(self, ctx: RunContext, name: str, path: tuple[tuple[str, object], ...],
+                     *, write: bool) -> object: ...
+    def spend(self, ctx: RunContext, value: object, unit: object) -> object: ...
+    def my_grants(self, ctx: RunContext) -> list[object]: ...
+    def delegate(self, ctx: RunContext, grant_id: object, to: object,
+                 limit: object = None) -> object: ...
+    def revoke_delegated(self, ctx: RunContext, grant_id: object) -> list[object]: ...
+    def spawn(self, ctx: RunContext, name: object) -> object: ...
+    def define_tool(self, ctx: RunContext, name: object, source: object, schema: object,
+                    description: object) -> object: ...
+    def call(self, ctx: RunContext, name: object, arguments: dict[str, object]) -> object: ...
+    def emit(self, ctx: RunContext, topic: object, payload: object) -> None: ...
+    def subscribe(self, ctx: RunContext, pattern: object, handler: object) -> object: ...
+    def unsubscribe(self, ctx: RunContext, subscription_id: object) -> None: ...
+    def llm(self, ctx: RunContext, model: object, messages: object,
+            params: dict[str, object]) -> object: ...
+    def refused(self, ctx: RunContext, error: KernosError) -> KernosError: ...
 
 
 class BoundedOutput:
@@ -53,7 +177,7 @@ class BoundedOutput:
 
 @dataclass(kw_only=True)
 class RunContext:
-    runtime: AgentRuntime
+    runtime: Runtime
     principal: str
     op: Op
     limits: Limits

@@ -263,7 +263,7 @@ def start(runtime: AgentRuntime, agent: str, step: str, *, every_ms: int = 0,
     paused one is refused.
     """
     _human_only("start a loop")
-    op = runtime._op()
+    op = runtime.current_op()
     agent = _agent(runtime, agent)
     if type(step) is not str or not step.strip():
         raise UsageError(f"the step of the loop of {agent!r} must be agent source (a non-empty "
@@ -309,7 +309,7 @@ def set_status(runtime: AgentRuntime, agent: str, status: str,
     the status the loop already has changes nothing.
     """
     _human_only("change a loop's status")
-    op = runtime._op()
+    op = runtime.current_op()
     agent = _agent(runtime, agent)
     if type(status) is not str or status not in _TARGETS:
         raise UsageError(f"a loop's status can be set to running (resume), paused (pause) or "
@@ -360,7 +360,7 @@ def iterate(runtime: AgentRuntime, agent: str) -> IterationResult:
     op.  Whatever the step raises propagates: the caller rolls the op back
     and the loop is unchanged.
     """
-    op = runtime._op()
+    op = runtime.current_op()
     agent = _agent(runtime, agent)
     state = state_of(runtime.image, agent)
     if state is None:

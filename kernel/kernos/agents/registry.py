@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernos.agents.capabilities import LIMITED_KINDS, Grant, amount, parse_capability
-from kernos.errors import CapabilityDenied, InvalidGrant, UnknownAgent, UnknownTool, UsageError
+from kernos.errors import (
+    CapabilityDenied,
+    InvalidGrant,
+    KernosError,
+    UnknownAgent,
+    UnknownTool,
+    UsageError,
+)
+from kernos.llm.schema import check_arguments, check_schema
 
 __all__ = ["EFFECTS", "HUMAN", "Principal", "Registry", "ToolVersion", "check_arguments",
            "check_schema"]
@@ -32,7 +40,6 @@ HUMAN = "human"
 EFFECTS = frozenset({"pure", "image", "external"})
 _AGENT_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}(/[a-z][a-z0-9_]{0,31}){0,3}")
 _TOOL_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_SCHEMA_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
 
 
 @dataclass(kw_only=True)
@@ -96,59 +103,6 @@ def shown(value: object) -> str:
     if type(value) is str:
         return value[:80]
     return f"<a {type(value).__name__}>"
-
-
-def check_schema(schema: object, *, tool: str) -> dict[str, Any]:
-    """A JSON schema for tool arguments: an object schema with typed properties."""
-    def bad(problem: str) -> InvalidGrant:
-        return InvalidGrant(f"the schema of tool {tool!r} is malformed: {problem}. Give "
-                            "{'type': 'object', 'properties': {NAME: {'type': ...}}, "
-                            "'required': [...]}")
-
-    if type(schema) is not dict:
-        raise bad(f"it is a {type(schema).__name__}, not a dict")
-    assert isinstance(schema, dict)
-    if schema.get("type") != "object":
-        raise bad("its 'type' must be 'object'")
-    properties = schema.get("properties", {})
-    if type(properties) is not dict:
-        raise bad("'properties' must be a dict")
-    for key, spec in properties.items():
-        if type(key) is not str or not key.isidentifier() or key.startswith("_"):
-            raise bad(f"property {key!r} is not a plain identifier")
-        if type(spec) is not dict or type(spec.get("type")) is not str or (
-                spec["type"] not in _SCHEMA_TYPES):
-            raise bad(f"property {key!r} needs a 'type' among {sorted(_SCHEMA_TYPES)}")
-    required = schema.get("required", [])
-    if type(required) is not list or any(
-            type(name) is not str or name not in properties for name in required):
-        raise bad("'required' must list names from 'properties'")
-    extra = set(schema) - {"type", "properties", "required", "description",
-                           "additionalProperties"}
-    if extra:
-        raise bad(f"unsupported keys {sorted(extra)}")
-    return schema
-
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "array": (list, tuple), "object": (dict,), "null": (type(None),),
-}
-
-
-def check_arguments(tool: str, schema: dict[str, Any], arguments: dict[str, object]) -> None:
-    """TypeError naming the problem unless ``arguments`` fit ``schema`` (a checked schema)."""
-    properties = schema.get("properties", {})
-    missing = [name for name in schema.get("required", []) if name not in arguments]
-    if missing:
-        raise TypeError(f"tool {tool!r} needs {', '.join(missing)}")
-    for key, value in arguments.items():
-        if key not in properties:
-            raise TypeError(f"tool {tool!r} takes no argument {key!r}")
-        expected = _JSON_TYPES[properties[key]["type"]]
-        if type(value) not in expected or (type(value) is bool and bool not in expected):
-            raise TypeError(f"tool {tool!r}: {key} must be a "
-                            f"{properties[key]['type']}, not {type(value).__name__}")
 
 
 class Registry:
@@ -343,6 +297,32 @@ class Registry:
                               detail=" yet: it was defined in this op and can be called from "
                                      "the next op")
         return visible[-1]
+
+    def as_seen_by(self, authority: list[str], error: KernosError) -> KernosError:
+        """``error``, naming only the tools and agents every one of ``authority`` may use.
+
+        An unknown tool or agent is reported with the names the grants let the
+        running code use (tools it wrote or may call; itself and its
+        sub-agents), never the whole registry; inside an agent-written tool,
+        its author's grants bound that too.  Only the human's own code
+        (``authority`` empty) sees every name.
+        """
+        if not authority:
+            return error
+        if isinstance(error, UnknownTool):
+            usable = []
+            for name, versions in self.tools.items():
+                kind, target = parse_capability(versions[-1].capability)
+                if all(versions[-1].author == principal or self.find(principal, kind, target)
+                       for principal in authority):
+                    usable.append(name)
+            return UnknownTool(error.name, sorted(usable), detail=error.detail)
+        if isinstance(error, UnknownAgent):
+            return UnknownAgent(error.name, sorted(
+                name for name in self.principals
+                if all(name == principal or self.is_descendant(name, principal)
+                       for principal in authority)))
+        return error
 
 
 def _check_external(name: str, function: Callable[..., Any], schema: dict[str, Any],

@@ -8,15 +8,23 @@ looks them up afresh on every call (a rollback may have replaced them).
 Denials and the grants used are noted on the op, and so reach its audit
 record (``kernos.audit``), committed or not.
 
-Here: the agent namespaces, the human's operations, running agent code,
-denials, and the calls from agent code on grants and the image.  Three
-seams live in private modules, each with its contract in its docstring, and
-the runtime delegates to them the names other modules call:
+Here: the human's operations, running agent code, denials, and the calls
+from agent code on grants and the image.  The image names it keeps (the
+registry's, each agent's namespace) are :mod:`kernos.agents.namespace`.  Its
+seams live in modules below it, each with its contract in its docstring, and
+the runtime composes them and delegates to them the names other modules call:
 
 * ``_tools``: tools defined, pinned per op and called (:attr:`AgentRuntime.toolbox`);
 * ``_llm``: LLM calls and embeddings, granted and budgeted (:attr:`AgentRuntime.models`);
 * ``_events``: agents on the event bus (:attr:`AgentRuntime.events`), which
-  runs an agent's subscriber as that agent.
+  runs an agent's subscriber as that agent;
+* ``_memory``: agent code's ``recall``, ``remember`` and ``context``;
+* ``supervisor``: the circuit breakers (:attr:`AgentRuntime.breakers`).
+
+The seams know the runtime only as :class:`kernos.agents.context.Runtime`, the
+protocol it implements (its public checks: ``current_op``, ``require``,
+``deny``, ``invalid``, ``on_own_behalf``, ``running``, ``mutable_registry``),
+never this module: arrows point down.
 
 Every mutation goes through the op that is running (``image.current``); the
 runtime tells the op which runtime names it changed (``op.touch``), and
@@ -40,10 +48,16 @@ from kernos.agents import _events, context
 from kernos.agents._llm import Models
 from kernos.agents._tools import Toolbox
 from kernos.agents.boundary import ObjectView, to_agent, to_host
-from kernos.agents.capabilities import Grant, amount, parse_capability
+from kernos.agents.capabilities import Grant, amount
 from kernos.agents.context import BoundedOutput, RunContext
-from kernos.agents.guards import AGENT_BUILTINS
 from kernos.agents.limits import AGENT_FILENAME_PREFIX, LimitExceeded, Limits, Supervisor
+from kernos.agents.namespace import (
+    REGISTRY,
+    AgentNamespace,
+    namespace_key,
+    namespace_of,
+    rebuild_namespace,
+)
 from kernos.agents.policy import compile_agent, compile_agent_with_value
 from kernos.agents.registry import HUMAN, Registry, shown
 from kernos.agents.supervisor import Breakers, fingerprint
@@ -55,53 +69,21 @@ from kernos.errors import (
     KernosError,
     OpVetoed,
     UnknownAgent,
-    UnknownTool,
     UsageError,
 )
 from kernos.image import Image
-from kernos.op import AGENT_NAMESPACE, Op
+from kernos.op import Op
 
 if TYPE_CHECKING:
     from kernos.llm import Completion, LlmClient
     from kernos.memory.service import ImageMemory
     from kernos.personal import Keyring
 
-__all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key"]
+__all__ = ["REGISTRY", "AgentNamespace", "AgentRuntime", "RunResult", "namespace_key",
+           "rebuild_namespace"]
 
-REGISTRY = "kernos:agents"
 MAX_DENIALS_LOGGED = 20
 """Denials recorded per run; more are counted, and the op is vetoed anyway."""
-
-
-def namespace_key(agent: str) -> str:
-    return AGENT_NAMESPACE + agent
-
-
-class AgentNamespace(dict[str, Any]):
-    """An agent's globals: its own names, plus the agent builtins (never persisted)."""
-
-    def __init__(self, owner: str, label: str | None = None) -> None:
-        super().__init__()
-        self.owner = owner
-        self["__builtins__"] = AGENT_BUILTINS
-        self["__name__"] = f"agent:{label or owner}"
-
-    def __repr__(self) -> str:
-        # Cheap and bounded: summaries of the image call repr() on every value.
-        return f"<namespace of {self.owner}: {len(self) - 2} names>"
-
-    def user_items(self) -> dict[str, Any]:
-        return {key: value for key, value in self.items()
-                if not (key.startswith("__") and key.endswith("__"))}
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        items = [(key, value) for key, value in self.items() if key != "__builtins__"]
-        return (rebuild_namespace, (self.owner,), None, None, iter(items))
-
-
-def rebuild_namespace(owner: str) -> AgentNamespace:
-    """Load-side constructor (part of the on-disk format)."""
-    return AgentNamespace(owner)
 
 
 @dataclass(kw_only=True)
@@ -165,7 +147,7 @@ class AgentRuntime:
         found = self.image.system.get(REGISTRY)
         return found if isinstance(found, Registry) else Registry()
 
-    def _mutable_registry(self, op: Op) -> Registry:
+    def mutable_registry(self, op: Op) -> Registry:
         found = self.image.system.get(REGISTRY)
         if not isinstance(found, Registry):
             found = Registry()
@@ -173,7 +155,7 @@ class AgentRuntime:
         op.touch(REGISTRY)
         return found
 
-    def _op(self) -> Op:
+    def current_op(self) -> Op:
         op = self.image.current
         if op is None:
             raise UsageError("the agent runtime changes the image only inside an op: run "
@@ -181,11 +163,7 @@ class AgentRuntime:
         return op
 
     def namespace(self, agent: str) -> AgentNamespace:
-        self.registry.principal(agent)
-        found = self.image.system.get(namespace_key(agent))
-        if not isinstance(found, AgentNamespace):
-            raise UsageError(f"the namespace of agent {agent!r} is missing from the image")
-        return found
+        return namespace_of(self.image, self.registry, agent)
 
     def limits_for(self, principal: str) -> Limits:
         if principal == HUMAN:
@@ -197,8 +175,8 @@ class AgentRuntime:
     def add_agent(self, name: object, *, parent: str = HUMAN,
                   limits: dict[str, int] | None = None) -> str:
         limits = dict(limits or {})
-        op = self._op()
-        registry = self._mutable_registry(op)
+        op = self.current_op()
+        registry = self.mutable_registry(op)
         self.default_limits.with_overrides(limits)  # validate before anything changes
         principal = registry.add_agent(name, parent=parent, op=op.id)
         principal.limits = dict(limits)
@@ -207,8 +185,8 @@ class AgentRuntime:
         return principal.name
 
     def set_limits(self, agent: str, **limits: int) -> Limits:
-        op = self._op()
-        principal = self._mutable_registry(op).principal(agent)
+        op = self.current_op()
+        principal = self.mutable_registry(op).principal(agent)
         merged = {**principal.limits, **limits}
         result = self.default_limits.with_overrides(merged)
         principal.limits = merged
@@ -216,8 +194,8 @@ class AgentRuntime:
 
     def grant(self, agent: str, capability: object, limit: object = None, *,
               granter: str = HUMAN) -> dict[str, object]:
-        op = self._op()
-        registry = self._mutable_registry(op)
+        op = self.current_op()
+        registry = self.mutable_registry(op)
         if granter != HUMAN:
             raise CapabilityDenied(granter, shown(capability),
                                    detail="only the human grants directly; agents delegate")
@@ -226,8 +204,8 @@ class AgentRuntime:
 
     def revoke(self, agent: str, capability_or_id: object) -> list[str]:
         """Revoke grants (by capability or id) and all grants derived from them."""
-        op = self._op()
-        registry = self._mutable_registry(op)
+        op = self.current_op()
+        registry = self.mutable_registry(op)
         registry.principal(agent)
         if type(capability_or_id) is str and capability_or_id.startswith("g"):
             targets = [registry.held(agent, capability_or_id)]
@@ -265,8 +243,8 @@ class AgentRuntime:
         """
         if not callable(function):
             raise UsageError(f"tool {name!r}: {function!r} is not callable")
-        op = self._op()
-        version = self._mutable_registry(op).define_tool(
+        op = self.current_op()
+        version = self.mutable_registry(op).define_tool(
             name=name, function=function, schema=schema, description=description,
             effect=effect, author=HUMAN, op=op.id, capability=capability, resolve=resolve,
             attempts=attempts, backoff=backoff, timeout=timeout)
@@ -275,7 +253,7 @@ class AgentRuntime:
     def resolve_effect(self, key: object, *, executed: object,
                        result: object = None) -> dict[str, Any]:
         """Answer for an in-doubt effect (the human only); the next drain records it."""
-        return self.effects.resolve(self._op(), key, executed=executed, result=result)
+        return self.effects.resolve(self.current_op(), key, executed=executed, result=result)
 
     def tools(self) -> list[dict[str, object]]:
         return [versions[-1].describe() for versions in self.registry.tools.values()]
@@ -294,7 +272,7 @@ class AgentRuntime:
         gives the fingerprint the supervisor counts the run as (default: the
         code's; a loop's iteration adds what the loop hands its step).
         """
-        op = self._op()
+        op = self.current_op()
         if principal == HUMAN:
             raise UsageError("the human runs ordinary cells; `%%agent NAME` runs agent code")
         self.registry.principal(principal)
@@ -317,7 +295,7 @@ class AgentRuntime:
         value: object = None
         output = ""
         try:
-            with self._running(principal, op) as ctx:
+            with self.running(principal, op) as ctx:
                 try:
                     exec(code, namespace)
                     if final is not None:
@@ -367,7 +345,7 @@ class AgentRuntime:
         return shown
 
     @contextlib.contextmanager
-    def _running(self, principal: str, op: Op) -> Iterator[RunContext]:
+    def running(self, principal: str, op: Op) -> Iterator[RunContext]:
         """Enter agent context under supervision, unless already inside it."""
         outer = context.running()
         if outer is not None:
@@ -407,7 +385,7 @@ class AgentRuntime:
         ctx.op.veto(f"{ctx.principal!r} was denied {capability!r}", status="denied")
         return error
 
-    def _require(self, ctx: RunContext, kind: str, target: str, *,
+    def require(self, ctx: RunContext, kind: str, target: str, *,
                  exempt: str | None = None) -> None:
         """Every principal of ``ctx.authority()`` (but ``exempt``) must hold ``kind:target``."""
         for principal in ctx.authority():
@@ -418,54 +396,28 @@ class AgentRuntime:
                 raise self.deny(ctx, f"{kind}:{target}", detail=ctx.bounded_by(principal))
             ctx.op.grants_used[grant.id] = grant.capability
 
-    def _on_own_behalf(self, ctx: RunContext, action: str) -> None:
+    def on_own_behalf(self, ctx: RunContext, action: str) -> None:
         """Refuse ``action`` inside a tool another agent wrote: it would act for the caller."""
         author = ctx.foreign()
         if author is not None:
-            raise self._invalid(ctx, UsageError(
+            raise self.invalid(ctx, UsageError(
                 f"a tool {author!r} wrote cannot {action} on its caller's behalf"))
 
     def refused(self, ctx: RunContext, error: KernosError) -> KernosError:
         """A Kernos call from agent code raised ``error``: its op must not commit.
 
-        A denial (or a malformed request, :meth:`_invalid`) vetoed the op
+        A denial (or a malformed request, :meth:`invalid`) vetoed the op
         already; any other refusal (a bad spawn name, a tool definition or an LLM
         request that was not accepted) is recorded and vetoes it here.  Returns
-        the error as the agent may see it (:meth:`_as_seen_by`).
+        the error as the agent may see it (:meth:`Registry.as_seen_by
+        <kernos.agents.registry.Registry.as_seen_by>`).
         """
         if not ctx.op.vetoes:
             self.deny(ctx, "a request Kernos refused",
                       detail=f"{type(error).__name__}: {str(error)[:200]}")
-        return self._as_seen_by(ctx.authority(), error)
+        return self.registry.as_seen_by(ctx.authority(), error)
 
-    def _as_seen_by(self, authority: list[str], error: KernosError) -> KernosError:
-        """``error``, naming only the tools and agents every one of ``authority`` may use.
-
-        An unknown tool or agent is reported with the names the grants let the
-        running code use (tools it wrote or may call; itself and its
-        sub-agents), never the whole registry; inside an agent-written tool,
-        its author's grants bound that too.  Only the human's own code
-        (``authority`` empty) sees every name.
-        """
-        if not authority:
-            return error
-        registry = self.registry
-        if isinstance(error, UnknownTool):
-            usable = []
-            for name, versions in registry.tools.items():
-                kind, target = parse_capability(versions[-1].capability)
-                if all(versions[-1].author == principal or registry.find(principal, kind, target)
-                       for principal in authority):
-                    usable.append(name)
-            return UnknownTool(error.name, sorted(usable), detail=error.detail)
-        if isinstance(error, UnknownAgent):
-            return UnknownAgent(error.name, sorted(
-                name for name in registry.principals
-                if all(name == principal or registry.is_descendant(name, principal)
-                       for principal in authority)))
-        return error
-
-    def _invalid(self, ctx: RunContext, error: KernosError) -> KernosError:
+    def invalid(self, ctx: RunContext, error: KernosError) -> KernosError:
         """A malformed request from agent code counts as a denial too."""
         self.deny(ctx, "a well-formed request", detail=str(error)[:200])
         return error
@@ -474,8 +426,8 @@ class AgentRuntime:
 
     def read(self, ctx: RunContext, name: object) -> ObjectView:
         if type(name) is not str:
-            raise self._invalid(ctx, BoundaryError("read() takes a name (a str)"))
-        self._require(ctx, "read", name)
+            raise self.invalid(ctx, BoundaryError("read() takes a name (a str)"))
+        self.require(ctx, "read", name)
         if name not in self.image.namespace or not self._is_human_name(name):
             raise KeyError(f"there is no {name!r} to read")
         return ObjectView(name)
@@ -483,15 +435,15 @@ class AgentRuntime:
     def write(self, ctx: RunContext, name: object, value: object) -> None:
         if (type(name) is not str or not name.isidentifier() or name.startswith("_")
                 or not self._is_human_name(name)):
-            raise self._invalid(ctx, BoundaryError("write() takes an identifier (a str)"))
+            raise self.invalid(ctx, BoundaryError("write() takes an identifier (a str)"))
         assert isinstance(name, str)
-        self._require(ctx, "write", name)
+        self.require(ctx, "write", name)
         self.image.namespace[name] = to_host(value)
         ctx.op.touch(name)
 
     def resolve_view(self, ctx: RunContext, name: str, path: tuple[tuple[str, object], ...],
                      *, write: bool) -> object:
-        self._require(ctx, "write" if write else "read", name)
+        self.require(ctx, "write" if write else "read", name)
         if name not in self.image.namespace:
             raise KeyError(f"{name!r} no longer exists")
         value = self.image.namespace[name]
@@ -506,12 +458,12 @@ class AgentRuntime:
 
     def spend(self, ctx: RunContext, value: object, unit: object) -> object:
         if type(unit) is not str:
-            raise self._invalid(ctx, InvalidGrant("spend() takes a unit (a str)"))
+            raise self.invalid(ctx, InvalidGrant("spend() takes a unit (a str)"))
         try:
             checked = amount(value)
         except InvalidGrant as error:
-            raise self._invalid(ctx, error) from None
-        registry = self._mutable_registry(ctx.op)
+            raise self.invalid(ctx, error) from None
+        registry = self.mutable_registry(ctx.op)
         # A derived grant spends from every grant it was derived from, so
         # delegating cannot multiply a budget; inside a tool an agent wrote, the
         # author's budget is spent too, so a tool never spends more than its author.
@@ -541,19 +493,19 @@ class AgentRuntime:
 
     def delegate(self, ctx: RunContext, grant_id: object, to: object,
                  limit: object = None) -> object:
-        self._on_own_behalf(ctx, "delegate grants")
-        registry = self._mutable_registry(ctx.op)
+        self.on_own_behalf(ctx, "delegate grants")
+        registry = self.mutable_registry(ctx.op)
         try:
             grant = registry.attenuate(ctx.principal, grant_id, to, limit=limit, op=ctx.op.id)
         except CapabilityDenied as denied:
             raise self.deny(ctx, denied.capability, detail=denied.detail) from None
         except (InvalidGrant, UnknownAgent) as error:
-            raise self._invalid(ctx, error) from None
+            raise self.invalid(ctx, error) from None
         return to_agent(grant.describe())
 
     def revoke_delegated(self, ctx: RunContext, grant_id: object) -> list[object]:
-        self._on_own_behalf(ctx, "revoke grants")
-        registry = self._mutable_registry(ctx.op)
+        self.on_own_behalf(ctx, "revoke grants")
+        registry = self.mutable_registry(ctx.op)
         grant = registry.grants.get(grant_id) if type(grant_id) is str else None
         if grant is None or grant.granted_by != ctx.principal:
             raise self.deny(ctx, f"revoke {shown(grant_id)}",
@@ -561,10 +513,10 @@ class AgentRuntime:
         return [g.id for g in registry.revoke(grant, op=ctx.op.id)]
 
     def spawn(self, ctx: RunContext, name: object) -> object:
-        self._on_own_behalf(ctx, "spawn agents")
-        self._require(ctx, "agents", "spawn")
+        self.on_own_behalf(ctx, "spawn agents")
+        self.require(ctx, "agents", "spawn")
         if type(name) is not str:
-            raise self._invalid(ctx, InvalidGrant("spawn() takes a name (a str)"))
+            raise self.invalid(ctx, InvalidGrant("spawn() takes a name (a str)"))
         return self.add_agent(f"{ctx.principal}/{name}", parent=ctx.principal)
 
     # -- tools (see kernos.agents._tools) ---------------------------------------------------

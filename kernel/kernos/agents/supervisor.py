@@ -122,13 +122,15 @@ from typing import TYPE_CHECKING, Any
 
 from kernos._time import utc_now
 from kernos.agents import context
+from kernos.agents._after_outcome import AfterOutcome
 from kernos.agents._journal import AgentState, BurnWindow, Journal, Trip, copy_journal
+from kernos.agents.namespace import namespace_key, namespace_of
 from kernos.agents.registry import HUMAN
 from kernos.audit.canonical import canonical
 from kernos.errors import CapabilityDenied, CircuitOpen, InvalidGrant, UsageError
 
 if TYPE_CHECKING:
-    from kernos.agents.runtime import AgentRuntime
+    from kernos.agents.context import Runtime
     from kernos.op import Op
 
 __all__ = ["EVENT_TOPIC", "JOURNAL_FILE", "SUPERVISION", "Breakers", "Policy", "Supervision",
@@ -225,7 +227,7 @@ def fingerprint(kind: str, text: str, arguments: object = None) -> str:
 class Breakers:
     """The circuit breakers of one runtime: policies in the image, counters in a journal."""
 
-    def __init__(self, runtime: AgentRuntime, *,
+    def __init__(self, runtime: Runtime, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.runtime = runtime
         self.clock = clock
@@ -260,7 +262,7 @@ class Breakers:
     def set_policy(self, agent: str, **figures: Any) -> dict[str, Any]:
         """Set (merge) ``agent``'s policy; the human only, inside an op.  Returns it, effective."""
         _human_only("set a circuit-breaker policy")
-        op = self.runtime._op()
+        op = self.runtime.current_op()
         registry = self.runtime.registry
         principal = registry.principal(agent)
         current = self.supervision.policies.get(agent, Policy())
@@ -297,8 +299,9 @@ class Breakers:
         if not safe:
             raise UsageError("only safe checkpoints are kept by the supervisor: "
                              "pass safe=True (every commit is a checkpoint already)")
-        op = self.runtime._op()
-        names = copy.deepcopy(self.runtime.namespace(agent).user_items())
+        op = self.runtime.current_op()
+        namespace = namespace_of(self.runtime.image, self.runtime.registry, agent)
+        names = copy.deepcopy(namespace.user_items())
         self._mutable(op).safe[agent] = SafePoint(op=op.id, names=names)
         return {"agent": agent, "op": op.id, "names": sorted(names)}
 
@@ -310,14 +313,12 @@ class Breakers:
     def restore_safe(self, agent: str) -> int:
         """Put ``agent``'s namespace back to its safe checkpoint, in this op; its op id."""
         _human_only("restore a namespace")
-        from kernos.agents.runtime import namespace_key
-
-        op = self.runtime._op()
+        op = self.runtime.current_op()
         point = self.supervision.safe.get(agent)
         if point is None:
             raise UsageError(f"{agent!r} has no checkpoint tagged safe: take one with "
                              f"agents.checkpoint({agent!r}, safe=True)")
-        namespace = self.runtime.namespace(agent)
+        namespace = namespace_of(self.runtime.image, self.runtime.registry, agent)
         for key in list(namespace.user_items()):
             del namespace[key]
         namespace.update(copy.deepcopy(point.names))
@@ -412,7 +413,9 @@ class Breakers:
             self._journal.write({"type": "admit", "agent": agent, "op": op.id,
                                  "sha": print_, "at": now})
             self._journal.apply_admit(state, print_, now)
-        op.transaction.join(_Outcome(self, agent, op))
+        op.transaction.join(AfterOutcome(  # after the image: its publish is the commit point
+            "~~kernos.supervisor", committed=lambda: self.ended(agent, op.id, ok=True),
+            aborted=lambda: self.ended(agent, op.id, ok=False)))
 
     def _check_before(self, agent: str, policy: Policy, state: AgentState, print_: str,
                       now: float, op: int) -> Trip | None:
@@ -470,7 +473,7 @@ class Breakers:
         journal line is written when that op commits, so a rolled-back
         announcement is made again next time.
         """
-        op = self.runtime._op()
+        op = self.runtime.current_op()
         pending = self.pending()
         if not pending:
             return []
@@ -483,8 +486,16 @@ class Breakers:
                     principal=HUMAN)
         finally:
             context.leave(token)
-        op.transaction.join(_Announced(self, pending))
+        op.transaction.join(AfterOutcome("~~kernos.supervisor.announced",
+                                         committed=lambda: self._announced(pending)))
         return pending
+
+    def _announced(self, trips: list[Trip]) -> None:
+        """The op that announced ``trips`` committed: note it in the journal."""
+        with self._lock:
+            for trip in trips:
+                self._journal.announced.add((trip.agent, trip.op))
+                self._journal.write({"type": "announced", "agent": trip.agent, "op": trip.op})
 
     def ended(self, agent: str, op: int, *, ok: bool) -> None:
         """An admitted op of ``agent`` committed (``ok``) or did not."""
@@ -539,61 +550,6 @@ class Breakers:
 
         return self._burn.charged(self.runtime.image.workspace.path / LEDGER_FILE,
                                   f"principal:{agent}", now)
-
-class _AfterOutcome:
-    """A transaction participant that only acts once its op's outcome is known."""
-
-    def tpc_begin(self, txn: Any) -> None:
-        pass
-
-    def commit(self, txn: Any) -> None:
-        pass
-
-    def tpc_vote(self, txn: Any) -> None:
-        pass
-
-    def tpc_finish(self, txn: Any) -> None:
-        pass
-
-    def tpc_abort(self, txn: Any) -> None:
-        pass
-
-    def abort(self, txn: Any) -> None:
-        pass
-
-
-class _Announced(_AfterOutcome):
-    """Notes, once the announcing op commits, that its trips were announced."""
-
-    def __init__(self, breakers: Breakers, trips: list[Trip]) -> None:
-        self.breakers, self.trips = breakers, trips
-
-    def sort_key(self) -> str:
-        return "~~kernos.supervisor.announced"
-
-    def tpc_finish(self, txn: Any) -> None:
-        breakers, journal = self.breakers, self.breakers._journal
-        with breakers._lock:
-            for trip in self.trips:
-                journal.announced.add((trip.agent, trip.op))
-                journal.write({"type": "announced", "agent": trip.agent, "op": trip.op})
-
-
-class _Outcome(_AfterOutcome):
-    """Joins an admitted op's transaction to note whether it committed."""
-
-    def __init__(self, breakers: Breakers, agent: str, op: Op) -> None:
-        self.breakers, self.agent, self.op = breakers, agent, op
-
-    def sort_key(self) -> str:
-        return "~~kernos.supervisor"  # after the image: its publish is the commit point
-
-    def tpc_finish(self, txn: Any) -> None:
-        self.breakers.ended(self.agent, self.op.id, ok=True)
-
-    def abort(self, txn: Any) -> None:
-        self.breakers.ended(self.agent, self.op.id, ok=False)
-
 
 def _refuse(op: Op, trip: Trip, *, via: str, lineage: list[str]) -> CircuitOpen:
     """Veto ``op`` for ``trip`` (its audit record names the policy and the figures).

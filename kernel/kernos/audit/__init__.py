@@ -1,13 +1,19 @@
 """The audit: a tamper-evident, hash-chained record of every op, and erasure.
 
 * ``kernos.audit.log``: the chain on disk (:class:`AuditLog`);
-* ``kernos.audit.record``: how an op's transaction writes its record;
+  ``entries.py`` holds the records' format, ``canonical.py`` their encoding,
+  ``markers.py`` the sealed personal values inside payloads, and ``topics.py``
+  the topic syntax events are named and filtered by;
+* ``kernos.audit.record``: how an op's transaction writes its record (it reads
+  the op through the narrow :class:`~kernos.audit.record.AuditedOp`);
 * ``kernos.audit.verify``: :func:`verify`, run from disk in any process
   (``report.py`` holds what it returns, ``suffix.py`` reads the records after
   an anchor from the end of the log);
 * ``kernos.audit.erasure``: :func:`erase` a data subject;
 * ``kernos.audit.pruning``: the ``prune`` record, and what older records'
   commits became after ``kernos prune`` rewrote the history.
+* ``kernos.audit.origin``: a fork's origin, checked against its source;
+* ``kernos.audit.offline``: a checkout without a kernel (an op with a record).
 
 Nothing here imports Jupyter.
 """

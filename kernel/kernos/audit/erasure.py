@@ -15,6 +15,9 @@ everywhere on disk, without rewriting history:
    the key is gone, and the rest of each payload is ordinary audit data
    (reading it back shows
    ``{"$personal": {"subject": ..., "erased": true}}`` where a value was);
+   What floors above the audit hold sealed under the subject is deleted by
+   the erasers they register (:func:`register_eraser`: the LLM recordings,
+   ``kernos.llm._erasure``);
 5. the memory index (``memory/index.sqlite``, a cache: see ``kernos.memory``)
    is deleted, since it may hold the subject's opened text; it is rebuilt
    from the chain when next opened;
@@ -31,17 +34,44 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from kernos.audit.log import AuditLog
 from kernos.errors import UnknownSubject, UsageError
 from kernos.personal import check_subject, erase_live
 
-if TYPE_CHECKING:
-    from kernos.image import Image
+__all__ = [
+    "Eraser",
+    "ErasureReport",
+    "erase",
+    "finish_erasures",
+    "known_subjects",
+    "register_eraser",
+]
 
-__all__ = ["ErasureReport", "erase", "finish_erasures", "known_subjects"]
+Eraser = Callable[[Path, str, bool], int]
+"""What else holds a subject's sealed data, below the audit's sight: called with the
+workspace's root, the subject and ``durable`` after the subject's key is destroyed;
+returns how many recordings it deleted (``ErasureReport.recordings``)."""
+
+_erasers: list[Eraser] = []
+
+
+def register_eraser(eraser: Eraser) -> None:
+    """Have :func:`erase` call ``eraser`` too (kernos.llm._erasure registers the LLM
+    recordings; ``kernos/__init__.py`` imports it, so every process has it)."""
+    if eraser not in _erasers:
+        _erasers.append(eraser)
+
+
+class _HasAudit(Protocol):
+    """What :func:`finish_erasures` needs of an image: its audit log."""
+
+    @property
+    def audit(self) -> AuditLog: ...
 
 MEMORY_INDEX = "memory/index.sqlite"
 """The memory index (``kernos.memory.index.INDEX_PATH``; named here, not imported, since
@@ -138,9 +168,7 @@ def erase(log: AuditLog, subject: object) -> ErasureReport:
                          f"{erased[subject]}); there is nothing left to erase")
     if subject not in known:
         raise UnknownSubject(subject, sorted(known - set(erased)))
-    from pathlib import Path
-
-    from kernos.store.objects import replace_file
+    from kernos._durable import replace_file
 
     log.keyring.directory.mkdir(exist_ok=True)
     path = _intent(log, subject)
@@ -149,13 +177,11 @@ def erase(log: AuditLog, subject: object) -> ErasureReport:
 
 
 def _complete(log: AuditLog, subject: str, intent: str) -> ErasureReport:
-    from kernos.llm._store import erase_recordings
-
     live = erase_live(subject)
     destroyed = log.keyring.destroy(subject)
     refs = _refs_for(log, subject)
     deleted = tuple(ref for ref in refs if log.delete_payload(ref))
-    recordings = erase_recordings(log.root, subject, durable=log.durable)
+    recordings = sum(eraser(log.root, subject, log.durable) for eraser in _erasers)
     (log.root / MEMORY_INDEX).unlink(missing_ok=True)  # a cache holding opened text
     record = log.append({"type": "erasure", "subject": subject, "refs": refs,
                          "key_destroyed": destroyed, "recordings": recordings})
@@ -164,7 +190,7 @@ def _complete(log: AuditLog, subject: str, intent: str) -> ErasureReport:
                          recordings=recordings, record=record["index"])
 
 
-def finish_erasures(image: Image) -> list[str]:
+def finish_erasures(image: _HasAudit) -> list[str]:
     """Complete erasures that a crash interrupted (their intent files remain)."""
     return finish_pending(image.audit)
 

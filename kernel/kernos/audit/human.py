@@ -12,23 +12,32 @@ persisted)::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kernos.audit.erasure import ErasureReport, erase, known_subjects
+from kernos.audit.log import AuditLog
 from kernos.audit.oplog import headline
 from kernos.audit.verify import VerifyReport, verify
 from kernos.history import format_table
+from kernos.store.workspace import Workspace
 
-if TYPE_CHECKING:
-    from kernos.image import Image
+__all__ = ["Audit", "AuditedImage", "format_records"]
 
-__all__ = ["Audit", "format_records"]
+
+class AuditedImage(Protocol):
+    """What :class:`Audit` needs of the kernel's image (:class:`kernos.image.Image`)."""
+
+    @property
+    def audit(self) -> AuditLog: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
 
 
 class Audit:
     """Read the audit log, verify it, and erase data subjects."""
 
-    def __init__(self, image: Callable[[], Image]) -> None:
+    def __init__(self, image: Callable[[], AuditedImage]) -> None:
         self._image = image
 
     def records(self, *, principal: str | None = None, status: str | None = None,

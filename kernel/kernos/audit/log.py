@@ -7,51 +7,9 @@ Layout, beside the history in the workspace::
         payloads/<sha>   large or personal payloads, named by the SHA-256 of their bytes
         inflight.json    the op now running (overwritten as each op begins)
 
-A record is a JSON object.  Every record has ``v`` (format), ``index`` (its
-position, from 0), ``type``, ``at`` (UTC time), ``prev`` (the previous
-record's hash; 64 zeros for the first) and ``hash``: SHA-256 over the
-canonical encoding of the record without ``hash``.  Records appended since
-signing began also carry ``signer`` and ``sig``: the writer's key id and its
-Ed25519 signature (``signing.py``), which ``hash`` covers too.  Types:
-
-``genesis``
-    The first record.  ``adopts`` names the history's head when the log was
-    started (a workspace that predates its audit log, or a fork), else null.
-    ``forked_from``, only in a workspace made by ``kernos fork``
-    (:mod:`kernos.fork`): where its history came from, ``workspace`` (the
-    source's path), ``created_at`` (from the source's ``workspace.json``),
-    ``commit`` (the snapshot forked, which ``adopts`` names too), ``op`` (the
-    op that wrote it) and ``audit`` (``index`` and ``hash`` of the source's
-    newest record when the fork was made, to check against the source's
-    chain).
-``op``
-    One op, committed or not: ``op``, ``kind``, ``principal``, ``status``
-    (``committed``, ``rolled back``, ``failed``, ``interrupted``, ``denied``,
-    ``vetoed``; for a harness request refused before its body ran,
-    ``conflict`` or ``rejected``), ``error``, ``code`` (``sha256`` and ``text`` inline when
-    small, else a payload ``ref``; *sealed* for the op's data subjects when it
-    tagged personal values), ``grants`` (``used`` and ``denied``),
-    ``changes``, ``events``, ``effects``, ``commit`` (the snapshot, for a
-    committed op), ``started_at`` and ``finished_at``; ``sizes``
-    (``image`` and ``history`` bytes after a committed op); ``key``, the
-    idempotency key a harness sent with the op, only when it sent one.
-    ``llm``, only when the op made LLM calls: one entry per call (``request``
-    and ``response`` hashes in ``<workspace>/llm/objects``, ``model``,
-    ``principal``, ``mode``, ``cached``, ``tokens``, ``cost``,
-    ``latency_ms``, the ledger's ``call`` number, and ``error`` if it failed).
-``void``
-    ``voids`` names an ``op`` record whose commit never became visible (the
-    kernel died, or the commit failed, after the record was written).
-``died``
-    An op that was running when its kernel died: ``op``, ``principal``,
-    ``kind``, ``code`` (hash only), ``started_at``.
-``erasure``
-    A data subject was erased: ``subject`` and the payload ``refs`` deleted.
-``prune``
-    ``kernos prune`` rewrote the history: ``from`` and ``to`` (HEAD before
-    and after), the ``pruned`` commits, the kept commits ``rewritten`` with
-    new ids (``[old, new]`` pairs), the ``tags`` moved and deleted, the
-    ``policy`` and how many snapshots were ``kept`` (see ``pruning.py``).
+A record is a JSON object; ``kernos.audit.entries`` describes every type and
+field, and holds the in-memory :class:`~kernos.audit.entries.Entry` the log
+keeps of each record.
 
 Crash semantics match the snapshots': the record of a committed op (or of a
 prune) is appended and synced *before* the branch moves (the commit point), so
@@ -69,76 +27,40 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from kernos._durable import write_all
 from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
+from kernos.audit.entries import (
+    CHAIN,
+    COMMITTED,
+    DIRECTORY,
+    FORMAT,
+    GENESIS_PREV,
+    INFLIGHT,
+    INLINE_CODE_BYTES,
+    INLINE_PAYLOAD_BYTES,
+    MAX_BOUND_HASHES,
+    PAYLOADS,
+    Entry,
+    entry_of,
+    record_hash,
+)
+from kernos.audit.markers import open_personal_markers
 from kernos.audit.signing import sign
+from kernos.audit.topics import compile_pattern, matches
 from kernos.errors import AuditError
 from kernos.personal import Keyring
 from kernos.store.identity import load_identity
-from kernos.store.space import reporting_full_disk, write_all
+from kernos.store.space import reporting_full_disk
 
-__all__ = ["GENESIS_PREV", "AuditLog", "Entry", "record_hash", "restore_records"]
-
-FORMAT = 1
-DIRECTORY = "audit"
-CHAIN = "chain.jsonl"
-PAYLOADS = "payloads"
-INFLIGHT = "inflight.json"
-GENESIS_PREV = "0" * 64
-INLINE_CODE_BYTES = 4096
-INLINE_PAYLOAD_BYTES = 1024
-COMMITTED = "committed"
-MAX_BOUND_HASHES = 256
-"""Record hashes a snapshot's manifest binds at most (the newest ones)."""
-
-
-def record_hash(record: dict[str, Any]) -> str:
-    """The hash of a record: SHA-256 of its canonical form without ``hash``."""
-    body = {key: value for key, value in record.items() if key != "hash"}
-    return digest(canonical(body))
-
-
-@dataclass(kw_only=True)
-class Entry:
-    """What the log keeps in memory about one record (the record itself stays on disk)."""
-
-    index: int
-    """Position in the chain."""
-    offset: int
-    """Byte offset of its line in chain.jsonl."""
-    length: int
-    """Length of its line, newline included."""
-    type: str
-    """genesis, op, void, died, erasure, effect or prune."""
-    hash: str
-    """Its hash."""
-    op: int | None = None
-    """The op it records, if any."""
-    status: str | None = None
-    """For op records: committed, rolled back, ..."""
-    principal: str | None = None
-    """Who ran the op."""
-    commit: str | None = None
-    """The snapshot a committed op wrote (or, ``unchanged``, the one it left as it was)."""
-    unchanged: bool = False
-    """A committed op that changed nothing and wrote no snapshot."""
-    first_seq: int = 0
-    """The sequence number of its first event."""
-    events: int = 0
-    """How many events it holds."""
-    topics: frozenset[str] = field(default_factory=frozenset)
-    """The topics of its events (for filtering without reading the record)."""
-    voided: bool = False
-    """A later void record says its commit never became visible."""
-    key: str | None = None
-    """The op's idempotency key, if its sender gave one."""
-
+__all__ = ["CHAIN", "DIRECTORY", "GENESIS_PREV", "INLINE_CODE_BYTES", "INLINE_PAYLOAD_BYTES",
+           "MAX_BOUND_HASHES", "PAYLOADS", "AuditLog", "Entry", "record_hash",
+           "restore_records"]
 
 class AuditLog:
     """The audit chain of one workspace.  Writable only by the process holding its lock."""
@@ -204,7 +126,7 @@ class AuditLog:
                     raise ValueError("out of sequence")
             except ValueError as error:
                 raise self._damaged(index, f"it cannot be read ({error})") from None
-            entry = _entry(record, index=index, offset=offset, length=len(line))
+            entry = entry_of(record, index=index, offset=offset, length=len(line))
             target = record.get("voids")
             self._register(entry, target if type(target) is int else None)
             previous = entry.hash
@@ -326,8 +248,6 @@ class AuditLog:
                 topic: str | None = None, type: str | None = None,
                 since_op: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Records, oldest first, filtered; ``limit`` keeps the newest."""
-        from kernos.events.topics import compile_pattern, matches
-
         pattern = compile_pattern(topic) if topic is not None else None
         chosen = []
         for entry in self.entries:
@@ -354,8 +274,6 @@ class AuditLog:
         Oldest first, at most ``limit``.  Personal values in payloads come back as
         ``{"$personal": {"subject": ..., "value": ...}}`` (``"erased": true`` once erased).
         """
-        from kernos.events.topics import compile_pattern, matches
-
         pattern = compile_pattern(topic) if topic is not None else None
         found: list[dict[str, Any]] = []
         if limit is not None and limit <= 0:
@@ -399,8 +317,6 @@ class AuditLog:
         return out
 
     def _load_payload(self, ref: str, subjects: Sequence[str]) -> Any:
-        from kernos.events.bus import open_personal_markers
-
         data = self.payload(ref)
         if data is None:
             return {"$erased": {"subjects": list(subjects)}}
@@ -434,7 +350,7 @@ class AuditLog:
             return None
 
     def store_payload(self, data: bytes) -> str:
-        from kernos.store.objects import replace_file
+        from kernos._durable import replace_file
 
         ref = digest(data)
         path = self.payload_dir / ref
@@ -491,7 +407,7 @@ class AuditLog:
                 raise
         self.unsynced = self.durable and not sync
         self.last_line = line
-        entry = _entry(record, index=index + 1, offset=self._size, length=len(line))
+        entry = entry_of(record, index=index + 1, offset=self._size, length=len(line))
         self._register(entry, record.get("voids"))
         self._size += len(line)
         return record
@@ -621,20 +537,6 @@ class AuditLog:
         except (FileNotFoundError, ValueError):
             return None
         return data if type(data) is dict else None
-
-
-def _entry(record: dict[str, Any], *, index: int, offset: int, length: int) -> Entry:
-    events = record.get("events") or []
-    first_seq = events[0]["seq"] if events else 0
-    return Entry(
-        index=index, offset=offset, length=length, type=str(record.get("type")),
-        hash=str(record.get("hash")), op=record.get("op"), status=record.get("status"),
-        principal=record.get("principal"), commit=record.get("commit"),
-        unchanged=record.get("unchanged") is True,
-        first_seq=first_seq, events=len(events),
-        topics=frozenset(str(event.get("topic")) for event in events),
-        key=record.get("key") if type(record.get("key")) is str else None,
-    )
 
 
 def keep_torn(directory: Path, torn: bytes) -> Path:

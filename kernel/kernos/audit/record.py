@@ -16,26 +16,117 @@ image's participant, so its phases run first:
 ``abort``
     appends the record of an op that did not commit (rolled back, failed,
     interrupted, denied, vetoed), unless ``tpc_abort`` already closed it.
+
+Once the op committed, :meth:`AuditParticipant.published` publishes its
+record's events and tells the op's report where its record is.  What the
+record says of an op is what :class:`AuditedOp` reads: the op
+(``kernos.op.Op``) sits above the audit.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from kernos._time import utc_now
 from kernos.audit.canonical import canonical
 from kernos.audit.log import INLINE_CODE_BYTES, INLINE_PAYLOAD_BYTES, AuditLog
-from kernos.events.bus import subjects_of
+from kernos.audit.markers import subjects_of
 from kernos.personal import created_subjects
+from kernos.transaction import Transaction
 
-if TYPE_CHECKING:
-    from kernos.op import Op
-    from kernos.transaction import Transaction
-
-__all__ = ["AuditParticipant", "code_field", "event_fields"]
+__all__ = ["AuditParticipant", "AuditedOp", "code_field", "event_fields"]
 
 MAX_DENIALS = 20
+
+
+class _Event(Protocol):
+    """An emitted event, as a record lists it (``kernos.events.bus.Event``)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def depth(self) -> int: ...
+
+
+class _Changes(Protocol):
+    """What a committed op changed (``kernos.op.CommitReport``)."""
+
+    added: list[str]
+    changed: list[str]
+    deleted: list[str]
+    image_bytes: int
+    history_bytes: int
+    unchanged: bool
+
+
+class _Report(_Changes, Protocol):
+    """The committed op's report, which :meth:`AuditParticipant.published` completes."""
+
+    audit: dict[str, Any]
+    events: list[dict[str, Any]]
+
+
+class AuditedOp(Protocol):
+    """What an op's audit record says of it: the fields of ``kernos.op.Op`` it reads."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def source(self) -> str | None: ...
+
+    @property
+    def facts(self) -> dict[str, Any]: ...
+
+    @property
+    def grants_used(self) -> dict[str, str]: ...
+
+    @property
+    def denied(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def events(self) -> Sequence[tuple[_Event, Any]]: ...
+
+    @property
+    def effects(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def clock(self) -> list[int]: ...
+
+    @property
+    def environ(self) -> list[list[str | None]]: ...
+
+    @property
+    def key(self) -> str | None: ...
+
+    @property
+    def llm_calls(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def recalls(self) -> list[tuple[dict[str, Any], str, frozenset[str]]]: ...
+
+    @property
+    def outcome(self) -> tuple[str, dict[str, str] | None]: ...
+
+    @property
+    def failure(self) -> dict[str, str] | None: ...
+
+    @property
+    def report_draft(self) -> _Changes | None: ...
+
+    def commit_id(self) -> str | None: ...
 
 
 def code_field(log: AuditLog, source: str | None,
@@ -55,7 +146,7 @@ def code_field(log: AuditLog, source: str | None,
     return field
 
 
-def event_fields(log: AuditLog, op: Op) -> list[dict[str, Any]]:
+def event_fields(log: AuditLog, op: AuditedOp) -> list[dict[str, Any]]:
     """The op's events as the record holds them, numbered from the log's next sequence."""
     first = log.next_seq
     out = []
@@ -77,7 +168,7 @@ def event_fields(log: AuditLog, op: Op) -> list[dict[str, Any]]:
 class AuditParticipant:
     """Writes the op's audit record at the right moment of its transaction."""
 
-    def __init__(self, op: Op, log: AuditLog) -> None:
+    def __init__(self, op: AuditedOp, log: AuditLog) -> None:
         self.op = op
         self.log = log
         self.index: int | None = None
@@ -153,6 +244,17 @@ class AuditParticipant:
 
     def tpc_finish(self, txn: Transaction) -> None:
         pass
+
+    def published(self, report: _Report) -> None:
+        """After the commit: publish the record's events, and say in ``report`` where the
+        record is (``audit``: its index and hash) and what the events are as external
+        subscribers receive them."""
+        index = self.index
+        record = self.record
+        assert index is not None and record is not None
+        self.log.published = index
+        report.audit = {"index": index, "hash": self.log.entries[index].hash}
+        report.events = [self.log.resolve_event(event, record) for event in record["events"]]
 
     def tpc_abort(self, txn: Transaction) -> None:
         if self.index is not None and not self.closed:

@@ -27,23 +27,25 @@ them, and :func:`signer_of` None).  Whether an unsigned record is acceptable
 where it stands is the caller's rule (verify: not after the chain's first
 signed record; a pull: only when the human says so).
 
-Trust is not decided here: a valid signature says which key wrote a record,
-the workspace's list of trusted keys (:mod:`kernos.store.trust`) says
-whether that key may.  Signing and checking use the ``cryptography``
-package, never hand-made primitives.
+Key ids and the keys they name are the store's (:mod:`kernos.store.keys`): a
+workspace's identity and trust list name keys too.  Trust is not decided
+here: a valid signature says which key wrote a record, the workspace's list
+of trusted keys (:mod:`kernos.store.trust`) says whether that key may.
+Signing and checking use the ``cryptography`` package, never hand-made
+primitives.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kernos.audit.canonical import canonical
+from kernos.store.keys import KEY_ID, key_id, public_key
+from kernos.store.keys import decode_base64url as _decode
+from kernos.store.keys import encode_base64url as _encode
 
 __all__ = ["DOMAIN", "KEY_ID", "SIGNATURE", "SIGNER", "key_id", "public_key", "sign",
            "signature_problem", "signer_of"]
@@ -55,42 +57,6 @@ SIGNATURE = "sig"
 DOMAIN = b"kernos audit record v1\n"
 """What every signed message starts with, so a record's signature can never be taken for
 a signature over anything else this key signs."""
-KEY_ID = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
-"""The exact shape of a key id."""
-
-
-def _encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _decode(text: str, size: int) -> bytes | None:
-    """``text`` as unpadded base64url of exactly ``size`` bytes, or None."""
-    try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
-        return None
-    if len(data) != size or _encode(data) != text:  # one spelling per key: no aliases
-        return None
-    return data
-
-
-def key_id(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
-    """The key id of a key (of its public half)."""
-    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return "ed25519:" + _encode(public.public_bytes_raw())
-
-
-def public_key(identifier: str) -> Ed25519PublicKey | None:
-    """The public key a key id names, or None when it is not a well-formed key id."""
-    if type(identifier) is not str or not KEY_ID.fullmatch(identifier):
-        return None
-    raw = _decode(identifier.removeprefix("ed25519:"), 32)
-    if raw is None:
-        return None
-    try:
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except ValueError:
-        return None
 
 
 def _message(record: dict[str, Any]) -> bytes:

@@ -60,10 +60,11 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from kernos.audit.canonical import canonical
 from kernos.audit.log import CHAIN, DIRECTORY, GENESIS_PREV, PAYLOADS, record_hash
+from kernos.audit.origin import Origin, check_origin
 from kernos.audit.report import Problem, Pruned, Signer, VerifyReport
 from kernos.audit.signing import signature_problem, signer_of
 from kernos.audit.suffix import Suffix, read_suffix
@@ -72,9 +73,6 @@ from kernos.errors import UsageError
 from kernos.store.identity import own_keys
 from kernos.store.trust import Trust
 from kernos.store.workspace import Workspace
-
-if TYPE_CHECKING:
-    from kernos.fork import Origin
 
 __all__ = ["Problem", "VerifyReport", "verify", "verify_candidate"]
 
@@ -413,8 +411,6 @@ def _origin(workspace: Workspace, checker: _Checker) -> Origin | None:
     genesis = checker.records[0] if checker.records and checker.since is None else None
     if genesis is None or genesis.get("type") != "genesis":
         return None
-    from kernos.fork import check_origin
-
     origin = check_origin(workspace.path, genesis)
     for problem in [] if origin is None else origin.problems:
         checker.bad(0, f"its origin: {problem}")
@@ -427,7 +423,7 @@ def verify_candidate(source: HistorySource, chain: IO[bytes], size: int, *,
     """Verify what a workspace *would* be, before it is: ``source`` reads its history
     (its head, its objects), ``chain`` its audit chain (``size`` bytes), ``arriving``
     the payloads it would gain (by name; the others are the workspace's).  A pull or a
-    clone (``kernos.store.remote_pull``) lands only what this passes.
+    clone (``kernos.remote.pull``) lands only what this passes.
 
     With ``since`` (``INDEX:HASH`` of the workspace's own newest record), only the records
     after it are checked, and ``known_head`` (the workspace's head now) is the branch they

@@ -42,7 +42,7 @@ class ObjectSource(Protocol):
 
 class HistorySource(Protocol):
     """What the checks read: a :class:`~kernos.store.workspace.Workspace`, or a candidate
-    that looks like one (what a pull would make of it: ``kernos.store.remote_pull``)."""
+    that looks like one (what a pull would make of it: ``kernos.remote.pull``)."""
 
     @property
     def path(self) -> Path: ...

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kernos.cli._argtypes import count
 from kernos.cli._common import Exit, Fail, emit_json
 from kernos.cli._kernel import call, session
-from kernos.cli._parser import count
 from kernos.cli._progress import Progress
 
 __all__ = ["COMMANDS", "add_arguments", "dispatch"]

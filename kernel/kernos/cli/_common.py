@@ -1,4 +1,5 @@
-"""What every subcommand shares: exit codes, the one-line failure, JSON and workspaces."""
+"""What every subcommand shares: exit codes, the one-line failure, JSON, workspaces, and
+a name's manifest entry as the harness protocol shows it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Any
 from kernos.store.catalog import find_workspace, workspace_names
 from kernos.store.workspace import default_workspace, workspaces_root
 
-__all__ = ["Exit", "Fail", "check_default_exists", "emit_json", "plural", "stderr_is_tty",
-           "workspace_path"]
+__all__ = ["Exit", "Fail", "check_default_exists", "emit_json", "name_info", "plural",
+           "stderr_is_tty", "workspace_path"]
 
 
 class Exit(enum.IntEnum):
@@ -98,3 +99,12 @@ def stderr_is_tty() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+# What a name's entry in a manifest tells a reader (its group and hash are internal).
+_NAME_FIELDS = ("type", "size", "version", "op", "principal", "changed_at", "summary")
+
+
+def name_info(name: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """A manifest entry as the harness protocol's OBJECT."""
+    return {"name": name, **{key: meta.get(key) for key in _NAME_FIELDS}}

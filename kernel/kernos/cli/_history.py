@@ -11,22 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from kernos import history
+from kernos.audit.offline import checkout_offline
 from kernos.cli._common import Exit, Fail, emit_json, plural
 from kernos.cli._progress import Progress
 from kernos.errors import UnknownRef
 from kernos.store.snapshots import read_snapshot
 from kernos.store.workspace import Workspace
 
-__all__ = ["checkout", "diff", "gc", "log", "name_info", "prune", "show"]
-
-# What a name's entry in a manifest tells a reader (its group and hash are internal).
-_NAME_FIELDS = ("type", "size", "version", "op", "principal", "changed_at", "summary")
-
-
-def name_info(name: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """A manifest entry as the harness protocol's OBJECT."""
-    return {"name": name, **{key: meta.get(key) for key in _NAME_FIELDS}}
-
+__all__ = ["checkout", "diff", "gc", "log", "prune", "show"]
 
 def log(args: argparse.Namespace, path: Path) -> int:
     """The snapshots (a line says what the ops between them became); ``--all``: every op."""
@@ -201,7 +193,7 @@ def checkout(args: argparse.Namespace, path: Path, progress: Progress) -> int:
         return _kernel.report_op(args, result, action="checkout")
     progress.phase(f"checking out {args.ref}")
     with Workspace.open(path, create=False, purpose="kernos checkout") as workspace:
-        new = history.checkout_offline(workspace, args.ref)
+        new = checkout_offline(workspace, args.ref)
         op = read_snapshot(workspace, bytes.fromhex(new)).manifest.get("op")
     progress.close()
     if args.json:

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernos import history
-from kernos.cli._common import Exit, Fail, emit_json, plural, stderr_is_tty
-from kernos.cli._history import name_info
+from kernos.cli._common import Exit, Fail, emit_json, name_info, plural, stderr_is_tty
 from kernos.cli._progress import Progress
 from kernos.errors import KernosError
 from kernos.store.snapshots import read_snapshot
@@ -431,7 +430,7 @@ def events(args: argparse.Namespace, path: Path) -> int:
                   + (": no committed op has emitted one yet." if not asked else "."))
         return Exit.OK
     if args.topic is not None:
-        from kernos.events.topics import compile_pattern
+        from kernos.audit.topics import compile_pattern
 
         compile_pattern(args.topic)  # a bad pattern is a usage error before connecting
     client = _running(path, gateway)

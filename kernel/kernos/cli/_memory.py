@@ -20,7 +20,7 @@ __all__ = ["add_memory", "memory"]
 
 def add_memory(add: Any, parents: Mapping[str, argparse.ArgumentParser]) -> None:
     """The ``memory`` subcommand and its three commands (``add`` is build_parser's)."""
-    from kernos.cli._parser import exit_statuses
+    from kernos.cli._argtypes import exit_statuses
 
     memory = add("memory", "search the agents' memory, or rebuild or describe its index",
                  description="Search the memory (past ops, stored facts, names) as the human "

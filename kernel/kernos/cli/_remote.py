@@ -1,4 +1,4 @@
-"""``kernos remote|push|pull|clone``: a workspace through git remotes (``kernos.store.remote``).
+"""``kernos remote|push|pull|clone``: a workspace through git remotes (``kernos.remote.transfer``).
 
 A refused push or pull (another writer moved the remote, or holds its lease)
 exits 3, a conflict, with the writer named.  A pull or clone that refuses what
@@ -21,7 +21,7 @@ from kernos.cli._common import Exit, Fail, emit_json, stderr_is_tty
 from kernos.errors import RemoteDiverged, RemoteLeaseHeld, RemoteRefused
 
 if TYPE_CHECKING:
-    from kernos.cli._parser import _Add
+    from kernos.cli._argtypes import _Add
 
 __all__ = ["add_arguments", "dispatch"]
 
@@ -103,7 +103,7 @@ def dispatch(args: argparse.Namespace, path: Path) -> int:
 
 
 def _dispatch(args: argparse.Namespace, path: Path) -> int:
-    from kernos.store import remote
+    from kernos.remote import transfer as remote
 
     if args.command == "push":
         result = remote.push(path, args.name)
@@ -145,8 +145,8 @@ def _dispatch(args: argparse.Namespace, path: Path) -> int:
 
 
 def _remote(args: argparse.Namespace, path: Path) -> int:
-    from kernos.store.remote import RemoteConfig
-    from kernos.store.remote_lease import release_lease
+    from kernos.remote.lease import release_lease
+    from kernos.remote.transfer import RemoteConfig
 
     if not (path / "workspace.json").exists():
         raise Fail(f"{path} is not a Kernos workspace (no workspace.json); check --workspace")

@@ -59,6 +59,7 @@ from kernos.harness.protocol import (
 from kernos.harness.results import ObjectInfo, OpResult
 
 if TYPE_CHECKING:
+    from kernos.client.gateway import GatewayKernel
     from kernos.client.gateway_transport import GatewayChannels
 
 __all__ = ["EVENTS_TARGET", "KERNEL_FILE", "AsyncKernosClient", "EventSubscription",
@@ -169,14 +170,25 @@ class AsyncKernosClient:
                                timeout: float) -> AsyncKernosClient:
         from kernos.client.gateway import GatewayKernel
 
-        kernel = GatewayKernel(gateway, workspace, token=token)
+        kernel = GatewayKernel(gateway, workspace, open_client=cls._attach_gateway, token=token)
         if not await kernel.attach(timeout=min(timeout, 10)):
             raise NoKernelRunning(
                 f"no Kernos kernel on the gateway {kernel.api.url} serves the workspace "
                 f"{kernel.workspace!r} (or the one that does did not answer). Start one with "
                 f"KernosClient.start({kernel.workspace!r}, gateway=...) or run_kernel.",
                 workspace=kernel.workspace)
-        return await kernel.client(timeout=timeout)
+        return await cls._attach_gateway(kernel, timeout=timeout)
+
+    @classmethod
+    async def _attach_gateway(cls, kernel: GatewayKernel,
+                              timeout: float = 30) -> AsyncKernosClient:
+        """A new client over a websocket of its own to ``kernel`` (a gateway's kernel),
+        closed by ``kernel`` when its manager shuts the kernel down or restarts it."""
+        channels, same_process_runs = await kernel.open_channels()
+        client = await cls._attach(channels, timeout=timeout, process_check=same_process_runs,
+                                   workspace=kernel.workspace)
+        kernel.adopt(client)
+        return client
 
     @classmethod
     async def from_connection_file(cls, path: str | Path, *, timeout: float = 30,

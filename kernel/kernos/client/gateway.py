@@ -10,8 +10,8 @@ variables only).  ``KERNEL_USERNAME`` is sent too, since the gateway refuses a
 start request without a user.  See deploy/README.md for the gateway's side.
 
 The API, the errors and the ``KernelDied`` behaviour are the local path's:
-``start`` waits until the kernel answers (its image restored), ``client()``
-gives a new :class:`~kernos.client.AsyncKernosClient` (over a websocket of
+``start`` waits until the kernel answers (its image restored), the manager's
+``client()`` gives a new :class:`~kernos.client.AsyncKernosClient` (over a websocket of
 its own), and a client raises ``KernelDied`` once its kernel process is gone,
 which it learns from the gateway (``restarting``/``dead`` on IOPub when the
 gateway's restarter finds the process dead, the websocket closing, or the
@@ -27,12 +27,12 @@ import getpass
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import PurePath
+from typing import Any, Protocol
 
-from kernos.client.client import AsyncKernosClient
 from kernos.client.errors import ClientError, GatewayError, KernelDied, RequestTimeout
-from kernos.client.gateway_transport import GatewayAPI
+from kernos.client.gateway_transport import GatewayAPI, GatewayChannels
 from kernos.errors import KernosError, UsageError
 from kernos.store.workspace import check_workspace_name
 
@@ -44,11 +44,28 @@ LIST_EVERY = 1.0
 """Seconds between two looks at the gateway's kernel list by a client's watchdog."""
 
 
+class GatewayClient(Protocol):
+    """What the gateway needs of a client of its kernel: asking it which workspace it
+    serves, and closing it when the kernel stops.  (:class:`~kernos.client.AsyncKernosClient`
+    is one; this module does not import it.)"""
+
+    async def hello(self) -> dict[str, Any]: ...
+
+    async def close(self, *, reason: str = ...) -> None: ...
+
+
+OpenClient = Callable[["GatewayKernel", float], Awaitable[GatewayClient]]
+"""Builds a client of a gateway kernel on :meth:`GatewayKernel.open_channels` (with its
+timeout); the manager passes :meth:`kernos.client.AsyncKernosClient._attach_gateway`."""
+
+
 class GatewayKernel:
     """One Kernos kernel on a workspace name, started and stopped through a gateway."""
 
-    def __init__(self, url: str, workspace: str, *, kernel_name: str = "kernos",
-                 token: str | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, url: str, workspace: str, *, open_client: OpenClient,
+                 kernel_name: str = "kernos", token: str | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        self._open_client = open_client
         try:
             self.workspace = check_workspace_name(workspace)
         except KernosError as error:
@@ -60,7 +77,7 @@ class GatewayKernel:
         self._env = dict(env or {})
         self.kernel_id: str | None = None
         """The gateway's id of the running kernel (None when none was started)."""
-        self._clients: weakref.WeakSet[AsyncKernosClient] = weakref.WeakSet()
+        self._clients: weakref.WeakSet[GatewayClient] = weakref.WeakSet()
 
     def _start_env(self) -> dict[str, str]:
         env = dict(self._env)
@@ -91,7 +108,7 @@ class GatewayKernel:
     async def _wait_ready(self, timeout: float) -> None:
         """Wait until the kernel answers; if it does not, stop it and say why."""
         try:
-            probe = await self.client(timeout=timeout)
+            probe = await self._open_client(self, timeout)
             await probe.close()
         except BaseException as error:
             kernel_id = self.kernel_id
@@ -110,7 +127,13 @@ class GatewayKernel:
                     "KERNOS_WORKSPACE_ROOT) and start again.") from error
             raise
 
-    async def client(self, *, timeout: float = 30) -> AsyncKernosClient:
+    async def open_channels(self) -> tuple[GatewayChannels, Callable[[], Awaitable[bool]]]:
+        """A websocket of its own to the running kernel, and the check a client's
+        watchdog asks whether the same kernel process still runs.
+
+        :meth:`kernos.client.AsyncKernosClient._attach_gateway` builds a client on
+        them and hands it back through :meth:`adopt`.
+        """
         if self.kernel_id is None:
             raise UsageError("no kernel is running for this manager; call start() first")
         kernel_id = self.kernel_id
@@ -129,11 +152,11 @@ class GatewayKernel:
                 return not channels.closed  # the gateway blinked; the websocket decides
             return model is not None and model.get("execution_state") != "dead"
 
-        client = await AsyncKernosClient._attach(channels, timeout=timeout,
-                                                 process_check=same_process_runs,
-                                                 workspace=self.workspace)
+        return channels, same_process_runs
+
+    def adopt(self, client: GatewayClient) -> None:
+        """Close ``client`` when this manager shuts the kernel down or restarts it."""
         self._clients.add(client)
-        return client
 
     async def attach(self, *, timeout: float = 10) -> bool:
         """Find the gateway kernel already serving this workspace and adopt it.
@@ -152,7 +175,7 @@ class GatewayKernel:
                 continue
             self.kernel_id = kernel_id
             try:
-                probe = await self.client(timeout=timeout)
+                probe = await self._open_client(self, timeout)
             except (ClientError, OSError):
                 self.kernel_id = None
                 continue

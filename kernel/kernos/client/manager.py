@@ -64,7 +64,8 @@ class KernosManager:
         """The gateway path (None: a local process)."""
         if gateway is not None:
             self.gateway = GatewayKernel(gateway, str(workspace), kernel_name=kernel_name,
-                                         token=token, env=env)
+                                         token=token, env=env,
+                                         open_client=AsyncKernosClient._attach_gateway)
             self.workspace = self.gateway.workspace
         else:
             self.workspace = str(Path(workspace).expanduser().absolute())
@@ -154,7 +155,7 @@ class KernosManager:
     async def client(self, *, timeout: float = 30) -> AsyncKernosClient:
         """A new client of the running kernel: connected, channels started, ready."""
         if self.gateway is not None:
-            return await self.gateway.client(timeout=timeout)
+            return await AsyncKernosClient._attach_gateway(self.gateway, timeout=timeout)
         if self._km is None or not self._km.has_kernel:
             raise UsageError("no kernel is running for this manager; call start() first")
         pid = self.pid

@@ -2,7 +2,7 @@
 
 An op emits an :class:`Event`: a topic, a JSON payload, the emitting
 principal and the op.  In-image subscribers are persistent callables
-registered on a topic pattern (``kernos.events.topics``); the registry of
+registered on a topic pattern (``kernos.audit.topics``); the registry of
 subscriptions lives in the image (``kernos:events``), so subscribing and
 unsubscribing commit and roll back like any other change.
 
@@ -37,33 +37,32 @@ by reference, with each personal value sealed under its subject's key.
 
 from __future__ import annotations
 
-import base64
 import contextvars
 import copy
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kernos.audit.canonical import canonical, check_json
+from kernos.audit.log import AuditLog
+from kernos.audit.markers import seal_markers
+from kernos.audit.topics import check_topic, compile_pattern, matches
 from kernos.errors import (
     EventCascadeTooDeep,
     EventError,
     SubscriberFailed,
     UsageError,
 )
-from kernos.events.topics import check_topic, compile_pattern, matches
+from kernos.op import Op
 from kernos.personal import Keyring, Personal
-
-if TYPE_CHECKING:
-    from kernos.image import Image
-    from kernos.op import Op
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_EVENTS",
     "MAX_PAYLOAD_BYTES",
     "SUBSCRIPTIONS",
+    "BusImage",
     "Event",
     "EventBus",
     "Subscription",
@@ -78,7 +77,6 @@ MAX_EVENTS = 10_000
 MAX_PAYLOAD_BYTES = 1 << 20
 """Canonical size of one payload."""
 HUMAN = "human"
-_RESERVED = frozenset({"$personal", "$erased"})
 _SUBSCRIBER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "kernos_event_subscriber", default=None)
 """The principal of the subscriber running now, if one is: the human's subscriber runs
@@ -151,6 +149,26 @@ class Subscriptions:
         return sorted(self.items.values(), key=lambda sub: int(sub.id[1:]))
 
 
+class BusImage(Protocol):
+    """What the bus needs of its image (:class:`kernos.image.Image`): the running op, the
+    runtime's own names, where the subscriptions persist, and the audit log, where
+    committed events are read back (``kernos.events.human``)."""
+
+    @property
+    def current(self) -> Op | None: ...
+
+    @property
+    def audit(self) -> AuditLog: ...
+
+    @property
+    def system(self) -> dict[str, object]: ...
+
+    @property
+    def keyring(self) -> Keyring: ...
+
+    def bind(self, name: str, value: object) -> None: ...
+
+
 Runner = Callable[[str, Callable[..., Any], Any], None]
 Authorizer = Callable[[str, str, str], None]
 
@@ -158,7 +176,7 @@ Authorizer = Callable[[str, str, str], None]
 class EventBus:
     """Emits and delivers events inside the image's running op."""
 
-    def __init__(self, image: Image, *, runner: Runner | None = None,
+    def __init__(self, image: BusImage, *, runner: Runner | None = None,
                  authorize: Authorizer | None = None,
                  principal: Callable[[], str | None] | None = None) -> None:
         self.image = image
@@ -307,7 +325,7 @@ class EventBus:
     def stored_form(self, payload: object) -> Any:
         """The payload as the audit log stores it (personal values sealed); checks it."""
         keyring = self.image.keyring
-        stored = _seal_markers(payload, keyring, "payload", 0)
+        stored = seal_markers(payload, keyring, "payload", 0)
         check_json(stored)
         size = len(canonical(stored))
         if size > MAX_PAYLOAD_BYTES:
@@ -335,65 +353,6 @@ def _redact(value: Any) -> Any:
         return {key: _redact(item) for key, item in value.items()}
     if type(value) is list:
         return [_redact(item) for item in value]
-    return value
-
-
-def _seal_markers(value: Any, keyring: Keyring | None, path: str, depth: int) -> Any:
-    if isinstance(value, Personal):
-        if keyring is None:
-            raise EventError("personal values can be sent only from a workspace")
-        inner = value.reveal()
-        check_json(inner, what=f"{path} (a personal value)")
-        sealed = keyring.seal([value.subject], canonical(inner))
-        return {"$personal": {"subject": value.subject,
-                              "sealed": base64.b64encode(sealed).decode()}}
-    if depth > 40:
-        return value  # check_json reports the depth
-    if type(value) is dict:
-        for key in value:
-            if key in _RESERVED:
-                raise EventError(f"{path} uses the key {key!r}, which Kernos reserves for "
-                                 "personal values; rename it")
-        return {key: _seal_markers(item, keyring, f"{path}[{str(key)[:40]!r}]", depth + 1)
-                for key, item in value.items()}
-    if type(value) is list:
-        return [_seal_markers(item, keyring, f"{path}[{index}]", depth + 1)
-                for index, item in enumerate(value)]
-    return value
-
-
-def subjects_of(stored: Any) -> set[str]:
-    """The data subjects whose sealed values a stored payload holds."""
-    found: set[str] = set()
-    stack = [stored]
-    while stack:
-        item = stack.pop()
-        if type(item) is dict:
-            marker = item.get("$personal")
-            if type(marker) is dict and "subject" in marker and len(item) == 1:
-                found.add(str(marker["subject"]))
-                continue
-            stack.extend(item.values())
-        elif type(item) is list:
-            stack.extend(item)
-    return found
-
-
-def open_personal_markers(value: Any, keyring: Keyring) -> Any:
-    """Replace sealed markers by the plain value, or by ``erased: true`` once erased."""
-    import json
-
-    if type(value) is dict:
-        marker = value.get("$personal")
-        if type(marker) is dict and len(value) == 1 and "sealed" in marker:
-            subject = str(marker["subject"])
-            opened = keyring.open([subject], base64.b64decode(marker["sealed"]))
-            if opened is None:
-                return {"$personal": {"subject": subject, "erased": True}}
-            return {"$personal": {"subject": subject, "value": json.loads(opened)}}
-        return {key: open_personal_markers(item, keyring) for key, item in value.items()}
-    if type(value) is list:
-        return [open_personal_markers(item, keyring) for item in value]
     return value
 
 

@@ -33,8 +33,9 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kernos._durable import replace_file
 from kernos.harness.protocol import (
     INTERRUPT_REPLY,
     INTERRUPT_REQUEST,
@@ -44,10 +45,7 @@ from kernos.harness.protocol import (
     error_reply,
 )
 from kernos.harness.service import Handled, HarnessService
-from kernos.store.objects import replace_file
-
-if TYPE_CHECKING:
-    from kernos.kernel.kernel import KernosKernel
+from kernos.kernel.host import KernelHost
 
 __all__ = ["CONNECTION_FILE", "GROUP_COMMIT", "Control", "ThrottledProgress"]
 
@@ -110,7 +108,7 @@ class ThrottledProgress:
 class Control:
     """Serves harness requests for one kernel."""
 
-    def __init__(self, kernel: KernosKernel) -> None:
+    def __init__(self, kernel: KernelHost) -> None:
         self.kernel = kernel
         self._service: HarnessService | None = None
         self._waiting: set[asyncio.Future[None]] = set()

@@ -38,14 +38,12 @@ the waiting request), so a frontend can show progress before any comm opens.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernos.errors import KernosError
 from kernos.harness.protocol import VERSION, ProtocolError, error_reply
 from kernos.inspector.backend import CHANGES, Notice, Watchers, refuse
-
-if TYPE_CHECKING:
-    from kernos.kernel.kernel import KernosKernel
+from kernos.kernel.host import KernelHost
 
 __all__ = ["TARGET", "KernelBackend"]
 
@@ -63,7 +61,7 @@ class KernelBackend:
     checkout (the cell is itself an op; ``%kernos checkout`` is the way).
     """
 
-    def __init__(self, kernel: KernosKernel) -> None:
+    def __init__(self, kernel: KernelHost) -> None:
         self.kernel = kernel
         self.watchers = Watchers()
         self.comms: dict[str, Any] = {}

@@ -2,7 +2,8 @@
 
 A cell is interrupted by SIGINT (Jupyter's ``interrupt_request``): while its
 code runs the interrupt raises ``KeyboardInterrupt`` and the op rolls back;
-while it commits or rolls back the interrupt is dropped.  A harness op (the
+while it commits or rolls back the interrupt is dropped (:func:`deferred_sigint`).
+A harness op (the
 client, the CLI, MCP) gets the same rule from :class:`OpInterrupts`: while
 the service runs an op's *body* (:meth:`OpInterrupts.body`) SIGINT raises
 ``KeyboardInterrupt`` there; before it (the key lookup, the preconditions)
@@ -28,7 +29,20 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-__all__ = ["OpInterrupts"]
+__all__ = ["OpInterrupts", "deferred_sigint"]
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[None]:
+    """Hold SIGINT off while the body runs (main thread only); a late interrupt is dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @dataclass

@@ -22,14 +22,12 @@ op commits or rolls back, so a commit is never cut in half.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +48,15 @@ from kernos.inspector.backend import checkout_notice, notice_of
 from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
-from kernos.kernel.interrupts import OpInterrupts
+from kernos.kernel.interrupts import OpInterrupts, deferred_sigint
 from kernos.kernel.leaving import InFlight
 from kernos.kernel.loops import LoopDriver
 from kernos.kernel.reach import cell_reach
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CheckoutReport, CommitReport, Op
 from kernos.personal import personal
-from kernos.store.remote_lease import RemoteSession
-from kernos.store.remote_start import start_remote
+from kernos.remote.session import RemoteSession
+from kernos.remote.start import start_remote
 from kernos.store.tail import FOLD_IDLE
 from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
@@ -72,19 +70,6 @@ DEFAULT_MAX_SOURCE_BYTES = 4 * 1024 * 1024
 _IPYTHON_CACHE = re.compile(r"_+|_i+|_i?\d+")
 _ALIASES = frozenset({"_", "__", "___", "Out", "_oh"})
 _UNSUPPORTED_FEATURES = frozenset({"kernel subshells", "debugger"})
-
-
-@contextlib.contextmanager
-def deferred_sigint() -> Iterator[None]:
-    """Hold SIGINT off while the body runs (main thread only); a late interrupt is dropped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class KernosKernel(IPythonKernel):
@@ -196,7 +181,7 @@ class KernosKernel(IPythonKernel):
         """Open the workspace and start restoring its image in the background."""
         # Issue 19's hook for a kernel on a fresh machine (a gateway pod): with
         # $KERNOS_REMOTE, materialize the workspace from its git remote, take the remote's
-        # lease and push after commits (kernos.store.remote_start).
+        # lease and push after commits (kernos.remote.start).
         try:  # a forbidden workspace name, too, is explained in every cell
             path = default_workspace()
             self.remote = start_remote(path)

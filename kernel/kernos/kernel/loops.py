@@ -41,10 +41,11 @@ from typing import TYPE_CHECKING
 
 from kernos.agents import loop as loops
 from kernos.kernel.control import GROUP_COMMIT
+from kernos.kernel.host import KernelHost
+from kernos.kernel.interrupts import deferred_sigint
 
 if TYPE_CHECKING:
     from kernos.agents.runtime import AgentRuntime
-    from kernos.kernel.kernel import KernosKernel
     from kernos.op import CommitReport
 
 __all__ = ["IDLE_POLL", "LoopDriver"]
@@ -73,7 +74,7 @@ def idle_poll() -> float:
 class LoopDriver:
     """Turns the running loops of one kernel's image."""
 
-    def __init__(self, kernel: KernosKernel) -> None:
+    def __init__(self, kernel: KernelHost) -> None:
         self.kernel = kernel
         self.idle_poll = idle_poll()
         """Seconds to sleep when nothing is due (:data:`IDLE_POLL`)."""
@@ -235,8 +236,6 @@ class LoopDriver:
                  agent: str) -> tuple[loops.Turn, list[CommitReport]]:
         """The iteration's op, then the effects it queued or the trip it caused (each in
         ops of their own)."""
-        from kernos.kernel.kernel import deferred_sigint
-
         with deferred_sigint(), \
                 runtime.image.workspace.group_commit() if GROUP_COMMIT \
                 else contextlib.nullcontext():

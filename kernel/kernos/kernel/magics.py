@@ -11,7 +11,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
@@ -19,9 +19,7 @@ from kernos import history
 from kernos.agents.capabilities import LIMITED_KINDS
 from kernos.audit.human import format_records
 from kernos.errors import InvalidGrant, KernosError, UsageError
-
-if TYPE_CHECKING:
-    from kernos.kernel.kernel import KernosKernel
+from kernos.kernel.host import KernelHost
 
 HELP = """\
 %kernos log [N]          the last N snapshots (default 20), newest first
@@ -59,7 +57,7 @@ REF is a commit id (or a prefix), HEAD, HEAD~N, or @N for the snapshot of op N."
 
 @magics_class
 class KernosMagics(Magics):
-    def __init__(self, shell: Any, *, kernel: KernosKernel) -> None:
+    def __init__(self, shell: Any, *, kernel: KernelHost) -> None:
         super().__init__(shell)
         self.kernel = kernel
 

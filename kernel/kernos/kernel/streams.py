@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernos.audit.log import AuditLog
+from kernos.audit.topics import compile_pattern, matches
 from kernos.errors import EventError
-from kernos.events.topics import compile_pattern, matches
 
 __all__ = ["TARGET", "EventStreams"]
 

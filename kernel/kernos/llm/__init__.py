@@ -29,7 +29,8 @@ concurrent clients can spend a token twice.  The limits themselves (grants
 and per-op limits) are the agent runtime's (``kernos.agents.runtime``).
 
 **Answer** (``_calls``).  A :class:`Completion`: the text, tool calls with
-their arguments parsed and checked against the schema of the tool they name,
+their arguments parsed and checked against the schema of the tool they name
+(``kernos.llm.schema``, the check the agent registry's tools use too),
 usage, cost (an exact ``Decimal`` from litellm's price table), the model,
 and whether it came from a recording.  Streamed answers are consumed and
 recorded whole.  Malformed answers, bad tool calls, provider errors, replay

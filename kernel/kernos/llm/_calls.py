@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernos import amounts
-from kernos.agents.registry import check_arguments
 from kernos.errors import (
     LLMError,
     LLMProviderError,
@@ -47,6 +46,7 @@ from kernos.llm._embed_calls import Embedding
 from kernos.llm._mode import Mode, current_mode
 from kernos.llm._request import Request
 from kernos.llm._store import Budget, LlmStore
+from kernos.llm.schema import check_arguments
 from kernos.personal import touched_subjects
 
 __all__ = ["Completion", "LlmClient", "ToolCall", "Usage"]

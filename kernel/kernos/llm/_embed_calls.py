@@ -53,7 +53,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kernos.audit.canonical import canonical
 from kernos.errors import (
@@ -66,16 +66,22 @@ from kernos.errors import (
 from kernos.llm import _provider
 from kernos.llm._embed import MAX_DIMENSIONS, EmbeddingRequest
 from kernos.llm._mode import Mode, current_mode
-from kernos.llm._store import Budget
+from kernos.llm._store import Budget, LlmStore
 from kernos.personal import touched_subjects
 
-if TYPE_CHECKING:
-    from kernos.llm._calls import LlmClient
-
-__all__ = ["BATCH", "Embedding", "embed"]
+__all__ = ["BATCH", "Embedding", "EmbeddingClient", "embed"]
 
 BATCH = 64
 """The most texts one provider call embeds."""
+
+
+class EmbeddingClient(Protocol):
+    """What :func:`embed` needs of its client (an :class:`~kernos.llm.LlmClient` is one)."""
+
+    store: LlmStore
+    """Where requests, answers, recordings and the ledger are kept."""
+    embedding: _provider.Completion | None
+    """Stands in for ``litellm.embedding`` (tests); None: litellm's own."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +100,7 @@ class Embedding:
     """The ledger call that embedded it; None when answered from a recording."""
 
 
-def embed(client: LlmClient, requests: Sequence[EmbeddingRequest], *, principal: str,
+def embed(client: EmbeddingClient, requests: Sequence[EmbeddingRequest], *, principal: str,
           op: int | None, budgets: Sequence[Budget] = (), charge: Sequence[str] = (),
           journal: list[dict[str, Any]] | None = None, mode: Mode | None = None,
           timeout: float | None = None) -> list[Embedding]:
@@ -188,7 +194,7 @@ def _total(costs: list[decimal.Decimal | None]) -> decimal.Decimal | None:
     return sum(priced, decimal.Decimal(0)) if priced else None
 
 
-def _call(client: LlmClient, batch: list[EmbeddingRequest], worst: dict[str, int], *,
+def _call(client: EmbeddingClient, batch: list[EmbeddingRequest], worst: dict[str, int], *,
           principal: str, op: int | None, budgets: Sequence[Budget], charge: Sequence[str],
           timeout: float | None, subjects: frozenset[str], answers: dict[str, Embedding],
           entries: dict[str, list[dict[str, Any]]]) -> None:

@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernos.agents.registry import check_schema
 from kernos.audit.canonical import canonical, check_json, digest
 from kernos.errors import EventError, InvalidGrant, LLMRequestInvalid
+from kernos.llm.schema import check_schema
 
 __all__ = ["DEFAULT_MAX_TOKENS", "MODEL_PATTERN", "PARAMS", "Request", "build_request"]
 

@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos import amounts
+from kernos._durable import fsync_dir, replace_file, write_all
 from kernos._time import utc_now
 from kernos.audit.canonical import canonical, digest
 from kernos.errors import LLMBudgetExceeded, LLMRecordingErased
-from kernos.store.objects import fsync_dir, replace_file
-from kernos.store.space import reporting_full_disk, write_all
+from kernos.store.space import reporting_full_disk
 
 if TYPE_CHECKING:
     from kernos.personal import Keyring

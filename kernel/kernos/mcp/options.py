@@ -12,25 +12,11 @@ import os
 import sys
 from pathlib import Path
 
+from kernos.mcp.constants import HOST, HUMAN, OK, USAGE, Stop
 from kernos.store.catalog import find_workspace
 from kernos.store.workspace import default_workspace
 
 __all__ = ["HOST", "HUMAN", "Stop", "add_arguments", "main"]
-
-HOST = "127.0.0.1"
-"""The only address the HTTP transport binds: the server has no authentication of its own."""
-HUMAN = "human"
-
-OK, USAGE, NO_KERNEL = 0, 2, 4
-"""Exit statuses, as ``kernos``'s other commands use them."""
-
-
-class Stop(Exception):
-    """End ``kernos mcp`` with a message on stderr and an exit status."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ import uvicorn
 
 from kernos.client import AsyncKernosClient, KernosManager
 from kernos.client.errors import ClientError, NoKernelRunning
-from kernos.mcp.options import HOST, HUMAN, NO_KERNEL, OK, USAGE, Stop
+from kernos.mcp.constants import HOST, HUMAN, NO_KERNEL, OK, USAGE, Stop
 from kernos.mcp.server import KernosMCP
 
 __all__ = ["PATH", "run_http", "run_stdio"]

@@ -41,7 +41,7 @@ from kernos._version import __version__
 from kernos.client.errors import ClientError, KernelDied, RequestError
 from kernos.harness.results import ObjectInfo, OpResult
 from kernos.mcp.arguments import BadArguments, check_arguments
-from kernos.mcp.options import HUMAN
+from kernos.mcp.constants import HUMAN
 from kernos.mcp.tools import BUILTINS, PREFIX, Builtin
 
 __all__ = ["OBJECT_URI", "Harness", "KernosMCP", "object_uri", "render_op"]

@@ -23,7 +23,7 @@ Three layers, one full-text index:
 
 The index (:mod:`kernos.memory.index`) is a **cache**: SQLite FTS5 in
 ``<workspace>/memory/index.sqlite``.  It is never pushed to a remote (it is not
-in :data:`kernos.store.remote.ALLOWED`), never copied by a fork, and can be
+in :data:`kernos.remote.transfer.ALLOWED`), never copied by a fork, and can be
 deleted at any time.  It records the audit chain's head (index and hash) it
 was built to; on open it is rebuilt when missing, unreadable, of another
 format, or when the record at that index no longer has that hash, and
@@ -43,7 +43,8 @@ embeds the query and, a bounded number per recall, the entries the asker may
 read, and fuses the two rankings (:mod:`kernos.memory.vectors`).  Visibility
 is the same single rule (:class:`~kernos.memory.index.Scope`) for both.
 
-The runtime's side (:mod:`kernos.memory.service`, :mod:`kernos.memory.agent`):
+The runtime's side (:mod:`kernos.memory.service`; agent code calls it through
+:mod:`kernos.agents._memory`):
 the grants ``memory:read`` / ``memory:write``, freshness before each answer,
 and recording each recall with its op so that a replay answers the same.
 

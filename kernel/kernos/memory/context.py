@@ -10,10 +10,8 @@ over-estimate for English prose, so a budget is not exceeded in practice).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kernos.memory.index import Memory
+from kernos.memory.records import Memory
 
 __all__ = ["DEFAULT_MODEL", "count_tokens", "fallback_count", "render", "warm"]
 

@@ -47,7 +47,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kernos.errors import UsageError
 from kernos.memory import vectors
@@ -61,6 +61,7 @@ from kernos.memory.embeddings import (
 from kernos.memory.facts import Facts, facts_name, remember
 from kernos.memory.index import KINDS, Memory, MemoryIndex, Scope, WorkingItem
 from kernos.memory.vectors import Meaning
+from kernos.op import AGENT_NAMESPACE
 
 if TYPE_CHECKING:
     from kernos.audit.log import AuditLog
@@ -120,6 +121,14 @@ class Embed(Protocol):
 
     def __call__(self, principal: str, model: str, texts: list[str], *,
                  params: dict[str, Any] | None = None) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class AgentNames(Protocol):
+    """An agent's namespace as memory reads it (``kernos.agents.runtime.AgentNamespace``,
+    held in the image as ``kernos:ns:NAME``): its own names without the dunders."""
+
+    def user_items(self) -> dict[str, Any]: ...
 
 
 def plain(memory: Memory) -> dict[str, Any]:
@@ -242,11 +251,9 @@ class ImageMemory:
                                        for name, type_, summary in shown])
 
     def _feed_agent(self, index: MemoryIndex, agent: str) -> None:
-        from kernos.agents.runtime import AgentNamespace, namespace_key
-
-        found = self.image.system.get(namespace_key(agent))
+        found = self.image.system.get(AGENT_NAMESPACE + agent)
         items = []
-        if isinstance(found, AgentNamespace):
+        if isinstance(found, AgentNames):
             for name, value in sorted(found.user_items().items())[:10_000]:
                 items.append(WorkingItem(name=name, type=type(value).__name__,
                                          preview=_preview(value)))
@@ -265,9 +272,7 @@ class ImageMemory:
             index.sync_semantic(principal, facts)
 
     def _agents(self) -> list[str]:
-        from kernos.agents.runtime import namespace_key
-
-        prefix = namespace_key("")
+        prefix = AGENT_NAMESPACE
         return sorted(name[len(prefix):] for name in self.image.system
                       if name.startswith(prefix))
 

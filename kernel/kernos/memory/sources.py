@@ -13,20 +13,25 @@ before each of their recalls (and by a rebuild).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from kernos.memory.facts import Facts
 from kernos.memory.index import MemoryIndex, WorkingItem
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from kernos.agents.registry import Registry
     from kernos.image import Image
 
-__all__ = ["FACTS_PREFIX", "may_read_for", "sync_from_image"]
+__all__ = ["FACTS_PREFIX", "Grants", "may_read_for", "sync_from_image"]
 
 FACTS_PREFIX = "kernos:memory:"
+
+
+class Grants(Protocol):
+    """What :func:`may_read_for` asks of the grants (a :class:`kernos.agents.registry.Registry`
+    is one): the active grant, if any, that lets ``principal`` do ``kind`` on ``target``."""
+
+    def find(self, principal: str, kind: str, target: str) -> object | None: ...
 
 
 def sync_from_image(index: MemoryIndex, image: Image, *, owner: str = "human") -> None:
@@ -40,7 +45,7 @@ def sync_from_image(index: MemoryIndex, image: Image, *, owner: str = "human") -
         index.sync_semantic(principal, held.get(principal))
 
 
-def may_read_for(registry: Registry, principal: str) -> Callable[[str], bool]:
+def may_read_for(registry: Grants, principal: str) -> Callable[[str], bool]:
     """The ``may_read`` predicate of ``principal``: the human reads every name, an agent
     the names a ``read:``/``write:`` grant covers (as the harness's ``objects`` filters),
     never a ``kernos:`` name."""

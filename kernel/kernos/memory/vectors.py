@@ -40,20 +40,48 @@ only here, when embeddings are on.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kernos.errors import UsageError
 from kernos.memory.embeddings import EMBED_TEXT_CHARS, MAX_DIMENSIONS
+from kernos.memory.records import Scope
 
-if TYPE_CHECKING:
-    from kernos.memory.index import MemoryIndex, Scope
-
-__all__ = ["RRF_K", "Meaning", "VectorCache", "check_vectors", "count", "fuse", "missing",
-           "nearest", "numpy", "store"]
+__all__ = ["RRF_K", "Meaning", "VectorCache", "VectorTables", "check_vectors", "count", "fuse",
+           "missing", "nearest", "numpy", "store"]
 
 RRF_K = 60
+
+
+class VectorTables(Protocol):
+    """What this module needs of the index (a :class:`kernos.memory.index.MemoryIndex` is
+    one): its connection, its write bracket and ``meta`` table, and the generation and
+    change list the vector cache follows.  The index imports this module for recall by
+    meaning, so this module names the index only through this protocol."""
+
+    db: sqlite3.Connection
+    """The index's SQLite connection (tables ``entries``, ``vectors``, ``subjects``, ``text``)."""
+    generation: int
+    """Moves whenever the vectors table may have changed."""
+    vector_changes: list[tuple[int, frozenset[int] | None]]
+    """(generation, entries changed then; None: all of them), the newest few."""
+    vector_cache: object
+    """Where :func:`nearest` keeps its :class:`VectorCache` (None until the first)."""
+
+    def vectors_changed(self, entries: Iterable[int] | None) -> None:
+        """Move the generation; ``entries`` changed (None: all may have)."""
+
+    def _writing(self) -> AbstractContextManager[None]:
+        """A write transaction, marked dirty while it runs."""
+
+    def _get(self, key: str) -> str:
+        """A value of the ``meta`` table ("" when absent)."""
+
+    def _set(self, key: str, value: str) -> None:
+        """Set a value of the ``meta`` table."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +133,7 @@ HUMAN_SCAN = 4000
 be names it cannot read)."""
 
 
-def missing(index: MemoryIndex, scope: Scope, model: str, dims: int,
+def missing(index: VectorTables, scope: Scope, model: str, dims: int,
             limit: int) -> list[tuple[int, str]]:
     """Up to ``limit`` (entry, text) that ``scope`` admits and that have no vector of
     ``model`` and ``dims``, newest first (the most recently indexed); never an entry that
@@ -139,7 +167,7 @@ def missing(index: MemoryIndex, scope: Scope, model: str, dims: int,
     return found
 
 
-def store(index: MemoryIndex, model: str, dims: int,
+def store(index: VectorTables, model: str, dims: int,
           vectors: Sequence[tuple[int, Sequence[float]]]) -> None:
     """Store (entry, vector) pairs of ``model``, replacing an entry's vector of another."""
     np = numpy()
@@ -157,7 +185,7 @@ def store(index: MemoryIndex, model: str, dims: int,
                              [(entry,) for entry, _ in vectors])
 
 
-def _one_model(index: MemoryIndex, model: str, dims: int) -> None:
+def _one_model(index: VectorTables, model: str, dims: int) -> None:
     """The index holds vectors of one model and size: drop the others' (see the contract)."""
     key = f"{dims}/{model}"
     if index._get("vectors_of") == key:
@@ -169,7 +197,7 @@ def _one_model(index: MemoryIndex, model: str, dims: int) -> None:
     index.vectors_changed(None)
 
 
-def count(index: MemoryIndex, model: str, dims: int | None) -> int:
+def count(index: VectorTables, model: str, dims: int | None) -> int:
     """How many entries have a vector of ``model`` (of ``dims``, when given)."""
     if dims is None:
         row = index.db.execute("SELECT count(*) FROM vectors WHERE model = ?",
@@ -216,7 +244,7 @@ class VectorCache:
     def code(self, principal: str) -> int:
         return self.codes.setdefault(principal, len(self.codes))
 
-    def refresh(self, index: MemoryIndex) -> None:
+    def refresh(self, index: VectorTables) -> None:
         """Catch up with the index: reload the entries changed since, or everything."""
         if self.generation == index.generation:
             return
@@ -239,7 +267,7 @@ class VectorCache:
                 self._compact()
         self.generation = index.generation
 
-    def _load(self, index: MemoryIndex, entries: list[int] | None) -> None:
+    def _load(self, index: VectorTables, entries: list[int] | None) -> None:
         """Append the vectors of ``entries`` (None: all) that the index holds."""
         np = numpy()
         query = ("SELECT v.entry, e.kind, e.principal, e.name, v.vector FROM vectors v "
@@ -300,7 +328,7 @@ class VectorCache:
 _KIND_CODES = {"working": 0, "episodic": 1, "semantic": 2}
 
 
-def nearest(index: MemoryIndex, scope: Scope, meaning: Meaning,
+def nearest(index: VectorTables, scope: Scope, meaning: Meaning,
             depth: int) -> list[tuple[int, float]]:
     """The ``depth`` entries ``scope`` admits whose vectors are nearest the query (cosine,
     best first, only those above 0)."""

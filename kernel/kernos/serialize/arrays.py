@@ -134,26 +134,3 @@ def reduce_memory(memory: Any) -> Any:
 
 def reducers(numpy: Any) -> dict[type, Callable[[Any, Any], Any]]:
     return {numpy.ndarray: reduce_array, numpy.memmap: reduce_array}
-
-
-def pandas_reducers(pandas: Any) -> dict[type, Callable[[Any, Any], Any]]:
-    """pandas' Arrow-backed arrays, with the keys of their state interned.
-
-    Their ``__setstate__`` fills ``__dict__`` with the keys of the loaded state,
-    which (unlike the keys a plain load sets) are not interned; pickle's memo
-    follows string identity, so a restored array pickled differently from the
-    original (a Series with a ``str`` index did).
-    """
-    from kernos.serialize.kinds import PROTOCOL, canonical_names
-
-    def reduce_interned(pickler: Any, obj: Any) -> Any:
-        reduced = obj.__reduce_ex__(PROTOCOL)
-        if type(reduced) is tuple and len(reduced) > 2 and type(reduced[2]) is dict:
-            return (*reduced[:2], canonical_names(reduced[2]), *reduced[3:])
-        return reduced
-
-    base = getattr(getattr(pandas, "arrays", None), "ArrowExtensionArray", None)
-    kinds: list[type] = [base] if isinstance(base, type) else []
-    for kind in kinds:
-        kinds.extend(kind.__subclasses__())
-    return dict.fromkeys(kinds, reduce_interned)

@@ -312,6 +312,27 @@ def _reduce_callback_registry(pickler: ReducingPickler, registry: Any) -> Any:
     return (_NEWOBJ, (type(registry),), state)
 
 
+def _pandas_reducers(pandas: Any) -> dict[type, Callable[[ReducingPickler, Any], Any]]:
+    """pandas' Arrow-backed arrays, with the keys of their state interned.
+
+    Their ``__setstate__`` fills ``__dict__`` with the keys of the loaded state,
+    which (unlike the keys a plain load sets) are not interned; pickle's memo
+    follows string identity, so a restored array pickled differently from the
+    original (a Series with a ``str`` index did).
+    """
+    def reduce_interned(pickler: ReducingPickler, obj: Any) -> Any:
+        reduced = obj.__reduce_ex__(PROTOCOL)
+        if type(reduced) is tuple and len(reduced) > 2 and type(reduced[2]) is dict:
+            return (*reduced[:2], canonical_names(reduced[2]), *reduced[3:])
+        return reduced
+
+    base = getattr(getattr(pandas, "arrays", None), "ArrowExtensionArray", None)
+    kinds: list[type] = [base] if isinstance(base, type) else []
+    for kind in kinds:
+        kinds.extend(kind.__subclasses__())
+    return dict.fromkeys(kinds, reduce_interned)
+
+
 _NEWOBJ = getattr(copyreg, "__newobj__")  # noqa: B009  (the reconstructor pickle itself uses)
 
 
@@ -523,9 +544,7 @@ def register_late_types() -> None:
         SPECIAL.update(reducers(numpy))
     pandas = sys.modules.get("pandas")
     if pandas is not None and "pandas" not in _registered:
-        from kernos.serialize.arrays import pandas_reducers
-
-        found = pandas_reducers(pandas)  # none while pandas is still being imported
+        found = _pandas_reducers(pandas)  # none while pandas is still being imported
         if found:
             SPECIAL.update(found)
             _registered.add("pandas")

@@ -45,7 +45,6 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernos.personal import Personal
 from kernos.serialize import rebuild
 from kernos.serialize.kinds import (
     MODULE_GLOBALS,
@@ -68,6 +67,7 @@ from kernos.serialize.kinds import (
     transient_types,
 )
 from kernos.serialize.resources import transient_verdict
+from kernos.serialize.sealing import SEALERS
 from kernos.serialize.sharing import RecordingPickling, SharingRecord
 from kernos.serialize.trial import Trials
 from kernos.serialize.unpersistable import (
@@ -81,7 +81,7 @@ from kernos.serialize.unpersistable import (
 )
 from kernos.serialize.unpersisted import Unpersisted
 
-__all__ = ["Pickled", "Serializer", "SharingRecord", "Transient", "code_names"]
+__all__ = ["Pickled", "Serializer", "SharingRecord", "Transient"]
 
 #: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN_BYTES = 64 * 1024
@@ -259,7 +259,9 @@ class Serializer:
 
     def would_not_load(self, pickled: Pickled) -> str | None:
         """Why ``pickled`` would not load back, tried once per new type (see trial), or None."""
-        return self.trials.check(self, pickled)
+        return self.trials.check(pickled.kinds, lambda: self.load(
+            pickled.stream, list(pickled.buffers),
+            live_transients=[t.obj for t in pickled.transients]))
 
     def is_by_value(self, obj: type | types.FunctionType) -> bool:
         """Whether a function or class must be stored by value rather than by name."""
@@ -349,12 +351,13 @@ class _ImagePickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
-        if kind is Personal:
+        seal = SEALERS.get(kind)
+        if seal is not None:  # a personal value (see kernos.serialize.sealing)
             keyring = self.serializer.keyring
             if keyring is None:
                 raise TypeError("personal values can be persisted only in a workspace "
                                 "(it holds the subjects' keys)")
-            return obj._sealed(keyring)
+            return seal(obj, keyring)
         if kind is types.FunctionType:
             return self._reduce_function(obj)
         if isinstance(obj, type):

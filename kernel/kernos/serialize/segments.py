@@ -17,13 +17,13 @@ it was written whole or piece by piece), so a replay writes the same snapshot
 hashes.
 
 **When a segment is written again.**  Only where the op's own code can have
-changed it: the op's reach says how the code uses the name
-(:class:`kernos.analysis.Use`: appends, constant keys, ``len``), and then only
-the segments of those keys and the tail (where appends and new keys land) are
-pickled again; the others keep their bytes, and the stored chunks they were
-written as.  Without such a use (the code passed the value somewhere, iterated
-it, deleted from it; the name is new or rebound; a full scan), every segment
-is pickled again, which costs what pickling the whole value costs.
+changed it: the op's reach says how the code uses the name (:class:`EntryUse`,
+answered by ``kernos.analysis.Use``: appends, constant keys, ``len``), and
+then only the segments of those keys and the tail (where appends and new keys
+land) are pickled again; the others keep their bytes, and the stored chunks
+they were written as.  Without such a use (the code passed the value somewhere,
+iterated it, deleted from it; the name is new or rebound; a full scan), every
+segment is pickled again, which costs what pickling the whole value costs.
 
 **What must hold for segments to be exact**, checked at every write, or the
 value is stored whole (which is always correct):
@@ -59,13 +59,30 @@ import operator
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from kernos.analysis import Use
 from kernos.serialize import rebuild
 from kernos.serialize.sharing import SharingRecord
 
-__all__ = ["SEGMENTED_FROM", "SEGMENT_ENTRIES", "Segment", "Segmented", "segment"]
+__all__ = ["SEGMENTED_FROM", "SEGMENT_ENTRIES", "EntryUse", "Segment", "Segmented", "segment"]
+
+class EntryUse(Protocol):
+    """Every way the op's code uses the container, when all touch known entries only.
+
+    The op's reach answers it (``kernos.analysis.Use``): ``appends`` (``append``
+    or ``extend``), ``keys`` (the constant keys or indices it reads or writes),
+    ``calls_len`` (``len(N)``, which holds only while ``len`` is the builtin).
+    """
+
+    @property
+    def appends(self) -> bool: ...
+
+    @property
+    def keys(self) -> frozenset[object]: ...
+
+    @property
+    def calls_len(self) -> bool: ...
+
 
 SEGMENT_ENTRIES = 2048
 """Entries per segment: about 100-200 KB of small records, a fraction of a millisecond to pickle."""
@@ -119,7 +136,7 @@ def candidate(value: object) -> bool:
     return (kind is list or kind is dict) and _LEN(value) >= SEGMENTED_FROM  # type: ignore[arg-type]
 
 
-def segment(value: list[Any] | dict[Any, Any], dump: Dump, *, use: Use | None,
+def segment(value: list[Any] | dict[Any, Any], dump: Dump, *, use: EntryUse | None,
             previous: Segmented | None) -> Segmented | None:
     """Cut ``value`` into segments, pickling again only those ``use`` may have changed.
 
@@ -190,7 +207,7 @@ def _segment_count(length: int) -> int:
     return max(1, -(-length // SEGMENT_ENTRIES))
 
 
-def _dirty_list(value: list[Any], previous: Segmented, use: Use) -> set[int] | None:
+def _dirty_list(value: list[Any], previous: Segmented, use: EntryUse) -> set[int] | None:
     old = previous.length
     new = _LEN(value)
     if new < old or (new > old and not use.appends):
@@ -209,7 +226,7 @@ def _dirty_list(value: list[Any], previous: Segmented, use: Use) -> set[int] | N
     return dirty
 
 
-def _dirty_dict(value: dict[Any, Any], previous: Segmented, use: Use) -> set[int] | None:
+def _dirty_dict(value: dict[Any, Any], previous: Segmented, use: EntryUse) -> set[int] | None:
     position = previous.position
     assert position is not None
     old = previous.length

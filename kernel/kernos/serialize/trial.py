@@ -28,10 +28,7 @@ import signal
 import sys
 import time
 import weakref
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kernos.serialize.pickler import Pickled, Serializer
+from collections.abc import Callable
 
 __all__ = ["TIMEOUT", "Trials"]
 
@@ -48,21 +45,25 @@ class Trials:
     def __init__(self) -> None:
         self._tried: weakref.WeakSet[type] = weakref.WeakSet()
 
-    def untried(self, pickled: Pickled) -> bool:
-        return any(kind not in self._tried for kind in pickled.kinds)
+    def untried(self, kinds: frozenset[type]) -> bool:
+        return any(kind not in self._tried for kind in kinds)
 
-    def check(self, serializer: Serializer, pickled: Pickled) -> str | None:
-        """Why ``pickled`` would not load (the loader's error), or None if it loads."""
-        if not self.untried(pickled):
+    def check(self, kinds: frozenset[type], load: Callable[[], object]) -> str | None:
+        """Why ``load()`` would fail (the loader's error), or None if it loads.
+
+        ``kinds``: the types of what the stream holds (:attr:`Pickled.kinds`); ``load``
+        loads it (the serializer's ``load`` of the stream), run in a forked child.
+        """
+        if not self.untried(kinds):
             return None
-        problem = _load_in_child(serializer, pickled)
-        for kind in pickled.kinds:
+        problem = _load_in_child(load)
+        for kind in kinds:
             with contextlib.suppress(TypeError):
                 self._tried.add(kind)
         return problem
 
 
-def _load_in_child(serializer: Serializer, pickled: Pickled) -> str | None:
+def _load_in_child(load: Callable[[], object]) -> str | None:
     if not hasattr(os, "fork"):
         return None
     read, write = os.pipe()
@@ -73,8 +74,7 @@ def _load_in_child(serializer: Serializer, pickled: Pickled) -> str | None:
             with open(os.devnull, "w") as sink:
                 sys.stdout = sys.stderr = sink
                 try:
-                    serializer.load(pickled.stream, list(pickled.buffers),
-                                    live_transients=[t.obj for t in pickled.transients])
+                    load()
                     answer = b"ok"
                 except BaseException as error:
                     text = f"{type(error).__name__}: {error}"

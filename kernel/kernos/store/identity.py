@@ -53,10 +53,10 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from kernos._durable import fsync_dir, replace_file
 from kernos._time import utc_now
-from kernos.audit.signing import key_id
 from kernos.errors import WorkspaceCorrupt, WorkspaceError
-from kernos.store.objects import fsync_dir, replace_file
+from kernos.store.keys import key_id
 
 __all__ = ["IDENTITY", "SIGNING_KEY_ENV", "Identity", "load_identity", "own_keys"]
 

@@ -1,7 +1,7 @@
 """``kernos gc``: merge a workspace's packs and loose objects into one pack, now.
 
 The kernel already keeps the packs few (a geometric repack in the
-background, :class:`kernos.store.objects.ObjectStore`); this is the full
+background, :class:`kernos.store.object_store.ObjectStore`); this is the full
 repack a person runs before copying a workspace, or after a long life.  It
 uses git's own ``repack -a -d --keep-unreachable``, which writes the new pack durably before it
 deletes what it replaces, so it is safe under ``kill -9`` and safe beside a
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kernos.errors import KernosError
 from kernos.store import repack
-from kernos.store.objects import GIT_FSYNC
+from kernos.store.object_store import GIT_FSYNC
 from kernos.store.workspace import Workspace
 
 __all__ = ["Footprint", "footprint", "gc", "loosen"]

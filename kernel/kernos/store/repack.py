@@ -1,6 +1,6 @@
 """The kernel's background repack: it never outlives its kernel, and never runs twice at once.
 
-:class:`kernos.store.objects.ObjectStore` starts ``git repack --geometric``
+:class:`kernos.store.object_store.ObjectStore` starts ``git repack --geometric``
 in the background when the packs grow many.  Two rules around it:
 
 1. **It dies with its kernel.**  The repack runs under a small watchdog

@@ -60,9 +60,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernos import _faults
+from kernos._durable import fsync_dir, replace_file
 from kernos.errors import KernosError, UsageError, WorkspaceCorrupt
-from kernos.store.objects import GIT_FSYNC, decode_commit, fsync_dir, object_id, replace_file
-from kernos.store.workspace import BRANCH, Workspace, op_of
+from kernos.store.object_store import GIT_FSYNC
+from kernos.store.objects import decode_commit, object_id
+from kernos.store.workspace import BRANCH, Workspace, finish_at_open, op_of
 
 __all__ = [
     "INTENT",
@@ -502,3 +504,7 @@ def _git(workspace: Workspace, *args: str, stdin: str | None = None) -> str:
         raise KernosError(f"git {args[0]} failed in {workspace.git_dir}: "
                           f"{done.stderr.strip()[:500]}")
     return done.stdout
+
+
+# Every writable open finishes a prune a crash cut (looked up at each call: tests replace it).
+finish_at_open("prune", lambda workspace: finish_interrupted(workspace))

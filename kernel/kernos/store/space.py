@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from kernos.errors import DiskFull, is_disk_full
 
-__all__ = ["NOTHING_COMMITTED", "NOTHING_WRITTEN", "NOT_FOLDED", "reporting_full_disk", "write_all"]
+__all__ = ["NOTHING_COMMITTED", "NOTHING_WRITTEN", "NOT_FOLDED", "reporting_full_disk"]
 
 NOTHING_WRITTEN = "Nothing was written."
 NOTHING_COMMITTED = "Nothing was committed: the image is as the last committed op left it."
@@ -44,14 +44,3 @@ def reporting_full_disk(path: str | os.PathLike[str], what: str, *, needed: int 
             raise
         raise DiskFull.from_os_error(error, path=path, what=what, needed=needed,
                                      then=then) from error
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """``os.write`` until all of ``data`` is written: a short write (a disk filling up)
-    is followed by one more, which raises the reason (ENOSPC) instead of hiding it."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written <= 0:
-            raise OSError(f"write took {written} of {len(view)} bytes")
-        view = view[written:]

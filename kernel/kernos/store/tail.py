@@ -76,8 +76,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernos import _faults
+from kernos._durable import write_all
 from kernos.errors import DiskFull, is_disk_full
-from kernos.store.space import NOTHING_COMMITTED, reporting_full_disk, write_all
+from kernos.store.space import NOTHING_COMMITTED, reporting_full_disk
 
 __all__ = ["FOLD_BYTES", "FOLD_FRAMES", "FOLD_IDLE", "FRAME_MAX", "Frame", "Tail"]
 

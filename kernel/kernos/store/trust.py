@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernos._durable import replace_file
 from kernos._time import utc_now
-from kernos.audit.signing import KEY_ID, public_key
 from kernos.errors import UsageError, WorkspaceCorrupt, WorkspaceUntrusted
-from kernos.store.objects import replace_file
+from kernos.store.keys import KEY_ID, public_key
 
 __all__ = ["TRUST", "TRUST_ENV", "Trust", "check_key_id", "require_trusted"]
 

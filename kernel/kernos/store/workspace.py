@@ -14,7 +14,7 @@ Layout::
         pruning           exists only while a ``kernos prune`` is not finished
         pulling           exists only while a ``kernos pull`` or clone is landing
         incoming/         what a pull fetched and checked, while it runs
-                          (see kernos.store.remote_pull and remote_land)
+                          (see kernos.remote.pull and kernos.remote.land)
         identity.json     this copy as a writer: its id and signing key, never pushed
                           (see kernos.store.identity)
         trust.json        the writer keys whose records it accepts (kernos.store.trust)
@@ -25,29 +25,15 @@ Layout::
         memory/index.sqlite  the agents' searchable memory: an SQLite FTS5 cache rebuilt
                           from the audit chain and the image (see kernos.memory); never
                           pushed, never forked; delete at will
-        remotes.json      this copy's id and its git remotes (see kernos.store.remote)
+        remotes.json      this copy's id and its git remotes (see kernos.remote.transfer)
         remote.git/       staging repository for pushes and fetches, its objects borrowed
-                          from history.git (see kernos.store.remote_git; delete at will
+                          from history.git (see kernos.remote.git; delete at will
                           when no push runs)
 
-Which directory is used, in order:
-
-1. ``$KERNOS_WORKSPACE_ROOT/<name>`` when the operator sets that root (a gateway's
-   kernelspec does): ``<name>`` is the client's ``$KERNEL_WORKSPACE`` (Enterprise
-   Gateway forwards ``KERNEL_*`` variables from a start request), ``default`` when
-   unset, and must match :data:`WORKSPACE_NAME`, so a client picks a name, never a
-   path;
-2. the workspace the kernel's notebook names in ``metadata.kernos.workspace``
-   (a notebook opened on a fork; ``kernos.store.binding``, which checks it): a
-   binding in the notebook is more specific than the server-wide
-   ``$KERNOS_WORKSPACE``, so it wins over it;
-3. ``$KERNOS_WORKSPACE``;
-4. from a source checkout, ``<checkout>/snapshots/<name>``;
-5. otherwise ``$XDG_DATA_HOME/kernos/workspaces/<name>`` (``~/.local/share``).
-
-``<name>`` is derived from the notebook path that Jupyter passes in
-``$JPY_SESSION_NAME`` so that every notebook gets its own image, or is
-``default`` when there is none.
+Which directory a workspace is, is decided in :mod:`kernos.store.location`.  A
+writable open recovers what a crash left (the tail, the pending journal), then
+finishes what the floors above registered (:func:`restore_records_with`,
+:func:`finish_at_open`): the audit records the tail carries, a pull, a prune.
 """
 
 from __future__ import annotations
@@ -59,11 +45,12 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernos import _faults
+from kernos._durable import fsync_all, fsync_dir, replace_file, write_all
 from kernos._version import __version__
 from kernos.errors import (
     KernosError,
@@ -73,25 +60,26 @@ from kernos.errors import (
     WorkspaceError,
     WorkspaceFormatError,
 )
-from kernos.store.binding import notebook_binding
 from kernos.store.buffers import BufferCache
-from kernos.store.lock import WorkspaceLock
-from kernos.store.objects import (
-    CommitData,
-    ObjectStore,
-    decode_commit,
-    fsync_all,
-    fsync_dir,
-    replace_file,
+from kernos.store.location import (
+    WORKSPACE_NAME,
+    check_workspace_name,
+    default_workspace,
+    notebook_workspace_name,
+    workspaces_root,
 )
-from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED, reporting_full_disk, write_all
+from kernos.store.lock import WorkspaceLock
+from kernos.store.object_store import ObjectStore
+from kernos.store.objects import CommitData, decode_commit
+from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED, reporting_full_disk
 from kernos.store.tail import FOLD_BYTES, FOLD_FRAMES, Tail
 
 if TYPE_CHECKING:
     import git
 
-__all__ = ["FORMAT", "SETTINGS", "WORKSPACE_NAME", "Workspace", "check_workspace_name",
-           "default_workspace", "notebook_workspace_name", "workspaces_root"]
+__all__ = ["FORMAT", "INTERRUPTED", "SETTINGS", "WORKSPACE_NAME", "Workspace",
+           "check_workspace_name", "default_workspace", "finish_at_open",
+           "notebook_workspace_name", "restore_records_with", "workspaces_root"]
 
 FORMAT = 1
 BRANCH = "refs/heads/main"
@@ -108,66 +96,39 @@ as an op marked failed, as IPython keeps it.  Agent ops always roll back.
 """
 
 
-WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-"""What a client may send as a workspace name under ``$KERNOS_WORKSPACE_ROOT``: an
-allowlist (no ``/``, no leading ``.``, so no ``..`` and no hidden directory)."""
+# -- what a writable open finishes: registration points for the floors above -------
+
+RestoreRecords = Callable[[Path, Sequence[bytes], bool], int]
+"""``restore(chain, records, durable)`` puts back in the audit chain at ``chain`` the
+records that the commit tail's frames carry and a crash kept from it; returns how many
+(``kernos.audit.log.restore_records``)."""
+Finish = Callable[["Workspace"], "str | None"]
+"""Finishes (or forgets) work a crash interrupted in a workspace; says what, or None."""
+
+INTERRUPTED = ("pull", "prune")
+"""What a writable open finishes after its own recovery, in this order: a pull that was
+landing (registered by ``kernos.remote``), then a prune (``kernos.store.retention``)."""
+
+_restore_records: list[RestoreRecords] = []
+_finish: dict[str, Finish] = {}
 
 
-def check_workspace_name(name: str) -> str:
-    """``name`` if it may name a workspace under a root; else a :class:`WorkspaceError`."""
-    if WORKSPACE_NAME.fullmatch(name):
-        return name
-    raise WorkspaceError(
-        f"{name!r} cannot name a workspace: a name is 1 to 64 letters, digits, '.', '_' or "
-        "'-', starting with a letter or a digit (no '/', no '..'). The gateway's operator "
-        "chose the directory that holds the workspaces; pick a name such as 'analysis-2'.",
-        path=name)
+def restore_records_with(restore: RestoreRecords) -> None:
+    """Register who puts back the tail's audit records at a writable open (the audit log,
+    from ``kernos.audit._store_hooks``; the store knows only this shape)."""
+    _restore_records[:] = [restore]
 
 
-def default_workspace(environ: Mapping[str, str] | None = None) -> Path:
-    """The workspace directory to use when none is given explicitly."""
-    environ = os.environ if environ is None else environ
-    if environ.get("KERNOS_WORKSPACE_ROOT"):  # the operator's root: a name, never a path
-        return workspaces_root(environ) / check_workspace_name(
-            environ.get("KERNEL_WORKSPACE", "default"))
-    bound = notebook_binding(environ)
-    if bound is not None:
-        return bound
-    explicit = environ.get("KERNOS_WORKSPACE")
-    if explicit:
-        return Path(explicit).expanduser()
-    return workspaces_root(environ) / notebook_workspace_name(
-        environ.get("JPY_SESSION_NAME", ""))
+def finish_at_open(name: str, finish: Finish) -> None:
+    """Register what a writable open finishes for ``name``, one of :data:`INTERRUPTED`."""
+    if name not in INTERRUPTED:
+        raise ValueError(f"{name!r} is not one of {INTERRUPTED}")
+    _finish[name] = finish
 
 
-def workspaces_root(environ: Mapping[str, str] | None = None) -> Path:
-    """The directory that holds the workspaces named by notebooks (or by a gateway's
-    clients): ``$KERNOS_WORKSPACE_ROOT``, else ``<checkout>/snapshots`` from a source
-    checkout, else ``$XDG_DATA_HOME/kernos/workspaces``."""
-    environ = os.environ if environ is None else environ
-    root = environ.get("KERNOS_WORKSPACE_ROOT")
-    if root:
-        return Path(root).expanduser()
-    checkout = Path(__file__).resolve().parents[3]
-    if (checkout / "snapshots" / "README.md").exists() and (checkout / "pyproject.toml").exists():
-        return checkout / "snapshots"
-    data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "kernos" / "workspaces"
-
-
-def notebook_workspace_name(notebook: str) -> str:
-    """The name of the workspace a notebook gets under :func:`workspaces_root`: its path
-    (``$JPY_SESSION_NAME``, directories included) without the suffix, with every run of
-    other characters than letters, digits, '.', '_' and '-' made one '-'
-    (``/tmp/lab/Untitled.ipynb`` is ``tmp-lab-Untitled``); ``default`` for none."""
-    if not notebook:
-        return "default"
-    return _slug(Path(notebook).with_suffix("").as_posix())
-
-
-def _slug(text: str) -> str:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
-    return slug or "default"
+def _unwired(what: str) -> RuntimeError:
+    return RuntimeError(f"nothing is registered to {what}: kernel/kernos/__init__.py "
+                        "imports the modules that register (import the package whole)")
 
 
 class Workspace:
@@ -248,13 +209,12 @@ class Workspace:
                 folded = workspace._recover_tail()
                 note = workspace.objects.recover(workspace.head())
                 # A pull, then a prune, that a crash interrupted is finished (or forgotten).
-                from kernos.store.remote_land import finish_interrupted as finish_pull
-                from kernos.store.retention import finish_interrupted
-
-                pulled = finish_pull(workspace)
-                pruned = finish_interrupted(workspace)
-                workspace.recovery_note = "; ".join(
-                    n for n in (folded, note, pulled, pruned) if n) or None
+                notes = [folded, note]
+                for name in INTERRUPTED:
+                    if name not in _finish:
+                        raise _unwired(f"finish an interrupted {name}")
+                    notes.append(_finish[name](workspace))
+                workspace.recovery_note = "; ".join(n for n in notes if n) or None
             except BaseException:
                 workspace.close()
                 raise
@@ -495,9 +455,9 @@ class Workspace:
         records = [frame.record for frame in self.tail.frames if frame.record]
         restored = 0
         if records:
-            from kernos.audit.log import restore_records
-
-            restored = restore_records(self.path / AUDIT_CHAIN, records, durable=self.durable)
+            if not _restore_records:
+                raise _unwired("put back the tail's audit records")
+            restored = _restore_records[0](self.path / AUDIT_CHAIN, records, self.durable)
         folded = self.fold()
         if stale:
             self.tail.clear()

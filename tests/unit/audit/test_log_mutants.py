@@ -422,7 +422,7 @@ def test_payloads_are_stored_by_their_hash_durably_and_deleted_zeroed(
 
 def test_a_full_disk_while_storing_a_payload_says_the_record_was_not_appended(
         log: AuditLog, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernos.store import objects
+    from kernos import _durable as objects
 
     monkeypatch.setattr(objects, "write_all", full_disk_after(True))
     with pytest.raises(DiskFull) as caught:

@@ -163,9 +163,9 @@ def test_committed_events_are_the_same_live_and_from_the_log(
         return f"2030-01-01T00:00:{next(ticks):02d}.000Z"
 
     import kernos.audit.record
-    import kernos.op
+    import kernos.image.changes
 
-    monkeypatch.setattr(kernos.op, "utc_now", clock)
+    monkeypatch.setattr(kernos.image.changes, "utc_now", clock)
     monkeypatch.setattr(kernos.audit.record, "utc_now", clock)
     report = env.run("bus.emit('a', 1)\nbus.emit('b', 2)")
     assert env.image.audit.events_since() == report.events

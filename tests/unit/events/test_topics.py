@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernos.audit.topics import MAX_SEGMENTS, check_topic, compile_pattern, covers, matches
 from kernos.errors import EventError, UsageError
-from kernos.events.topics import MAX_SEGMENTS, check_topic, compile_pattern, covers, matches
 
 
 def p(text: str) -> tuple[str, ...]:

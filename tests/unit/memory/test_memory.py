@@ -14,7 +14,7 @@ from kernos.memory import Facts, MemoryIndex, WorkingItem, facts_name, remember
 from kernos.memory.context import fallback_count
 from kernos.memory.index import INDEX_PATH, fts_query, iter_entries
 from kernos.personal import personal
-from kernos.store.remote import ALLOWED
+from kernos.remote.transfer import ALLOWED
 
 
 def _env(tmp_path: Path) -> CoreEnv:

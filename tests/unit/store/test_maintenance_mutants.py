@@ -24,7 +24,7 @@ from kernos import Image, Workspace
 from kernos.errors import KernosError
 from kernos.store import maintenance
 from kernos.store.maintenance import Footprint, footprint, gc, loosen
-from kernos.store.objects import GIT_FSYNC
+from kernos.store.object_store import GIT_FSYNC
 
 
 def git(git_dir: Path, *args: str) -> str:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kernos.store.loose import LooseObjects
 from kernos.store.objects import (
     BLOB_MODE,
     TREE_MODE,
     CommitData,
-    LooseObjects,
     TreeEntry,
     decode_commit,
     decode_tree,

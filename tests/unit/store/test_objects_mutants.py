@@ -26,22 +26,21 @@ from typing import Any
 import pytest
 
 from disk_support import Syncs
-from kernos.store import objects as objects_module
+from kernos import _durable
+from kernos._durable import fsync_all, fsync_dir, replace_file, sync_filesystem
+from kernos.store import loose as objects_module
+from kernos.store import object_store
+from kernos.store.loose import LooseObjects
 from kernos.store.objects import (
     BLOB_MODE,
     TREE_MODE,
     CommitData,
-    LooseObjects,
     TreeEntry,
     decode_commit,
     decode_tree,
     encode_commit,
     encode_tree,
-    fsync_all,
-    fsync_dir,
     object_id,
-    replace_file,
-    sync_filesystem,
 )
 from support import git
 
@@ -259,7 +258,7 @@ def test_a_write_that_fails_leaves_no_temporary_file_and_no_object(
 
 def test_without_syncfs_each_object_file_and_directory_is_fsynced(
         repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncs: Syncs) -> None:
-    monkeypatch.setattr(objects_module, "_SYNCFS", None)
+    monkeypatch.setattr(_durable, "_SYNCFS", None)
     objects = loose(repo, tmp_path)
     objects.begin()
     one, two = object_id(b"blob", b"one"), object_id(b"blob", b"two")
@@ -293,7 +292,7 @@ def test_with_syncfs_the_batch_is_one_filesystem_sync_at_seal(
         calls.append(os.readlink(f"/proc/self/fd/{fd}"))
         return 0
 
-    monkeypatch.setattr(objects_module, "_SYNCFS", syncfs)
+    monkeypatch.setattr(_durable, "_SYNCFS", syncfs)
     objects = loose(repo, tmp_path)
     objects.begin()
     objects.write(b"blob", b"one", object_id(b"blob", b"one"))
@@ -306,7 +305,7 @@ def test_with_syncfs_the_batch_is_one_filesystem_sync_at_seal(
 def test_a_loose_writer_that_is_not_durable_syncs_nothing(
         repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, syncs: Syncs) -> None:
     for syncfs in (None, lambda fd: pytest.fail("syncfs called")):
-        monkeypatch.setattr(objects_module, "_SYNCFS", syncfs)
+        monkeypatch.setattr(_durable, "_SYNCFS", syncfs)
         objects = loose(repo, tmp_path, durable=False)
         objects.begin()
         data = os.urandom(100)
@@ -702,7 +701,7 @@ def test_the_six_syncs_of_a_commit_are_in_flight_at_once(
     monkeypatch.setattr(os, "fsync", fsync)
     fsync_all([tmp_path] * 6)
     assert len(threads) == 6 and threading.current_thread().name not in threads
-    assert objects_module._fsync_pool() is objects_module._fsync_pool()
+    assert _durable._fsync_pool() is _durable._fsync_pool()
 
 
 def test_fsync_dir_closes_what_it_opens_even_when_the_sync_fails(
@@ -730,47 +729,47 @@ def test_sync_filesystem_uses_syncfs_and_reports_its_failure(
         seen.append(os.readlink(f"/proc/self/fd/{fd}"))
         return 0
 
-    monkeypatch.setattr(objects_module, "_SYNCFS", syncfs)
+    monkeypatch.setattr(_durable, "_SYNCFS", syncfs)
     sync_filesystem(tmp_path)
     assert seen == [str(tmp_path)] and syncs.paths == []
 
-    monkeypatch.setattr(objects_module, "_SYNCFS", lambda fd: -1)
-    monkeypatch.setattr(objects_module.ctypes, "get_errno", lambda: errno.EIO)
+    monkeypatch.setattr(_durable, "_SYNCFS", lambda fd: -1)
+    monkeypatch.setattr(_durable.ctypes, "get_errno", lambda: errno.EIO)
     with pytest.raises(OSError) as raised:
         sync_filesystem(tmp_path)
     assert raised.value.errno == errno.EIO and raised.value.filename == str(tmp_path)
     assert raised.value.strerror == f"syncfs failed: {os.strerror(errno.EIO)}"
 
-    monkeypatch.setattr(objects_module, "_SYNCFS", None)
+    monkeypatch.setattr(_durable, "_SYNCFS", None)
     sync_filesystem(tmp_path)  # no syncfs: an fsync of the path
     assert syncs.paths == [str(tmp_path)] and open_fds() == before
 
 
 def test_syncfs_is_found_on_linux_only(monkeypatch: pytest.MonkeyPatch) -> None:
     if sys.platform.startswith("linux"):
-        found = objects_module._find_syncfs()
+        found = _durable._find_syncfs()
         assert found is not None and found.__name__ == "syncfs"
         ctypes.set_errno(0)
         assert found(-1) == -1 and ctypes.get_errno() == errno.EBADF  # errno is kept
-    monkeypatch.setattr(objects_module.ctypes, "CDLL", lambda *args, **kwargs: object())
-    assert objects_module._find_syncfs() is None  # a libc without syncfs
+    monkeypatch.setattr(_durable.ctypes, "CDLL", lambda *args, **kwargs: object())
+    assert _durable._find_syncfs() is None  # a libc without syncfs
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert objects_module._find_syncfs() is None
+    assert _durable._find_syncfs() is None
     monkeypatch.setattr(sys, "platform", "linux")
 
     def no_libc(*args: Any, **kwargs: Any) -> Any:
         raise OSError("no libc")
 
-    monkeypatch.setattr(objects_module.ctypes, "CDLL", no_libc)
-    assert objects_module._find_syncfs() is None
+    monkeypatch.setattr(_durable.ctypes, "CDLL", no_libc)
+    assert _durable._find_syncfs() is None
 
 
 def test_the_loose_estimate_counts_one_fan_out_directory(tmp_path: Path) -> None:
     objects = tmp_path / "objects"
-    assert objects_module._estimate_loose(objects) == 0
+    assert object_store._estimate_loose(objects) == 0
     (objects / "17").mkdir(parents=True)
     (objects / "18").mkdir()
     for name in ("a", "b", "c"):
         (objects / "17" / name).write_bytes(b"")
         (objects / "18" / name).write_bytes(b"")
-    assert objects_module._estimate_loose(objects) == 3 * 256
+    assert object_store._estimate_loose(objects) == 3 * 256

@@ -25,9 +25,10 @@ import pytest
 
 from disk_support import Syncs
 from kernos.errors import DiskFull
-from kernos.store import objects as objects_module
+from kernos.store import object_store as objects_module
 from kernos.store import repack as repack_module
-from kernos.store.objects import ObjectStore, object_id
+from kernos.store.object_store import ObjectStore
+from kernos.store.objects import object_id
 from kernos.store.packs import Pack, PackBuilder
 from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED
 from kernos.store.tail import Frame, Tail

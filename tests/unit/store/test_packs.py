@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from kernos import Image, Workspace
-from kernos.store import objects as objects_module
-from kernos.store.objects import ObjectStore, object_id
+from kernos.store import object_store as objects_module
+from kernos.store.object_store import ObjectStore
+from kernos.store.objects import object_id
 from kernos.store.packs import PackSet, apply_delta
 
 

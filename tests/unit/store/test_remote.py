@@ -19,9 +19,12 @@ from core_support import CoreEnv
 from kernos import Workspace, WorkspaceLocked
 from kernos.audit import verify
 from kernos.errors import RemoteDiverged, RemoteLeaseHeld, UsageError
-from kernos.store import remote as remote_module
-from kernos.store import remote_lease, remote_start
-from kernos.store.remote import (
+from kernos.remote import lease as remote_lease
+from kernos.remote import start as remote_start
+from kernos.remote import transfer as remote_module
+from kernos.remote.autopush import AutoPusher
+from kernos.remote.lease import acquire_lease, release_lease
+from kernos.remote.transfer import (
     AUDIT_REF,
     RemoteConfig,
     clone,
@@ -29,8 +32,6 @@ from kernos.store.remote import (
     pull,
     push,
 )
-from kernos.store.remote_lease import acquire_lease, release_lease
-from kernos.store.remote_push import AutoPusher
 from remote_support import signers_of
 
 
@@ -404,7 +405,7 @@ def test_a_first_kernel_on_a_new_remote_starts_empty_and_pushes(tmp_path: Path) 
 
 def test_the_staging_repository_stays_a_handful_of_files(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernos.store import remote_git
+    from kernos.remote import git as remote_git
 
     monkeypatch.setattr(remote_git, "LOOSE_LIMIT", 8)
     url = tmp_path / "remote.git"

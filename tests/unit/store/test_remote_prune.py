@@ -19,8 +19,8 @@ from kernos import Workspace
 from kernos.audit import open_audit, verify
 from kernos.errors import RemoteDiverged, RemoteRefused
 from kernos.prune import Policy, prune
-from kernos.store import remote as remote_module
-from kernos.store.remote import AUDIT_REF, RemoteConfig, clone, pull, push
+from kernos.remote import transfer as remote_module
+from kernos.remote.transfer import AUDIT_REF, RemoteConfig, clone, pull, push
 from remote_support import signers_of
 
 BRANCH = "refs/heads/main"

@@ -1,4 +1,4 @@
-"""A kernel's remote at start (``kernos.store.remote_start``): the URL template a gateway's
+"""A kernel's remote at start (``kernos.remote.start``): the URL template a gateway's
 kernelspec gives, the local remote created for a new name, the clear refusal of an ssh or
 http remote nobody created, and the catch-up of a workspace that was extended elsewhere.
 
@@ -17,8 +17,8 @@ from core_support import CoreEnv
 from kernos import Workspace
 from kernos.audit import verify
 from kernos.errors import RemoteDiverged, RemoteError, RemoteLeaseHeld, UsageError, WorkspaceError
-from kernos.store.remote import RemoteConfig
-from kernos.store.remote_start import remote_url, start_remote
+from kernos.remote.start import remote_url, start_remote
+from kernos.remote.transfer import RemoteConfig
 from remote_support import operator_key
 
 
@@ -195,7 +195,7 @@ def test_a_machine_refused_before_the_first_push_catches_up_later(tmp_path: Path
 
 def test_a_final_push_that_fails_keeps_the_lease_so_nobody_resumes_without_the_ops(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernos.store import remote_push
+    from kernos.remote import autopush as remote_push
 
     template = str(tmp_path / "remotes" / "{workspace}.git")
     url = tmp_path / "remotes" / "w.git"

@@ -34,7 +34,7 @@ def test_each_notebook_gets_its_own_default_workspace() -> None:
 def test_from_a_checkout_workspaces_live_in_snapshots(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Wherever the code runs from (a checkout, a copy such as scripts/mutation's)."""
-    from kernos.store import workspace as workspace_module
+    from kernos.store import location as workspace_module
 
     checkout = tmp_path / "checkout"
     source = checkout / "kernel" / "kernos" / "store" / "workspace.py"

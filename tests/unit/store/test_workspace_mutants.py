@@ -32,6 +32,7 @@ from kernos.errors import (
     WorkspaceFormatError,
     WorkspaceLocked,
 )
+from kernos.store import location
 from kernos.store import workspace as workspace_module
 from kernos.store.objects import CommitData
 from kernos.store.workspace import Workspace, default_workspace, op_of
@@ -93,7 +94,7 @@ def ws(tmp_path: Path) -> Iterator[Workspace]:
 def test_outside_a_checkout_the_default_is_under_the_data_home(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "site" / "kernos" / "store" / "workspace.py"
-    monkeypatch.setattr(workspace_module, "__file__", str(source))
+    monkeypatch.setattr(location, "__file__", str(source))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     session = {"JPY_SESSION_NAME": "/home/ada/My Notes (v2).ipynb"}
     assert default_workspace(session) == (
@@ -598,7 +599,7 @@ def test_a_frame_without_its_record_syncs_the_audit_log_before_it(
 
 def test_a_packed_commit_syncs_its_pack_the_new_ref_and_the_audit_log_together(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernos.store import objects as objects_module
+    from kernos.store import object_store as objects_module
     from kernos.store.objects import encode_commit, object_id
 
     with Workspace.open(tmp_path / "ws", durable=True) as workspace:
