@@ -4,7 +4,7 @@ Run it with one command (``python bench/run.py``; ``--help`` for options).
 
 What is measured, and why
 -------------------------
-PRODUCT.md ("Targets") promises that persisting every cell costs next to
+The targets of docs/performance.md promise that persisting every cell costs next to
 nothing however big the image is, that small edits to big values add little
 to the history, and that a restart brings the image back about as fast as
 dill loads a session file.  This script checks those promises end to end,
@@ -272,7 +272,7 @@ def _ratio(measured: float | None, baseline: float | None) -> float | None:
 
 
 def summary_rows(results: Results) -> list[Row]:
-    """The final table: each target of PRODUCT.md that this workload exercises."""
+    """The final table: each target of docs/performance.md that this workload exercises."""
     dump_ms = results.dump_s * 1000
     dump_text = f"dump_module {results.dump_s:.2f} s"
     counters = [result.commit_ms for cell, result in zip(results.workload.cells(), results.cells,
@@ -346,14 +346,14 @@ def summary_rows(results: Results) -> list[Row]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python bench/run.py",
-        description="Benchmark Kernos on the standard research workload of PRODUCT.md "
+        description="Benchmark Kernos on the standard research workload of docs/performance.md "
                     "(200 MB array, 100k-dict, 1M-row DataFrame, counter) in a real kernel, "
                     "against dill.dump_module/load_module and stock ipykernel measured in the "
                     "same run. Not a test: it prints measurements and PASS/MISS per target, "
                     "and exits 0 unless something broke.",
     )
     parser.add_argument("--scale", type=float, default=1.0,
-                        help="size of the workload relative to PRODUCT.md's (default 1.0; "
+                        help="size of the workload relative to docs/performance.md's (default 1.0; "
                              "0.05 for a quick run; targets are defined at 1.0)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="restores and dill loads to take the median of (default 3)")

@@ -1,8 +1,8 @@
-"""The standard research workload of PRODUCT.md ("Targets"), as cell sources.
+"""The standard research workload of the targets of docs/performance.md, as cell sources.
 
 The same cells run in a Kernos kernel (one cell per execute_request) and, for
 the dill baseline, in a plain module's globals, so both hold exactly the same
-namespace.  At ``scale=1.0`` the sizes are those of PRODUCT.md:
+namespace.  At ``scale=1.0`` the sizes are those of docs/performance.md:
 
 * ``arr``: a 200 MB float64 numpy array (25M random values, so it does not
   compress, like real measurements);

@@ -2,7 +2,7 @@
 
 Cells are real ``execute_request``s.  External subscribers are ``kernos.events``
 comms read by ``events_support.Feed``, which keeps every comm message whatever its
-parent.  What must hold (PRODUCT.md, I1 and "Event"):
+parent.  What must hold (invariant I1 of docs/invariants.md, and events):
 
 * an in-image subscriber runs inside the emitting op: its changes commit and roll
   back with that op, survive ``kill -9`` only if the op committed, and a failing

@@ -11,8 +11,7 @@ and every module is short enough to read.
   check is run on the real file and, to show it can fail, on a planted one.
 - The three contracts exist, over the whole package: deleting one, or
   narrowing it, is a weakening too.
-- No module of ``kernel/kernos`` is longer than 600 lines, except the few listed
-  in ``AWAITING_SPLIT``, which may not grow.
+- No module of ``kernel/kernos`` is longer than 600 lines.
 """
 
 from __future__ import annotations
@@ -24,24 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ROOT / ".importlinter"
 PACKAGE = ROOT / "kernel" / "kernos"
 LONGEST = 600
-# Modules still past LONGEST, each waiting for its split (issue 35), with the length
-# it had when it was listed: it may shrink, never grow, and leaves this list when it
-# is split.  No other module may pass LONGEST.
-AWAITING_SPLIT = {
-    "client/client.py": 747,
-    "demo.py": 836,
-    "harness/service.py": 936,
-    "inspector/widget.py": 668,
-    "kernel/kernel.py": 827,
-    "replay/digest.py": 868,
-    "replay/driver.py": 735,
-}
 
 
 def unexplained_ignores(text: str) -> list[str]:
@@ -147,18 +132,10 @@ def test_the_contracts_cover_the_whole_package() -> None:
     assert {"kernos.audit", "kernos.op", "kernos.image"} <= set(store["forbidden_modules"].split())
 
 
-@pytest.mark.parametrize(
-    "module", sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")),
-)
-def test_a_module_is_short_enough_to_read(module: str) -> None:
-    lines = len((PACKAGE / module).read_text(encoding="utf-8").splitlines())
-    if module in AWAITING_SPLIT:
-        assert LONGEST < lines <= AWAITING_SPLIT[module], (
-            f"kernel/kernos/{module} has {lines} lines: it may not grow past "
-            f"{AWAITING_SPLIT[module]}, and once it is at most {LONGEST}, take it off "
-            "AWAITING_SPLIT")
-        return
-    assert lines <= LONGEST, (
-        f"kernel/kernos/{module} has {lines} lines; split it along a seam a reader "
-        f"would name (at most {LONGEST})"
-    )
+def test_every_module_is_short_enough_to_read() -> None:
+    lengths = {str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+               for path in PACKAGE.rglob("*.py")}
+    assert len(lengths) > 100, "the package's modules were not found"
+    too_long = {module: lines for module, lines in lengths.items() if lines > LONGEST}
+    assert not too_long, (
+        f"past {LONGEST} lines: {too_long}; split each along a seam a reader would name")

@@ -44,7 +44,8 @@ Through a Jupyter Enterprise Gateway, ``KernosManager(name, gateway=URL)`` (and
 ``name`` under the gateway's root; see ``gateway`` and deploy/README.md.
 
 Modules: ``manager`` (KernosManager, run_kernel), ``client``
-(AsyncKernosClient, EventSubscription), ``sync`` (KernosClient, its
+(AsyncKernosClient, EventSubscription; its channels, readers and watchdog are
+``_connection``'s), ``sync`` (KernosClient, its
 BlockingManager and EventStream), ``retry`` (retry_on_conflict), ``gateway``
 (the gateway path), ``errors``
 (the ClientError tree).

@@ -5,7 +5,10 @@ harness request handler (``control``), the agents' loop driver (``loops``),
 the ``%kernos`` magics (``magics``) and the inspector comm (``inspector``),
 and hands each itself.  The parts annotate it with this protocol, not the
 class, so the arrows inside ``kernos.kernel`` point one way: the kernel
-imports its parts, the parts import only this module.
+imports its parts, the parts import only this module.  The start-up
+(``startup``), the durability of commits (``durability``) and the notices
+(``notices``) are narrower still: they receive only the callables, or the
+small protocol, they use, not the kernel.
 
 The members are what the parts read or call today; a part that needs more of
 the kernel adds it here, where a reader sees the whole surface at once.  The

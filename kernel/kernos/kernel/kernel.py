@@ -17,16 +17,23 @@ changed, what to write and how to roll back; the kernel only
 
 Interrupts (SIGINT) are honoured while the cell runs and deferred while the
 op commits or rolls back, so a commit is never cut in half.
+
+The kernel holds its parts and hands each what it needs: the start-up
+(``startup``: the workspace, the image and its background restore), the
+durability of commits and the idle fold (``durability``), what the notebook
+and the inspectors are told of ended ops (``notices``), the harness requests
+(``control``), the agents' loops (``loops``) and the inspector comm
+(``inspector``).  This module keeps the request handling that ties them
+together: ``do_execute``, the other handlers' order against ops, and the
+features it does not offer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,32 +50,27 @@ from kernos.events.human import Events
 from kernos.harness.protocol import PROGRESS_TYPE, REQUEST_TYPE
 from kernos.harness.protocol import VERSION as PROTOCOL_VERSION
 from kernos.harness.service import Handled
-from kernos.image import SYSTEM_PREFIX, Image, RestoreReport, default_is_persistent
-from kernos.inspector.backend import checkout_notice, notice_of
-from kernos.kernel.control import PROGRESS_INTERVAL, Control, ThrottledProgress
+from kernos.image import Image, RestoreReport
+from kernos.inspector.backend import notice_of
+from kernos.kernel.control import Control, ThrottledProgress
+from kernos.kernel.durability import Durability
 from kernos.kernel.inspector import TARGET as INSPECTOR_TARGET
 from kernos.kernel.inspector import KernelBackend
 from kernos.kernel.interrupts import OpInterrupts, deferred_sigint
 from kernos.kernel.leaving import InFlight
 from kernos.kernel.loops import LoopDriver
+from kernos.kernel.notices import NOTICE_MIME, Notices, say
 from kernos.kernel.reach import cell_reach
+from kernos.kernel.startup import LOOP_SETTLES, Startup
 from kernos.kernel.streams import TARGET, EventStreams
 from kernos.op import AbortReport, CheckoutReport, CommitReport, Op
 from kernos.personal import personal
 from kernos.remote.session import RemoteSession
-from kernos.remote.start import start_remote
-from kernos.store.tail import FOLD_IDLE
-from kernos.store.workspace import Workspace, default_workspace
 from kernos.transaction import Status
 
-__all__ = ["KernosKernel"]
-
-LOOP_SETTLES = 0.1
-"""Seconds after the kernel's loop starts before a restore loads the big values."""
+__all__ = ["NOTICE_MIME", "KernosKernel"]
 
 DEFAULT_MAX_SOURCE_BYTES = 4 * 1024 * 1024
-_IPYTHON_CACHE = re.compile(r"_+|_i+|_i?\d+")
-_ALIASES = frozenset({"_", "__", "___", "Out", "_oh"})
 _UNSUPPORTED_FEATURES = frozenset({"kernel subshells", "debugger"})
 
 
@@ -83,25 +85,17 @@ class KernosKernel(IPythonKernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.image: Image | None = None
+        self.startup = Startup(
+            self.ipython, self.log, settle=self._settle_effects,
+            advertise=lambda path, durable: self.control.advertise(path, durable))
+        """The workspace and the image, from opening to restored (kernos.kernel.startup)."""
         self.current_op: Op | None = None
-        self.attach_error: KernosError | None = None
-        self.remote: RemoteSession | None = None
-        self.restore_report: RestoreReport | None = None
-        self.restore_error: BaseException | None = None
-        self.restore_progress = (0, 0)
-        self._placeholders_told: set[str] = set()
-        """Names already announced as placeholders of a failed restore."""
         self.max_source_bytes = int(
             os.environ.get("KERNOS_MAX_SOURCE_BYTES", DEFAULT_MAX_SOURCE_BYTES))
         self._op_lock = asyncio.Lock()
-        self._sync_lock = asyncio.Lock()
-        self._fold_timer: asyncio.TimerHandle | None = None
-        self._restore_done = threading.Event()
-        self._serving = threading.Event()
-        """Set shortly after the kernel's loop started serving requests."""
-        self._cells_ready = threading.Event()
-        """Set once the start-up restore has loaded all but the big values (see do_execute)."""
+        self.durability = Durability(lambda: self.image, self.attached_image, self._op_lock,
+                                     self.log)
+        """The group commit's wait and the idle fold (kernos.kernel.durability)."""
         self._last_report: dict[str, Any] | None = None
         self._rollback_line: str | None = None
         """Said after the cell's traceback (``do_execute``)."""
@@ -119,11 +113,13 @@ class KernosKernel(IPythonKernel):
         self.streams = EventStreams(lambda: self.attached_image().audit)
         self.comm_manager.register_target(TARGET, self.streams.open)
         self.interrupts = OpInterrupts()
-        self.control = Control(self)
+        self.control: Control = Control(self)
         self.loop_driver = LoopDriver(self)
         """Turns agents' running loops between requests (kernos.kernel.loops)."""
         self.inspection = KernelBackend(self)
         self.in_flight = InFlight(self.log)
+        self.notices = Notices(self, self.inspection)
+        """What the notebook and the inspectors are told of ended ops (kernos.kernel.notices)."""
         self.comm_manager.register_target(INSPECTOR_TARGET, self.inspection.open)
         # Hidden (interactive=False): the kernel's own names, never persisted.
         self.ipython.push({"agents": self.agents, "events": self.events, "audit": self.audit,
@@ -144,24 +140,49 @@ class KernosKernel(IPythonKernel):
         # cell's output, an inspector's view, an event backlog) can be lost.
         for message_type, handler in list(self.shell_handlers.items()):
             if message_type != REQUEST_TYPE:
-                handler = self._durable_first(handler)
+                handler = self.durability.durable_first(handler)
             # Counted while served: a shutdown lets it reply first (kernos.kernel.leaving).
             self.shell_handlers[message_type] = self.in_flight.tracked(handler)
         super().start()
-        self._attach()
+        self.startup.attach()
         # The big values load once the kernel serves requests: loading them beside
         # its start-up would slow the start-up (and kernel_info) down, not the load.
         loop = asyncio.get_event_loop()
-        loop.call_soon(loop.call_later, LOOP_SETTLES, self._serving.set)
+        loop.call_soon(loop.call_later, LOOP_SETTLES, self.startup.serving.set)
         loop.call_soon(self.loop_driver.start)
 
     # -- the workspace ---------------------------------------------------------
 
+    @property
+    def image(self) -> Image | None:
+        """The workspace's image (None until the workspace is open, or if it cannot be)."""
+        return self.startup.image
+
+    @property
+    def attach_error(self) -> KernosError | None:
+        """Why no workspace is attached, if none is."""
+        return self.startup.attach_error
+
+    @property
+    def remote(self) -> RemoteSession | None:
+        """The workspace's git remote session, with ``$KERNOS_REMOTE``."""
+        return self.startup.remote
+
+    @property
+    def restore_report(self) -> RestoreReport | None:
+        return self.startup.report
+
+    @property
+    def restore_error(self) -> BaseException | None:
+        return self.startup.error
+
+    @property
+    def _restore_done(self) -> threading.Event:
+        return self.startup.done
+
     def attached_image(self) -> Image:
-        image = self.image
-        if image is None:
-            raise self.attach_error or KernosError("no workspace is attached")
-        return image
+        """The image, or the reason there is none (raised)."""
+        return self.startup.attached()
 
     def agent_runtime(self) -> AgentRuntime:
         """The agent runtime over this kernel's image."""
@@ -169,76 +190,6 @@ class KernosKernel(IPythonKernel):
         if self._runtime is None or self._runtime.image is not image:
             self._runtime = AgentRuntime(image)
         return self._runtime
-
-    def is_persistent(self, name: str) -> bool:
-        """Whether a name is the user's: not IPython's own, unless the user rebound it."""
-        if _IPYTHON_CACHE.fullmatch(name) or (name.startswith("__") and name.endswith("__")):
-            return False
-        hidden = self.ipython.user_ns_hidden
-        return name not in hidden or hidden[name] is not self.ipython.user_ns.get(name)
-
-    def _attach(self) -> None:
-        """Open the workspace and start restoring its image in the background."""
-        # Issue 19's hook for a kernel on a fresh machine (a gateway pod): with
-        # $KERNOS_REMOTE, materialize the workspace from its git remote, take the remote's
-        # lease and push after commits (kernos.remote.start).
-        try:  # a forbidden workspace name, too, is explained in every cell
-            path = default_workspace()
-            self.remote = start_remote(path)
-            workspace = Workspace.open(path, purpose="kernos kernel")
-        except KernosError as error:
-            if self.remote is not None:
-                self.remote.close()
-                self.remote = None
-            self.attach_error = error
-            self.log.error("Kernos: %s", error)
-            self._restore_done.set()
-            return
-        self.attach_error = None
-        try:
-            self.image = Image(
-                workspace, self.ipython.user_ns, module=self.ipython.user_module,
-                module_name=self.ipython.user_module.__name__,
-                is_persistent=self.is_persistent, is_alias=lambda name: name in _ALIASES
-                or bool(re.fullmatch(r"_\d+", name)),
-            )
-        except KernosError as error:  # a damaged audit log, say: explain it in every cell
-            workspace.close()
-            self.attach_error = error
-            self.log.error("Kernos: %s", error)
-            self._restore_done.set()
-            return
-        self._restore_done.clear()
-        self._cells_ready.clear()
-        self.control.advertise(Path(workspace.path), workspace.durable)
-        threading.Thread(target=self._restore, name="kernos-restore", daemon=True).start()
-
-    def _restore(self) -> None:
-        assert self.image is not None
-        started = time.perf_counter()
-        try:
-            def progress(done: int, total: int) -> None:
-                self.restore_progress = (done, total)
-
-            self.restore_report = self.image.restore(progress, background=True)
-            self._cells_ready.set()  # cells that name none of the values still loading run
-            waited = time.perf_counter()
-            if self.image.pending:
-                self._serving.wait(LOOP_SETTLES + 5)
-            waited = time.perf_counter() - waited
-            self.image.finish_restore(progress)
-            report = self.restore_report
-            report.names = len(self.image.committed)
-            # The time spent restoring, not the wait for the kernel to serve first.
-            report.seconds = time.perf_counter() - started - waited
-            self.log.info("Kernos: restored %d names (%d bytes) from %s in %.2fs",
-                          report.names, report.bytes, report.commit, report.seconds)
-            self._settle_effects()  # effects a crash left queued or in doubt
-        except BaseException as error:  # the kernel must keep serving to explain it
-            self.restore_error = error
-            self.log.error("Kernos: restore failed: %s", error)
-        finally:
-            self._restore_done.set()
 
     # -- serving requests, and telling inspectors ---------------------------------
 
@@ -319,94 +270,16 @@ class KernosKernel(IPythonKernel):
 
     async def wait_for_restore(self, parent: dict[str, Any] | None) -> None:
         """Wait for the start-up restore, reporting its progress to ``parent``'s sender."""
-        if self._restore_done.is_set():
-            return
-        progress = self.progress_reporter(parent)
-        while not self._restore_done.is_set():
-            progress("restore", *self.restore_progress)
-            await asyncio.sleep(PROGRESS_INTERVAL / 2)
-        if self.restore_error is None:
-            progress("restore", *self.restore_progress)  # the final one, done == total
-
-    def _notify_finished(self, op: Op, outcome: CommitReport | BaseException | None,
-                         why: BaseException | tuple[str, str] | None) -> None:
-        # A cell's op: its execute_request's id, so that the notebook that sent it
-        # tells its own ops from everyone else's (the stale markers, extension/src/cells.ts).
-        request = {"request": str(self.get_parent("shell").get("header", {}).get("msg_id", ""))}
-        if isinstance(outcome, CommitReport):
-            self._notify_committed(outcome, request, checkout=op.checked_out)
-        else:
-            if isinstance(outcome, BaseException):
-                error: str | None = str(outcome)  # the commit failed
-            elif isinstance(why, tuple):
-                error = f"{why[0]}: {why[1]}"
-            else:
-                error = None if why is None else f"{type(why).__name__}: {why}"
-            self.inspection.notify({"type": "rolled_back", "op": op.id,
-                                    "principal": op.principal, "error": error, **request})
+        if not self.startup.done.is_set():
+            await self.startup.wait(self.progress_reporter(parent))
 
     def _notify_committed(self, report: CommitReport, extra: dict[str, str] | None = None, *,
                           checkout: CheckoutReport | None = None) -> None:
-        notice = {
-            "type": "committed", "op": report.op, "commit": report.commit,
-            "principal": report.principal, "added": report.added,
-            "changed": report.changed, "deleted": report.deleted,
-            "events": len(report.events), **(extra or {})}
-        if checkout is not None:  # `%kernos checkout REF` in a cell
-            notice["checkout"] = checkout_notice(checkout.__dict__)
-        self.inspection.notify(notice)
-
-    async def _runs_before_restored(self, code: str) -> bool:
-        """Whether a cell can run while the start-up restore still loads big values.
-
-        It can once the runtime's state and the small values are in place, if
-        its reach (widened through stored code) names none of the values still
-        loading and it runs no magic or shell command (they may read anything).
-        """
-        if self._restore_done.is_set():
-            return False
-        while not self._cells_ready.is_set():
-            if self._restore_done.is_set():
-                return False
-            await asyncio.sleep(0.005)
-        image = self.image
-        if image is None or self.restore_error is not None or self.attach_error is not None:
-            return False
-        try:
-            transformed = self.ipython.transform_cell(code)
-        except Exception:
-            return False
-        if "get_ipython" in transformed:
-            return False
-        return not image.needs_pending(cell_reach(transformed, self.ipython.transform_cell))
+        self.notices.committed(report, extra, checkout=checkout)
 
     async def _ready(self) -> KernosError | None:
         """Wait for the restore (showing progress); return the reason ops cannot run, if any."""
-        if self.image is None and self._restore_done.is_set():
-            self._attach()  # the workspace may have been released since
-        shown = False
-        started = time.perf_counter()
-        while not (self._restore_done.is_set() or self._cells_ready.is_set()):
-            await asyncio.sleep(0.05)
-            if time.perf_counter() - started > 0.5:
-                done, total = self.restore_progress
-                percent = 100 * done // total if total else 0
-                sys.stdout.write(f"\rRestoring the image: {percent}% "
-                                 f"({done / 1e6:.0f} of {total / 1e6:.0f} MB)")
-                sys.stdout.flush()
-                shown = True
-        if shown and self.restore_report is not None:
-            report = self.restore_report
-            sys.stdout.write(f"\rRestored {report.names} names ({report.bytes / 1e6:.0f} MB) in "
-                             f"{report.seconds:.1f} s.{' ' * 20}\n")
-        if self.attach_error is not None:
-            return self.attach_error
-        if self.restore_error is not None:
-            error = self.restore_error
-            return error if isinstance(error, KernosError) else KernosError(
-                f"The image could not be restored ({type(error).__name__}: {error}). Nothing "
-                "was changed on disk; see the kernel log, or inspect with `kernos log`.")
-        return None
+        return await self.startup.ready()
 
     # -- execution -------------------------------------------------------------
 
@@ -440,7 +313,7 @@ class KernosKernel(IPythonKernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         self._last_report = None
-        if not await self._runs_before_restored(code):
+        if not await self.startup.runs_before_restored(code):
             await self.wait_for_restore(self.get_parent())
         problem = await self._ready()
         if problem is None and len(code.encode("utf-8", "surrogatepass")) > self.max_source_bytes:
@@ -488,17 +361,17 @@ class KernosKernel(IPythonKernel):
             elif failure is not None:
                 reply = self._error_reply(failure)
             if self._rollback_line is not None:
-                _say(self._rollback_line)
+                say(self._rollback_line)
                 self._rollback_line = None
             if isinstance(outcome, CommitReport) and outcome.events:
                 _faults.point("notify")
                 self.streams.publish(outcome.events)
-            self._notify_finished(op, outcome, why)
+            self.notices.finished(op, outcome, why)
             if isinstance(outcome, CommitReport):
                 self._settle_effects()
             self.announce_trips()
             if not silent:
-                self._announce_placeholders()
+                self.notices.placeholders(self.image)
         self.fold_when_idle()
         self.loop_driver.wake()  # the cell may have started, paused or reset a loop
         assert reply is not None
@@ -556,26 +429,10 @@ class KernosKernel(IPythonKernel):
                         return problem
                     self._last_report = {"status": "committed", **report.to_json()}
                     if not silent:
-                        self._announce(report)
+                        self.notices.commit_lines(report)
                     return report
             except KeyboardInterrupt:
                 continue
-
-    def _announce_placeholders(self) -> None:
-        """Once per name: values a restore could not load, which are placeholders now."""
-        image = self.image
-        if image is None:
-            return
-        for state in image.groups.values():
-            names = [name for name in state.stored.names
-                     if name not in self._placeholders_told and default_is_persistent(name)
-                     and not name.startswith(SYSTEM_PREFIX)]
-            if state.load_error is None or not names:
-                continue
-            self._placeholders_told.update(names)
-            self._notice(f"kernos: {', '.join(names)} could not be restored and "
-                         f"{'is a placeholder' if len(names) == 1 else 'are placeholders'}: "
-                         f"{state.load_error}", "placeholder")
 
     def _rolled_back(self, op: Op, aborted: AbortReport | None, *,
                      silent: bool) -> dict[str, Any]:
@@ -593,35 +450,6 @@ class KernosKernel(IPythonKernel):
     def _audit_head(op: Op) -> dict[str, Any]:
         index, digest = op.image.audit.head()
         return {"index": index, "hash": digest}
-
-    def _announce(self, report: CommitReport) -> None:
-        """One line per value that cannot persist and is new, and one for a kept failure."""
-        by_name: dict[str, list[dict[str, Any]]] = {}
-        for info in report.unpersisted:
-            if not info.get("lossless"):
-                by_name.setdefault(str(info["name"]), []).append(info)
-        for infos in by_name.values():
-            self._notice("kernos: " + unpersisted_line(infos), "unpersisted")
-        if report.failed is not None:
-            _say(f"kernos: kept as op {report.op}, marked failed ({report.failed['kind']}): "
-                 "what the cell did before the error is committed (`%kernos on-error "
-                 "rollback` rolls failed cells back instead)")
-
-    def _notice(self, line: str, kind: str) -> None:
-        """A notice that is not an error (the cell committed): a display of its own.
-
-        It carries ``text/plain`` for every frontend and :data:`NOTICE_MIME` for the
-        Kernos extension, and it is never styled as stderr.  It follows what the
-        cell printed (stdout goes out first).
-        """
-        sys.stdout.flush()
-        if self.session is None:
-            _say(line)
-            return
-        self.session.send(self.iopub_socket, "display_data", {
-            "data": {"text/plain": line, NOTICE_MIME: {"kind": kind, "text": line}},
-            "metadata": {}, "transient": {}},
-            parent=self.get_parent("shell"), ident=self._topic("display_data"))
 
     def _error_reply(self, error: BaseException,
                      reply: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -653,40 +481,9 @@ class KernosKernel(IPythonKernel):
 
     # -- keeping other requests out of the way of ops ----------------------------
 
-    def _durable_first(self, handler: Callable[..., Any]) -> Callable[..., Any]:
-        async def handled(*args: Any) -> Any:
-            self.make_durable_now()
-            result = handler(*args)
-            if asyncio.iscoroutine(result):
-                result = await result
-            return result
-
-        return handled
-
-    def make_durable_now(self) -> None:
-        """Make the commits made so far durable, if a group commit left any waiting."""
-        image = self.image
-        if image is None or image.workspace.durable_through(image.workspace.commit_ticket):
-            return
-        try:
-            image.workspace.make_durable()
-        except OSError as error:  # every commit from now on fails with this, and says so
-            self.log.error("Kernos: %s", error)
-
     async def durable(self, ticket: int) -> None:
-        """Return once the commits of ``ticket`` are durable: the group commit's wait.
-
-        One sync runs at a time, in a worker thread, and covers every frame
-        appended before it started; while it runs, the loop serves the next
-        requests, whose ops commit and wait for the next sync.  Raises
-        ``OSError`` if the disk refuses.
-        """
-        workspace = self.attached_image().workspace
-        while not workspace.durable_through(ticket):
-            async with self._sync_lock:
-                if workspace.durable_through(ticket):
-                    return
-                await asyncio.get_running_loop().run_in_executor(None, workspace.make_durable)
+        """Return once the commits of ``ticket`` are durable (``Durability.durable``)."""
+        await self.durability.durable(ticket)
 
     def _after_ops(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         async def serialized(*args: Any) -> Any:
@@ -707,30 +504,8 @@ class KernosKernel(IPythonKernel):
         return serialized
 
     def fold_when_idle(self) -> None:
-        """Fold the tail into git once no request has come for ``FOLD_IDLE`` seconds.
-
-        Ops commit to the tail (``kernos.store.tail``); this keeps git's own
-        view (``git log`` by hand, a copy of the directory) a moment behind at
-        most while the kernel idles, at no cost to the ops themselves.
-        """
-        if self._fold_timer is not None:
-            self._fold_timer.cancel()
-        self._fold_timer = asyncio.get_running_loop().call_later(FOLD_IDLE, self._fold_now)
-
-    def _fold_now(self) -> None:
-        self._fold_timer = None
-        image = self.image
-        if image is None or not image.workspace.tail.frames:
-            return
-        try:
-            folded = None if self._op_lock.locked() else image.fold(blocking=False)
-        except OSError as error:  # the frames are durable: the next fold (or start) retries
-            self.log.warning("Kernos: folding the commit tail into git failed (%s); its commits "
-                             "are durable in the tail and nothing is lost: the next fold, "
-                             "or the workspace's next open, folds them", error)
-            return
-        if folded is None:
-            self.fold_when_idle()  # an op is running: after it
+        """Fold the tail into git once the kernel idles (``Durability.fold_when_idle``)."""
+        self.durability.fold_when_idle()
 
     @property
     def kernel_info(self) -> dict[str, Any]:
@@ -770,10 +545,6 @@ class KernosKernel(IPythonKernel):
         return super().do_shutdown(restart)
 
 
-NOTICE_MIME = "application/vnd.kernos.notice+json"
-"""The MIME type of Kernos's notices that are not errors (see ``KernosKernel._notice``)."""
-
-
 MAX_REACHED_NAMES = 500
 """More names than this in a cell's reach are reported as ``None`` (everything)."""
 
@@ -784,26 +555,6 @@ def reached_names(reach: Reach) -> list[str] | None:
     if reach.everything or len(reach.names) > MAX_REACHED_NAMES:
         return None
     return sorted(reach.names)
-
-
-def _say(line: str) -> None:
-    """One of Kernos's own lines, after what the cell printed (stdout goes out first)."""
-    sys.stdout.flush()
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-def unpersisted_line(infos: list[dict[str, Any]]) -> str:
-    """One line for the values of one variable that cannot persist."""
-    first = infos[0]
-    if len(infos) == 1:
-        return (f"{first['path']} ({first['type_name']}) cannot be persisted: "
-                f"{first['reason']}. It stays usable now; after a restart it is a placeholder.")
-    parts = ", ".join(f"{info['path']} ({info['type_name']})" for info in infos[:3])
-    more = f" and {len(infos) - 3} more" if len(infos) > 3 else ""
-    return (f"{first['name']}: {len(infos)} parts cannot be persisted: {parts}{more} "
-            f"({first['reason']}). They stay usable now; after a restart they are "
-            "placeholders (`%kernos status` lists them).")
 
 
 def _malformed_execute_request(parent: Any) -> str | None:

@@ -27,12 +27,8 @@ import numpy
 import pandas
 import pytest
 
-from kernos.replay.digest import (
-    describe_difference,
-    describe_state_difference,
-    digest,
-    state_digest,
-)
+from kernos.replay.difference import describe_difference, describe_state_difference
+from kernos.replay.digest import digest, state_digest
 from kernos.serialize.pickler import Serializer
 
 KERNEL = Path(__file__).resolve().parents[3] / "kernel"
