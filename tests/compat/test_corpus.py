@@ -24,6 +24,7 @@ cell must match ``python3`` but for Kernos's own announcement lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -83,7 +84,8 @@ def _restore_line(restore: RestoreCheck) -> str:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_notebook_matches_python3_and_restores(
-    notebook: str, tmp_path: Path, corpus_report: list[str], python3_runs: dict[str, NotebookRun]
+    notebook: str, tmp_path: Path, corpus_report: Callable[[str], None],
+    python3_runs: dict[str, NotebookRun],
 ) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
         reference_run = pool.submit(run_notebook, notebook, "python3", tmp_path / "python3")
@@ -92,11 +94,11 @@ def test_notebook_matches_python3_and_restores(
         kernos, restore = kernos_run.result()
     python3_runs[notebook] = reference
     comparison = compare(reference, kernos, EXPECTED)
-    corpus_report.append(
+    corpus_report(
         comparison.summary()
         + f" [python3 {reference.seconds:.1f} s, kernos {kernos.seconds:.1f} s]"
     )
-    corpus_report.append(_restore_line(restore))
+    corpus_report(_restore_line(restore))
     assert not comparison.failures() and not restore.silent(), (
         f"{notebook}: {comparison.summary()}\n\n{_failure_report(comparison, restore)}"
     )
@@ -104,7 +106,8 @@ def test_notebook_matches_python3_and_restores(
 
 @pytest.mark.parametrize("notebook", KEEP_MODE)
 def test_keep_mode_matches_python3(
-    notebook: str, tmp_path: Path, corpus_report: list[str], python3_runs: dict[str, NotebookRun]
+    notebook: str, tmp_path: Path, corpus_report: Callable[[str], None],
+    python3_runs: dict[str, NotebookRun],
 ) -> None:
     keep = ["%kernos on-error keep"]
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -115,7 +118,7 @@ def test_keep_mode_matches_python3(
             reference = run_notebook(notebook, "python3", tmp_path / "python3")
         kernos = kernos_run.result()
     comparison = compare(reference, kernos, EXPECTED, keep=True)
-    corpus_report.append(f"{comparison.summary()} [on-error keep]")
+    corpus_report(f"{comparison.summary()} [on-error keep]")
     assert not comparison.failures() and not comparison.rollbacks, (
         f"{notebook} (on-error keep): {comparison.summary()}\n\n{_failure_report(comparison)}"
     )
