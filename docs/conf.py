@@ -1,9 +1,9 @@
 """Sphinx configuration of the Kernos documentation site (``bash scripts/docs``).
 
 The site is written in MyST markdown and rendered with the PyData theme.  It
-builds offline: no intersphinx, no execution of the example notebooks (they are
-committed with their outputs cleared and rendered as they are), no fonts or
-scripts fetched at build time.  ``scripts/docs`` runs it with warnings as
+builds offline: no intersphinx, no fonts or scripts fetched at build time, and
+no execution of notebooks (``scripts/docs`` runs the examples on a real kernel
+first, into ``docs/examples``, and the build renders those outputs).  ``scripts/docs`` runs it with warnings as
 errors, so a broken cross-reference or relative link fails the build.
 """
 
@@ -28,10 +28,9 @@ extensions = [
     "sphinx.ext.autosummary",
 ]
 
-# docs/examples is a link to the repository's examples/ (the notebooks stay where the
-# tests run them); its README is included by docs/examples.md, not a page of its own.
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/.ipynb_checkpoints",
-                    "examples/README.md"]
+# docs/examples holds the example notebooks as run by scripts/execute-examples (not
+# committed: the sources stay in the repository's examples/, where the tests run them).
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/.ipynb_checkpoints"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 
@@ -43,9 +42,11 @@ myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
 suppress_warnings: list[str] = []
 
-# --- The example notebooks: rendered, never executed -----------------------------
-# They are committed with their outputs cleared (tests/examples checks that) and run
-# on a real Kernos kernel in tests/examples; the site shows their code and prose.
+# --- The example notebooks: rendered with the outputs of a real run ---------------
+# They are committed with their outputs cleared (tests/examples checks that);
+# scripts/execute-examples runs them on a real Kernos kernel, with the restarts and
+# kills their cells ask for, which Sphinx's own execution could not do.  So the build
+# itself executes nothing.
 nb_execution_mode = "off"
 
 # --- API reference ---------------------------------------------------------------

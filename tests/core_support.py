@@ -52,6 +52,12 @@ class CoreEnv:
             self.workspace.close()
             self.workspace = None
 
+    def __enter__(self) -> CoreEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def run(self, source: str, *, principal: str = "human") -> CommitReport:
         """Run ``source`` as one op; commit, or abort and re-raise."""
         op = self.image.begin(source=source, principal=principal)

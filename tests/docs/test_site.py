@@ -1,9 +1,10 @@
 """The documentation site builds with no warning (scripts/docs, a real sphinx-build).
 
 Warnings are errors there: a relative link to a page or heading that does not exist,
-a docstring that does not render, a page left out of every table of contents.  The
-build is offline and executes no notebook, so it stays fast enough for every run of
-the suite."""
+a docstring that does not render, a page left out of every table of contents.  As
+scripts/docs does, the build first runs the example notebooks on a real Kernos
+kernel (scripts/execute-examples, into docs/examples), and the pages show those
+outputs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
+    executed = subprocess.run([sys.executable, str(ROOT / "scripts" / "execute-examples"),
+                               str(ROOT / "docs" / "examples")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert executed.returncode == 0, executed.stdout + executed.stderr
     out = tmp_path / "html"
     build = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-E", "-q", "-b", "html",
@@ -27,12 +32,16 @@ def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
     for page in ("index", "architecture", "api", "tutorials/researcher", "tutorials/harness",
                  "examples/01-researchers-day"):
         assert (out / f"{page}.html").is_file(), page
+    researcher = (out / "examples" / "01-researchers-day.html").read_text()
+    assert "cell_output" in researcher  # rendered with the outputs of the run
     api = (out / "api.html").read_text()
     assert "kernos.Image" in api and "KernosClient" in api  # autodoc found the public faces
 
 
 def test_scripts_docs_builds_the_same_way() -> None:
-    assert "-m sphinx -W --keep-going -b html" in (ROOT / "scripts" / "docs").read_text()
+    script = (ROOT / "scripts" / "docs").read_text()
+    assert "scripts/execute-examples docs/examples" in script
+    assert "-m sphinx -W --keep-going -b html" in script
 
 
 def test_the_architecture_page_draws_the_floors_of_importlinter() -> None:

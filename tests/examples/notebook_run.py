@@ -23,10 +23,12 @@ notebook's directory as its working directory.
 This file is also a script, so that another environment (the simulated
 Binder venv) runs notebooks with its own interpreter and kernelspec::
 
-    python notebook_run.py NOTEBOOK WORKSPACE REPORT.json
+    python notebook_run.py NOTEBOOK WORKSPACE REPORT.json [--executed OUT.ipynb]
 
 It writes the report (every cell's source, tags, status and outputs) and
-exits 0 however the cells ended: the caller judges the report.
+exits 0 however the cells ended: the caller judges the report.  With
+``--executed`` it also writes the notebook with the run's outputs, which is
+what ``scripts/docs`` renders on the site.
 """
 
 from __future__ import annotations
@@ -127,6 +129,25 @@ class NotebookRun:
     def to_json(self) -> str:
         return json.dumps({"notebook": self.notebook,
                            "cells": [asdict(cell) for cell in self.cells]})
+
+    def executed(self, notebook: Path) -> nbformat.NotebookNode:
+        """``notebook`` with this run's outputs and execution counts in its code cells
+        (what the documentation site renders)."""
+        document = nbformat.read(notebook, as_version=4)
+        runs = {cell.index: cell for cell in self.cells}
+        count = 0
+        for index, cell in enumerate(document.cells):
+            if cell.cell_type != "code":
+                continue
+            run = runs.get(index)
+            if run is None:  # a cell after one that timed out never ran
+                cell.outputs, cell.execution_count = [], None
+                continue
+            count += 1
+            cell.execution_count = count
+            cell.outputs = [nbformat.from_dict(output) for output in run.outputs]
+        nbformat.validate(document)
+        return document
 
     @classmethod
     def from_json(cls, text: str) -> NotebookRun:
@@ -279,9 +300,15 @@ def run_notebook(notebook: Path, workspace: Path, kernel_name: str = "kernos") -
 
 
 def main(argv: list[str]) -> int:
+    executed = None
+    if len(argv) == 5 and argv[3] == "--executed":
+        executed = Path(argv.pop())
+        argv.pop()
     notebook, workspace, report = (Path(arg) for arg in argv)
     run = run_notebook(notebook.resolve(), workspace.resolve())
     report.write_text(run.to_json())
+    if executed is not None:
+        nbformat.write(run.executed(notebook), executed)
     return 0
 
 

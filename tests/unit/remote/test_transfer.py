@@ -98,7 +98,8 @@ def test_push_beside_the_writer_carries_commits_still_in_the_tail(tmp_path: Path
     assert remote_head(url) == env.workspace.head().hex()  # type: ignore[union-attr]
     env.close()
     clone(str(url), tmp_path / "b", trust=signers_of(url))
-    assert CoreEnv(tmp_path / "b").ns["x"] == 2
+    with CoreEnv(tmp_path / "b") as b:
+        assert b.ns["x"] == 2
 
 
 def _remote_bytes(url: Path) -> bytes:
@@ -175,7 +176,8 @@ def test_a_push_behind_the_remote_says_pull_and_pull_fast_forwards(tmp_path: Pat
     assert (tmp_path / "b" / "audit/chain.jsonl").read_bytes() == \
         (tmp_path / "a" / "audit/chain.jsonl").read_bytes()
     assert verify(str(tmp_path / "b")).ok
-    assert CoreEnv(tmp_path / "b").ns["x"] == 2
+    with CoreEnv(tmp_path / "b") as b:
+        assert b.ns["x"] == 2
 
 
 def test_pull_refuses_while_a_writer_holds_the_workspace(tmp_path: Path) -> None:
@@ -421,7 +423,8 @@ def test_the_staging_repository_stays_a_handful_of_files(tmp_path: Path,
     push(tmp_path / "a")  # what the next push needs was kept
     env.close()
     clone(str(url), tmp_path / "b", trust=signers_of(url))
-    assert CoreEnv(tmp_path / "b").ns["x"] == "after"
+    with CoreEnv(tmp_path / "b") as b:
+        assert b.ns["x"] == "after"
     assert verify(str(tmp_path / "b")).ok
 
 
