@@ -65,6 +65,9 @@ class CommitReport:
     unchanged: bool = False
     """The op changed nothing: it has an audit record and no snapshot of its own
     (``commit`` is the last snapshot, which is still the image)."""
+    files: dict[str, list[str]] = field(default_factory=dict)
+    """Tracked files the op ``added``, ``changed`` or ``deleted``, and ``notices``: paths
+    left untracked or kept as they were, each told once (see ``kernos.files``)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -95,17 +98,23 @@ class AbortReport:
     it shares."""
     random_reset: bool = False
     """The op had moved the global random generators; they are back where they were."""
+    files: list[str] = field(default_factory=list)
+    """Tracked files put back, each as ``path (removed|changed|deleted)``."""
 
     @property
     def nothing_undone(self) -> bool:
         return not (self.removed or self.rebound or self.deleted or self.reloaded
-                    or self.not_reset or self.left_live or self.random_reset)
+                    or self.not_reset or self.left_live or self.random_reset or self.files)
 
     def undone(self) -> dict[str, Any]:
         """The rollback as JSON, for a reply's metadata."""
-        return {"added": self.removed, "rebound": self.rebound, "deleted": self.deleted,
-                "reloaded": self.reloaded, "not_reset": self.not_reset,
-                "left_live": self.left_live, "random": self.random_reset}
+        undone: dict[str, Any] = {
+            "added": self.removed, "rebound": self.rebound, "deleted": self.deleted,
+            "reloaded": self.reloaded, "not_reset": self.not_reset,
+            "left_live": self.left_live, "random": self.random_reset}
+        if self.files:
+            undone["files"] = self.files
+        return undone
 
     def summary(self) -> str:
         """One line: ``rolled back — not kept: tup (rebound); obj1, obj2 (added)``."""
@@ -114,6 +123,8 @@ class AbortReport:
             (self.reloaded, "changed in place")) if names]
         if self.random_reset:
             kept.append("the random generators' state (drawn from or seeded)")
+        if self.files:
+            kept.append(f"files: {_names(self.files)}")
         line = "rolled back — " + ("not kept: " + "; ".join(kept) if kept
                                    else "nothing had changed")
         if self.not_reset:

@@ -4,7 +4,8 @@
 ``%kernos checkout`` does in a kernel, and writes its audit record first, so
 it has an op's crash semantics: the record, then the commit point (the
 branch moving).  It reuses the snapshot writer and copies the older
-snapshot's trees; no value is unpickled.
+snapshot's trees (its tracked files' too: the next kernel's restore at open
+puts them on disk); no value is unpickled.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def checkout_offline(workspace: Workspace, ref: str, *, principal: str = "human"
     with SnapshotWriter(workspace, ChunkCache()) as writer:  # discards what it wrote on error
         commit = writer.commit(
             namespace_tree=snapshot.namespace_tree, manifest=manifest, source=None, parent=head,
+            # Its tracked files too: the next kernel to open puts them on disk.
+            files_tree=snapshot.files_tree,
             message=commit_message(op=op, principal=principal, kind="checkout",
                                    headline=f"checkout {target.hex()[:12]}"),
             author=f"{principal} <{principal}@kernos.invalid>",

@@ -5,6 +5,7 @@ The tree::
     KernosError                   root: catch this to catch anything Kernos means to raise
     ├── UsageError                the caller used the API wrongly; fix the call
     │   ├── UnknownRef            a history reference that names no snapshot
+    │   ├── PathRefused           a path that cannot name a file in a tracked directory
     │   ├── RequestRejected       a request Kernos refuses before running anything
     │   ├── TransactionStateError a transaction used after it finished or failed
     │   ├── UnknownAgent          no principal of that name
@@ -67,6 +68,7 @@ from kernos.errors.agents import (
 )
 from kernos.errors.base import (
     KernosError,
+    PathRefused,
     RequestRejected,
     TransactionStateError,
     UnknownRef,
@@ -130,6 +132,7 @@ __all__ = [
     "LLMResponseInvalid",
     "LLMToolCallInvalid",
     "OpVetoed",
+    "PathRefused",
     "RemoteDiverged",
     "RemoteError",
     "RemoteLeaseHeld",

@@ -7,7 +7,8 @@ imported from.
 
 from __future__ import annotations
 
-__all__ = ["KernosError", "RequestRejected", "TransactionStateError", "UnknownRef", "UsageError"]
+__all__ = ["KernosError", "PathRefused", "RequestRejected", "TransactionStateError", "UnknownRef",
+           "UsageError"]
 
 
 class KernosError(Exception):
@@ -16,6 +17,18 @@ class KernosError(Exception):
 
 class UsageError(KernosError):
     """The API was called in a way it does not support."""
+
+
+class PathRefused(UsageError):
+    """A path that cannot name a file in a tracked directory (``kernos.files``): it holds
+    a NUL byte, a ``..`` component, or is absolute outside the directory.  Nothing was
+    changed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path!r} is refused: {reason}. Give a path relative to the "
+                         "tracked directory, without '..'.")
 
 
 class UnknownRef(UsageError):

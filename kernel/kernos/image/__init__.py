@@ -39,6 +39,7 @@ from kernos.audit.erasure import finish_erasures
 from kernos.audit.log import AuditLog
 from kernos.audit.record import AuditParticipant
 from kernos.errors import AuditError, RestoreError, UsageError, WorkspaceCorrupt
+from kernos.files import FilesParticipant, TrackedFiles
 from kernos.image.changes import ImageParticipant
 from kernos.image.state import (
     SYSTEM_PREFIX,
@@ -109,6 +110,8 @@ class Image(ImageState):
         self.serializer = Serializer(namespace, module_name=module_name, module=module)
         self.serializer.keyring = self.keyring
         self.cache = ChunkCache()
+        self.files = TrackedFiles(workspace, self.cache)
+        """The tracked directories, part of the image (``kernos.files``)."""
         self.head: bytes | None = None
         self.head_op = 0
         self.groups: dict[str, GroupState] = {}
@@ -178,14 +181,22 @@ class Image(ImageState):
                 head = self.workspace.head()
                 if head is None:
                     report = RestoreReport(commit=None, op=0, names=0, bytes=0, seconds=0.0)
+                    put_back = self.files.restore(None, has_head=False)
                 else:
-                    report = self._restore(read_snapshot(self.workspace, head), progress,
-                                           background=background)
+                    snapshot = read_snapshot(self.workspace, head)
+                    report = self._restore(snapshot, progress, background=background)
+                    # A kill -9 in an op may have left its file writes: the head's are back.
+                    put_back = self.files.restore(snapshot.files_tree)
                 # The generators continue from the snapshot's state (numpy's once imported).
                 determinism.apply_state(self.committed.get(determinism.STATE_NAME),
                                         self.identity)
                 notes = self.audit.recover(None if head is None else head.hex(), self._exists)
                 notes += finish_erasures(self)
+                if put_back:
+                    notes.append("tracked files put back as the last commit had them: "
+                                 + ", ".join(put_back[:8])
+                                 + (f" and {len(put_back) - 8} more" if len(put_back) > 8
+                                    else ""))
                 self.last_op = max(self.last_op, self.audit.last_op)
                 report.seconds = time.perf_counter() - started
                 report.recovery = "; ".join(
@@ -350,9 +361,11 @@ class Image(ImageState):
     def _join_participants(self, op: Op) -> None:
         """Join the op the participants that move the image's own state with it."""
         generators = determinism.GeneratorParticipant(self)
-        self._changes = ImageParticipant(self, op, generators)
+        files = FilesParticipant(self.files)
+        self._changes = ImageParticipant(self, op, generators, files)
         audit = AuditParticipant(op, self.audit)
         op.join(generators)
+        op.join(files)
         op.join(self._changes)
         op.join(audit)
         op.on_commit.append(audit.published)
@@ -389,6 +402,7 @@ class Image(ImageState):
             self.bind(name, value)
         # The cells after a checkout draw from the generators as the snapshot left them.
         determinism.apply_state(values.get(determinism.STATE_NAME), self.identity)
+        self.files.check_out(snapshot.files_tree)
         changes.adopted = {key: (stored, tuple(values[name] for name in stored.names))
                            for key, stored in groups.items()}
         changes.adopted_meta = {name: NameMeta.from_json(data)

@@ -12,8 +12,9 @@ commit, step by step:
 2. *Pickle* the affected names one by one; when more than one is affected,
    note which objects each reaches, and store names that share objects as
    one group so identity survives a restore.
-3. *Write* the new chunks, group trees, the manifest, the root tree and the
-   commit object.  None of it is reachable yet.
+3. *Write* the new chunks, group trees, the tracked files that changed
+   (``kernos.files``: its participant's ``prepare``), the manifest, the root
+   tree and the commit object.  None of it is reachable yet.
 4. *Publish*: move the branch ref (an atomic rename).  That is the commit
    point; the reply that says "committed" is sent only after it.
 
@@ -32,6 +33,7 @@ from kernos._time import utc_now
 from kernos.analysis import Reach
 from kernos.determinism import GeneratorParticipant
 from kernos.errors import OpVetoed
+from kernos.files import FilesParticipant
 from kernos.image.rollback import ATOMIC, MISSING, Rollback
 from kernos.image.state import GroupState, ImageState, NameMeta
 from kernos.op import CommitReport, Op
@@ -71,11 +73,14 @@ class _UnionFind:
 class ImageParticipant(Rollback):
     """Moves the image's snapshot history with the op."""
 
-    def __init__(self, image: ImageState, op: Op, generators: GeneratorParticipant) -> None:
+    def __init__(self, image: ImageState, op: Op, generators: GeneratorParticipant,
+                 files: FilesParticipant) -> None:
         self.image = image
         self.op = op
         self.generators = generators
         """The op's random generators' participant: a rollback says whether it reset them."""
+        self.files = files
+        """The op's tracked files: stored in this snapshot (``kernos.files``)."""
         self.adopted: dict[str, tuple[StoredGroup, tuple[object, ...]]] = {}
         """Groups a checkout made the image hold, with the values loaded for them: a commit
         stores them as the old snapshot's own trees (see :meth:`Image.checkout`)."""
@@ -124,6 +129,7 @@ class ImageParticipant(Rollback):
                                 record=audit.last_line if audit.unsynced else b"")
         audit.unsynced = False
         self._published = True
+        self.files.published()
         image = self.image
         image.head = self.commit_sha
         if not self.unchanged:
@@ -158,6 +164,7 @@ class ImageParticipant(Rollback):
         # objects would no longer be the containers' own.
         self.image.segmented.clear()
         self.op.abort_report = self._rollback()
+        self.op.abort_report.files = list(self.files.undone)
 
     # -- commit work -----------------------------------------------------------
 
@@ -259,6 +266,9 @@ class ImageParticipant(Rollback):
             for name in members:
                 new_parts[name] = (individual[name], stored)
         _faults.point("objects")
+        looked = time.perf_counter()
+        files = self.files.prepare(writer)  # the tracked files' changes, into this batch
+        timings["files"] = (time.perf_counter() - looked) * 1000
 
         now = utc_now()  # one instant: each changed name's changed_at is its op's committed_at
         meta, changed = self._metadata(current, new_parts, final, rebound, now)
@@ -271,7 +281,7 @@ class ImageParticipant(Rollback):
                  "reason": f"it would not load back from the snapshot ({problem})",
                  "op": op.id} for name, problem in sorted(unloadable.items())],
             reach="everything: " + reach.why if reach.everything else f"{len(touched)} names",
-            failed=op.failure,
+            failed=op.failure, files=files.changes,
         )
         manifest = {
             "format": 1,
@@ -284,6 +294,10 @@ class ImageParticipant(Rollback):
                         "deleted": report.deleted},
             "names": {name: meta[name].to_json() for name in sorted(meta)},
         }
+        stored_changes = {kind: paths for kind, paths in files.changes.items()
+                          if kind != "notices"}
+        if stored_changes:
+            manifest["files"] = stored_changes
         if op.facts:
             manifest["facts"] = op.facts
         if op.failure is not None:
@@ -305,6 +319,7 @@ class ImageParticipant(Rollback):
                         else op.source),
                 parent=image.head,
                 message=_message(op), author=f"{op.principal} <{op.principal}@kernos.invalid>",
+                files_tree=files.tree,
             )
             timings["write"] = (time.perf_counter() - clock) * 1000
             report.bytes_written = writer.bytes_written
@@ -328,7 +343,8 @@ class ImageParticipant(Rollback):
         image = self.image
         if (image.head is None or report.added or report.changed or report.deleted
                 or op.failure is not None or op.kind == "checkout" or self.adopted
-                or set(op.facts) - {"audit"} or report.unpersisted):
+                or set(op.facts) - {"audit"} or report.unpersisted
+                or self.files.changed_tree()):
             return False
         trees = {key: state.stored.tree for key, state in final.items()}
         return trees == {key: state.stored.tree for key, state in image.groups.items()}

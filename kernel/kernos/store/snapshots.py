@@ -14,6 +14,7 @@ A snapshot is a commit whose tree is::
                          (``kernos.serialize.segments``), one tree per segment:
                 sizes.json   its chunk sizes
                 c.000000     its pickle stream, in chunks cut by content
+    files/               the tracked directories, when there are any (``kernos.files``)
 
 Values are chunked so that an 8-byte edit to a 200 MB array writes one
 1 MiB chunk, not 200 MB.  Buffers (arrays, frames' blocks) are cut at fixed
@@ -86,6 +87,7 @@ _SMALL = 4096  # below this, hashing with sha1 directly is cheaper than a cache 
 MANIFEST = "kernos.json"
 SOURCE = "source.py"
 NAMESPACE = "ns"
+FILES = "files"
 INDEX = "index.json"
 SIZES = "sizes.json"
 
@@ -195,6 +197,10 @@ class SnapshotWriter:
         self.bytes_written += self.workspace.objects.write(kind, data, sha)
         return sha
 
+    def tree(self, entries: Iterable[TreeEntry]) -> bytes:
+        """Write a tree of ``entries`` (a higher floor's own subtree); return its id."""
+        return self._write(b"tree", encode_tree(entries))
+
     def part(self, data: bytes | memoryview, *, readonly: bool = False,
              stream: bool = False) -> StoredPart:
         """Store ``data`` in chunks; a pickle ``stream`` is cut by content when long."""
@@ -272,11 +278,13 @@ class SnapshotWriter:
         parent: bytes | None,
         message: str,
         author: str,
+        files_tree: bytes | None = None,
     ) -> bytes:
         """Write the root tree and the commit object; return the commit id.
 
         The namespace is given either as ``groups`` or, to reuse another
-        snapshot's namespace as is, as the id of its ``ns`` tree.
+        snapshot's namespace as is, as the id of its ``ns`` tree.  ``files_tree``
+        is the tracked directories' tree (``kernos.files``), if there is one.
         """
         if namespace_tree is None:
             namespace = encode_tree(
@@ -288,6 +296,8 @@ class SnapshotWriter:
         ]
         if source is not None:
             entries.append(TreeEntry(BLOB_MODE, SOURCE, self.blob(source.encode())))
+        if files_tree is not None:
+            entries.append(TreeEntry(TREE_MODE, FILES, files_tree))
         root = self._write(b"tree", encode_tree(entries))
         commit = CommitData(
             tree=root, parents=(parent,) if parent else (), author=author,
@@ -359,6 +369,8 @@ class Snapshot:
     group_trees: dict[str, bytes] = field(default_factory=dict)
     namespace_tree: bytes = b""
     source: str | None = None
+    files_tree: bytes | None = None
+    """The tracked directories' tree (``kernos.files``); None when the snapshot has none."""
 
 
 def read_snapshot(workspace: Workspace, commit: bytes, *, with_source: bool = False) -> Snapshot:
@@ -372,8 +384,10 @@ def read_snapshot(workspace: Workspace, commit: bytes, *, with_source: bool = Fa
     source = None
     if with_source and SOURCE in entries:
         source = workspace.read_object(entries[SOURCE].sha)[1].decode(errors="replace")
+    files = entries.get(FILES)
     return Snapshot(commit=commit, data=data, manifest=manifest, group_trees=groups,
-                    namespace_tree=entries[NAMESPACE].sha, source=source)
+                    namespace_tree=entries[NAMESPACE].sha, source=source,
+                    files_tree=files.sha if files is not None and files.is_tree else None)
 
 
 def read_group(workspace: Workspace, key: str, tree: bytes) -> StoredGroup:
