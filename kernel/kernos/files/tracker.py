@@ -192,15 +192,18 @@ class TrackedFiles:
     def put_back(self, key: str, committed: Committed) -> list[str]:
         """Make tracked directory ``key`` hold ``committed``; what it had to undo."""
         root = str(self.directory(key))
-        listing = scan(root)
+        watcher = self._watcher(root)
+        listing = watcher.look()  # the op's own look: only what changed since is lstat'ed
         if listing.unreadable is not None:
+            watcher.listing = None
             return [f"{root} could not be put back: {listing.unreadable}"]
         wanted = committed.contents
         if listing.missing:
+            watcher.listing = None
             if not wanted.files and not wanted.dirs:
                 return []
             os.makedirs(root, exist_ok=True)
-            listing = scan(root)
+            listing = watcher.look()
         undone: list[str] = []
         for path in sorted(set(listing.entries) - set(wanted.files), reverse=True):
             if committed.found is not None and committed.found.get(path) == (
@@ -236,6 +239,12 @@ class TrackedFiles:
             undone.append(f"{self.shown(key, path)} ("
                           + ("changed" if found is not None else "deleted") + ")")
         return undone
+
+    def _watcher(self, root: str) -> Watcher:
+        watcher = self.watchers.get(root)
+        if watcher is None:
+            watcher = self.watchers[root] = Watcher(root)
+        return watcher
 
     def shown(self, key: str, path: str) -> str:
         """A file as a person reads it: relative to the workspace's files root, or
@@ -282,9 +291,7 @@ class TrackedFiles:
               changes: dict[str, list[str]], learned: list[tuple[bytes, bytes]]
               ) -> tuple[Committed, set[str]]:
         root = str(self.directory(key))
-        watcher = self.watchers.get(root)
-        if watcher is None:
-            watcher = self.watchers[root] = Watcher(root)
+        watcher = self._watcher(root)
         listing = watcher.look()
         if listing.missing or listing.unreadable is not None:
             watcher.listing = None  # looked at in full until it is back
