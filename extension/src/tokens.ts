@@ -159,6 +159,9 @@ export interface ISnapshot {
   bytes?: number | null;
   /** The names the op added, changed and deleted (the image's own `kernos:` ones too). */
   changes?: { added?: string[]; changed?: string[]; deleted?: string[] };
+  /** The tracked files the op added, changed and deleted (kernos.files): paths relative
+   * to the files root, or `KEY:path` in another tracked directory. */
+  files?: { added?: string[]; changed?: string[]; deleted?: string[] };
   /** With `log`'s `all`: `committed` for a snapshot, else what became of the op
    * (`read-only`, `failed`, `denied`, ...; kernos.audit.oplog). */
   outcome?: string;
@@ -176,6 +179,19 @@ export interface IShown {
   code: string | null;
   outcome?: string;
   error?: string | null;
+  /** The tracked files the op changed, with sizes and small text files' diffs. */
+  files?: IFileChange[];
+}
+
+/** A tracked file an op changed, or that differs between two snapshots
+ * (kernos.files.reading.FileChange). */
+export interface IFileChange {
+  path: string;
+  change: 'added' | 'changed' | 'deleted';
+  before: number | null;
+  after: number | null;
+  diff: string | null;
+  note: string | null;
 }
 
 export interface IDiffEntry {
@@ -192,6 +208,7 @@ export interface IDiff {
   added: IDiffEntry[];
   changed: IDiffEntry[];
   deleted: IDiffEntry[];
+  files?: IFileChange[];
 }
 
 export interface IOpStat {

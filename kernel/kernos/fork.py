@@ -62,6 +62,13 @@ The contract:
   through a link would erase the subject in both.  So erasing a subject in
   one workspace leaves the other's copy of its key: erase it in every fork
   (``kernos erase SUBJECT -w DST``).
+* **Tracked files** (:mod:`kernos.files`) travel in the snapshots: the first
+  kernel on DST puts its files root (``DST/files``) as REF holds it; SRC's
+  own files root is not copied.  ``files-here.json``, the absolute
+  directories SRC's human tracked on this machine (:mod:`kernos.files.here`),
+  is never copied: DST leaves those directories alone (two workspaces
+  restoring one directory would undo each other's files) until its human
+  runs ``%kernos track PATH`` there.
 * ``settings.json`` is copied; the lock, ``kernel.json``, the tail, the
   buffer cache, ``tmp/``, ``pending`` and the audit payloads never are.
 * **Crash safety.**  DST is built in a hidden directory beside it

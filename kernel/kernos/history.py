@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernos.files.reading import FileChange, compare, snapshot_files
 from kernos.store.objects import CommitData, decode_tree
 from kernos.store.snapshots import (
     MANIFEST,
+    Snapshot,
     read_group,
     read_snapshot,
 )
@@ -26,6 +28,7 @@ from kernos.store.workspace import Workspace
 
 __all__ = [
     "Diff",
+    "FileChange",
     "LogEntry",
     "changed_value",
     "diff",
@@ -56,6 +59,8 @@ class LogEntry:
     became of an op that wrote none: ``read-only``, ``failed``, ``denied``, ..."""
     error: str = ""
     """Why such an op did not commit (``kind: message``)."""
+    files: dict[str, list[str]] = field(default_factory=dict)
+    """The tracked files the op added, changed and deleted (its manifest's ``"files"``)."""
 
 
 _ENTRIES: OrderedDict[str, LogEntry] = OrderedDict()
@@ -98,6 +103,8 @@ def _entry(workspace: Workspace, hexsha: str, commit: CommitData) -> LogEntry:
         committed_at=manifest.get("committed_at", ""),
         headline=commit.message.split("\n", 1)[0].partition(": ")[2],
         changes=manifest.get("changes", {}),
+        files={kind: sorted(paths) for kind, paths in manifest.get("files", {}).items()
+               if kind in FILE_KINDS},
         bytes=sum(int(meta.get("size") or 0) for meta in manifest.get("names", {}).values()
                   if isinstance(meta, dict)),
     )
@@ -126,9 +133,17 @@ def format_log(entries: list[LogEntry], *, internal: bool = False) -> str:
         rows.append((
             str(entry.op), entry.commit[:12] if snapshot else f"({entry.outcome})",
             entry.committed_at.replace("T", " ")[:19], entry.principal,
-            _changes(entry.changes, internal) if snapshot else "", what,
+            _changes_and_files(entry, internal) if snapshot else "", what,
         ))
     return format_table(rows)
+
+
+def _changes_and_files(entry: LogEntry, internal: bool) -> str:
+    """The log's changes column: the names, then how many tracked files (``files: +1 ~0 -0``)."""
+    names, files = _changes(entry.changes, internal), file_counts(entry.files)
+    if not files:
+        return names
+    return files if names == "(none)" else f"{names} | {files}"
 
 
 def _changes(changes: dict[str, list[str]], internal: bool = False) -> str:
@@ -139,6 +154,17 @@ def _changes(changes: dict[str, list[str]], internal: bool = False) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+FILE_KINDS = ("added", "changed", "deleted")
+
+
+def file_counts(files: dict[str, list[str]], label: str = "files: ") -> str:
+    """``files: +2 ~1 -0`` for an op that changed tracked files, else ``""``."""
+    if not any(files.get(kind) for kind in FILE_KINDS):
+        return ""
+    return (f"{label}+{len(files.get('added', []))} ~{len(files.get('changed', []))} "
+            f"-{len(files.get('deleted', []))}")
+
+
 @dataclass(kw_only=True)
 class Diff:
     a: str
@@ -146,16 +172,21 @@ class Diff:
     added: dict[str, dict[str, Any]]
     deleted: dict[str, dict[str, Any]]
     changed: dict[str, tuple[dict[str, Any], dict[str, Any]]]
+    files: list[FileChange] = field(default_factory=list)
+    """The tracked files that differ, with sizes and text diffs (``kernos.files.reading``)."""
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.deleted or self.changed)
+        return not (self.added or self.deleted or self.changed or self.files)
 
 
 def diff(workspace: Workspace, ref_a: str, ref_b: str = "HEAD") -> Diff:
-    """Which names differ between two snapshots, with their summaries."""
+    """Which names and tracked files differ between two snapshots, with their summaries
+    (and, for small text files, a text diff)."""
     a = read_snapshot(workspace, workspace.resolve(ref_a))
     b = read_snapshot(workspace, workspace.resolve(ref_b))
+    files = compare(workspace, snapshot_files(workspace, a.files_tree),
+                    snapshot_files(workspace, b.files_tree))
     names_a = a.manifest.get("names", {})
     names_b = b.manifest.get("names", {})
     return Diff(
@@ -165,6 +196,7 @@ def diff(workspace: Workspace, ref_a: str, ref_b: str = "HEAD") -> Diff:
         deleted={n: names_a[n] for n in sorted(names_a.keys() - names_b.keys())},
         changed={n: (names_a[n], names_b[n]) for n in sorted(names_a.keys() & names_b.keys())
                  if names_a[n]["hash"] != names_b[n]["hash"]},
+        files=files,
     )
 
 
@@ -175,7 +207,7 @@ def format_diff(result: Diff, ref_a: str = "", ref_b: str = "", *,
     title = f"diff {ref_a or result.a[:12]} ({result.a[:12]}) -> {ref_b or result.b[:12]} " \
             f"({result.b[:12]})"
     if result.empty:
-        return title + "\n  no names differ"
+        return title + "\n  no names differ; no tracked file differs"
     rows = [("", "name", "type", "value")]
     for name, meta in result.added.items():
         rows.append(("+", name, meta["type"], meta["summary"]))
@@ -191,10 +223,38 @@ def format_diff(result: Diff, ref_a: str = "", ref_b: str = "", *,
     lines = [title]
     if len(rows) > 1:
         lines.append(format_table(rows, indent="  "))
+    elif not hidden:
+        lines.append("  no names differ")
     if hidden:
         lines.append(f"  (also {internal_note(hidden)}; --internal shows "
                      f"{'it' if len(hidden) == 1 else 'them'})")
+    if result.files:
+        lines.append("files:")
+        lines += format_files(result.files)
     return "\n".join(lines)
+
+
+def format_files(changes: list[FileChange], indent: str = "    ") -> list[str]:
+    """Tracked file changes, one line each (``+ out.csv  (120 B)``), each followed by its
+    text diff, indented, or what stands in for one (binary, too large)."""
+    lines: list[str] = []
+    for change in changes:
+        mark = {"added": "+", "changed": "~", "deleted": "-"}[change.change]
+        if change.change == "added":
+            size = _size_or_unknown(change.after)
+        elif change.change == "deleted":
+            size = f"was {_size_or_unknown(change.before)}"
+        else:
+            size = f"{_size_or_unknown(change.before)} -> {_size_or_unknown(change.after)}"
+        lines.append(f"{indent}{mark} {change.path}  ({size})"
+                     + (f"  {change.note}" if change.note else ""))
+        if change.diff:
+            lines += [indent + "    " + line for line in change.diff.splitlines()]
+    return lines
+
+
+def _size_or_unknown(size: int | None) -> str:
+    return "?" if size is None else human_size(size)
 
 
 def internal_note(names: list[str]) -> str:
@@ -270,7 +330,8 @@ def _fields(summary: str) -> tuple[str, dict[str, str]] | None:
 
 
 def show(workspace: Workspace, ref: str = "HEAD") -> dict[str, Any]:
-    """One snapshot: its op, its source, its names and what it could not persist."""
+    """One snapshot: its op, its source, its names, what it could not persist, and the
+    tracked files it changed (``files``: :class:`FileChange`, against its parent)."""
     snapshot = read_snapshot(workspace, workspace.resolve(ref), with_source=True)
     return {
         "commit": snapshot.commit.hex(),
@@ -278,7 +339,21 @@ def show(workspace: Workspace, ref: str = "HEAD") -> dict[str, Any]:
         "manifest": snapshot.manifest,
         "source": snapshot.source,
         "unpersisted": _unpersisted(workspace, snapshot.group_trees),
+        "files": op_files(workspace, snapshot),
     }
+
+
+def op_files(workspace: Workspace, snapshot: Snapshot) -> list[FileChange]:
+    """The tracked files a snapshot's op changed (its manifest's ``"files"``), compared
+    with the snapshot's parent."""
+    listed = snapshot.manifest.get("files") or {}
+    if not any(listed.get(kind) for kind in FILE_KINDS):
+        return []
+    parents = snapshot.data.parents
+    older = snapshot_files(workspace, read_snapshot(workspace, parents[0]).files_tree
+                           if parents else None)
+    return compare(workspace, older, snapshot_files(workspace, snapshot.files_tree),
+                   listed={kind: listed.get(kind, []) for kind in FILE_KINDS})
 
 
 def _unpersisted(workspace: Workspace, groups: dict[str, bytes]) -> list[dict[str, Any]]:
@@ -316,6 +391,10 @@ def format_show(shown: dict[str, Any]) -> str:
         lines.append("not persisted (a restore puts a placeholder here):")
         for info in shown["unpersisted"]:
             lines.append(f"    {info['path']}: {info['type_name']}: {info['reason']}")
+    files = shown.get("files") or []
+    if files:
+        lines.append(f"files ({file_counts(manifest.get('files', {}), label='')}):")
+        lines += format_files(files)
     return "\n".join(lines)
 
 

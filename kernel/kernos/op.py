@@ -237,6 +237,9 @@ class Op:
         """Grant id -> capability, for every grant the op's principals used."""
         self.denied: list[dict[str, Any]] = []
         """Capabilities that were refused (bounded by the runtime)."""
+        self.file_access: list[dict[str, Any]] = []
+        """Files principals read, wrote, listed or were refused (kernos.agents.files), for
+        its audit record."""
         self.environ: list[list[str | None]] = []
         """Environment variables its own code read: [name, SHA-256 of the value or None]."""
         self.clock: list[int] = []

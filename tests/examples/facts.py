@@ -181,6 +181,39 @@ def long_lived_agent(run: Run) -> None:
         run.cell("recall").text
 
 
+def files(run: Run) -> None:
+    morning = "['figures/readings.png', 'results/readings.csv']"
+    csv_before = "day,depth\nmon,12.1\ntue,12.4\nwed,11.9\n"
+    assert run.cell("analysis").text.strip() == morning
+    shown = run.cell("show-analysis").text
+    assert "+ results/readings.csv" in shown and "+day,depth" in shown, shown
+    assert re.search(r"\+ figures/readings\.png .*binary", shown), shown
+    wrong = run.cell("goes-wrong")
+    assert wrong.kernos == "rolled back" and wrong.error["ename"] == "ValueError"
+    assert "results/draft.csv (removed)" in wrong.text, wrong.text
+    assert run.cell("no-stray-file").text == morning + "\n" + csv_before, \
+        "the failed cell left a file behind, or its change to the CSV"
+    thursday = run.cell("show-thursday").text
+    assert "~ results/readings.csv" in thursday and "+thu,12.0" in thursday, thursday
+    assert run.cell("agent-writes").kernos == "committed"
+    assert run.cell("agent-writes").text == "['reports/summary.md']\n"
+    denied = run.cell("agent-denied")
+    assert denied.kernos == "rolled back" and denied.error["ename"] == "OpVetoed", denied.text
+    assert "'file:write:results/readings.csv'" in denied.text, denied.text
+    after = run.cell("after-denial").text
+    assert after.startswith("['figures/readings.png', 'reports/summary.md', "
+                            "'results/readings.csv']\n"), "the vetoed op left reports/notes.md"
+    assert "4 readings, mean 12.1 m" in after, after
+    log = run.cell("log").text
+    assert re.search(r"^9 .*reporter\s+files: \+1 ~0 -0", log, re.M), log
+    assert re.search(r"^6 .*files: \+0 ~2 -0", log, re.M), log
+    assert run.cell("after-checkout").text == morning + "\n" + csv_before, \
+        "checking out the morning's snapshot did not bring back its files"
+    assert run.cell("back").text == (
+        "['figures/readings.png', 'reports/summary.md', 'results/readings.csv']\n"
+        + csv_before + "thu,12.0\n")
+
+
 CHECKS: dict[str, Callable[[Run], None]] = {
     "01-researchers-day.ipynb": researchers_day,
     "02-two-agents.ipynb": two_agents,
@@ -188,6 +221,7 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "04-audit.ipynb": audit,
     "05-harness.ipynb": harness,
     "06-long-lived-agent.ipynb": long_lived_agent,
+    "07-files.ipynb": files,
 }
 
 

@@ -55,7 +55,9 @@ agents.register_tool("reset_ledger", reset_ledger, effect="image",
 """
 BUILTINS = {"kernos-op", "kernos-objects", "kernos-object", "kernos-log", "kernos-show",
             "kernos-diff", "kernos-checkout", "kernos-events", "kernos-recall",
-            "kernos-remember", "kernos-loop"}
+            "kernos-remember", "kernos-loop", "kernos-files-read", "kernos-files-list",
+            "kernos-files-exists", "kernos-files-write", "kernos-files-append",
+            "kernos-files-delete"}
 HUMAN_ONLY = {"kernos-show", "kernos-diff", "kernos-checkout"}
 
 

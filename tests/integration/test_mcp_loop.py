@@ -9,38 +9,25 @@ loop, as the harness ``loop`` action allows).
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, stdio_client
 
 from kernos.client import run_kernel
+from mcp_support import ENV, server, text
 
 pytestmark = pytest.mark.kernel
 
 TIMEOUT = 120
-ENV = {"KERNOS_DURABILITY": "process"}
 STEP = "print('bob says', loop_state()['iteration'])"
-
-
-def _text(result: Any) -> str:
-    return "\n".join(block.text for block in result.content if block.type == "text")
-
-
-def _server(workspace: Path, principal: str) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kernos.mcp", "--workspace", str(workspace), "--principal", principal],
-        env={**os.environ, **ENV})
 
 
 async def _call(session: ClientSession, arguments: dict[str, Any], *,
                 error: bool = False) -> Any:
     result = await session.call_tool("kernos-loop", arguments)
-    assert result.is_error is error, _text(result)
+    assert result.is_error is error, text(result)
     return result
 
 
@@ -53,7 +40,7 @@ async def _as_human(session: ClientSession, kernel: Any) -> None:
     started = await _call(session, {"do": "start", "agent": "bob", "step": STEP,
                                     "max_iterations": 2})
     assert started.structured_content["loop"]["status"] == "running"
-    assert "bob: running at iteration 0" in _text(started)
+    assert "bob: running at iteration 0" in text(started)
     while True:   # the kernel's driver turns it; the test's TIMEOUT bounds the wait
         status = await _call(session, {"do": "status", "agent": "bob"})
         [bob] = status.structured_content["loops"]
@@ -61,7 +48,7 @@ async def _as_human(session: ClientSession, kernel: Any) -> None:
             break
         await asyncio.sleep(0.05)
     assert bob["output"]["text"] == "bob says 1\n" and bob["output"]["op"] == bob["last_op"]
-    assert "last output (op" in _text(status) and "    bob says 1" in _text(status)
+    assert "last output (op" in text(status) and "    bob says 1" in text(status)
 
     # Bad calls are refused before anything is sent, and say why.
     for arguments, fragment in (({"do": "pause"}, "needs 'agent'"),
@@ -70,7 +57,7 @@ async def _as_human(session: ClientSession, kernel: Any) -> None:
                                  "do not go with"),
                                 ({"do": "jump", "agent": "bob"}, "'do'")):
         refused = await _call(session, arguments, error=True)
-        assert fragment in _text(refused), _text(refused)
+        assert fragment in text(refused), text(refused)
 
     again = await _call(session, {"do": "start", "agent": "bob", "step": STEP,
                                   "every_ms": 3_600_000})
@@ -95,7 +82,7 @@ async def _as_bob(session: ClientSession, kernel: Any) -> None:
             ({"do": "start", "agent": "bob", "step": "x = 1"},
              "only the human may start a loop")):
         refused = await _call(session, arguments, error=True)
-        assert fragment in _text(refused), _text(refused)
+        assert fragment in text(refused), text(refused)
         assert refused.structured_content["error"]["kind"] == "denied"
     assert (await kernel.log(limit=1))[0]["op"] == head   # nothing committed
     assert (await kernel.request("loop", do="status", agent="bob"))["loops"][0][
@@ -113,11 +100,11 @@ def test_loops_through_mcp_as_the_human_and_as_an_agent(tmp_path: Path) -> None:
                                          every_ms=3_600_000)
             assert carol["loop"]["status"] == "running"
             await kernel.request("loop", do="pause", agent="carol")
-            async with stdio_client(_server(workspace, "human")) as (read, write), \
+            async with stdio_client(server(workspace, "human")) as (read, write), \
                     ClientSession(read, write) as session:
                 await session.initialize()
                 await _as_human(session, kernel)
-            async with stdio_client(_server(workspace, "bob")) as (read, write), \
+            async with stdio_client(server(workspace, "bob")) as (read, write), \
                     ClientSession(read, write) as session:
                 await session.initialize()
                 await _as_bob(session, kernel)

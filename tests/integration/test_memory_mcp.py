@@ -9,31 +9,17 @@ an agent without ``memory:read`` is refused (``denied``) with nothing run.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, stdio_client
 
 from kernos.client import run_kernel
+from mcp_support import ENV, server, text
 
 pytestmark = pytest.mark.kernel
 
 TIMEOUT = 120
-ENV = {"KERNOS_DURABILITY": "process"}
-
-
-def _server(workspace: Path, principal: str) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kernos.mcp", "--workspace", str(workspace), "--principal", principal],
-        env={**os.environ, **ENV})
-
-
-def _text(result: Any) -> str:
-    return "\n".join(block.text for block in result.content if block.type == "text")
 
 
 def test_recall_and_remember_over_mcp_as_the_servers_principal(tmp_path: Path) -> None:
@@ -51,7 +37,7 @@ def test_recall_and_remember_over_mcp_as_the_servers_principal(tmp_path: Path) -
             await kernel.grant("bob", "memory:read")
             await kernel.remember("echidna fact of bob", principal="bob")
 
-            async with stdio_client(_server(workspace, "alice")) as (read, write), \
+            async with stdio_client(server(workspace, "alice")) as (read, write), \
                     ClientSession(read, write) as session:
                 await session.initialize()
                 tools = {tool.name: tool for tool in (await session.list_tools()).tools}
@@ -60,10 +46,10 @@ def test_recall_and_remember_over_mcp_as_the_servers_principal(tmp_path: Path) -
                            for tool in tools.values())
                 stored = await session.call_tool("kernos-remember",
                                                  {"fact": "echidna lays eggs", "tags": ["zoo"]})
-                assert not stored.is_error, _text(stored)
+                assert not stored.is_error, text(stored)
                 assert stored.structured_content["fact"]["text"] == "echidna lays eggs"
                 found = await session.call_tool("kernos-recall", {"query": "echidna", "k": 50})
-                assert not found.is_error, _text(found)
+                assert not found.is_error, text(found)
                 memories = found.structured_content["memories"]
                 seen = {(m["kind"], m["principal"], m.get("name")) for m in memories}
                 assert ("semantic", "alice", "1") in seen
@@ -71,16 +57,16 @@ def test_recall_and_remember_over_mcp_as_the_servers_principal(tmp_path: Path) -
                 assert {principal for _, principal, _ in seen} == {"alice", "human"}, seen
                 assert "secret" not in str(memories) and "bob" not in str(memories)
                 bad = await session.call_tool("kernos-recall", {"query": "x", "k": 10**6})
-                assert bad.is_error and "k" in _text(bad)
+                assert bad.is_error and "k" in text(bad)
 
-            async with stdio_client(_server(workspace, "carol")) as (read, write), \
+            async with stdio_client(server(workspace, "carol")) as (read, write), \
                     ClientSession(read, write) as session:
                 await session.initialize()
                 head = (await kernel.log(limit=1))[0]["op"]
                 refused = await session.call_tool("kernos-recall", {"query": "echidna"})
-                assert refused.is_error and "memory:read" in _text(refused), _text(refused)
+                assert refused.is_error and "memory:read" in text(refused), text(refused)
                 refused = await session.call_tool("kernos-remember", {"fact": "carol was here"})
-                assert refused.is_error and "memory:write" in _text(refused), _text(refused)
+                assert refused.is_error and "memory:write" in text(refused), text(refused)
                 assert (await kernel.log(limit=1))[0]["op"] == head  # nothing committed
             # The human's own recall does not see alice's facts either (they are hers).
             assert not [m for m in await kernel.recall("echidna lays eggs", k=50)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from cli_support import kernos, ok
 from remote_support import signers_of, trust_flags
 
 if TYPE_CHECKING:
@@ -33,17 +33,6 @@ if TYPE_CHECKING:
 DIGESTS = ("import hashlib, pickle\n"
            "print(repr({n: hashlib.sha256(pickle.dumps(v)).hexdigest() for n, v in "
            "sorted(globals().items()) if n in ('x', 'table', 'grid', 'point_sum')}))")
-
-
-def kernos(*args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("kernos")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "kernos.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=300)
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
-    return result.stdout
 
 
 def remote_ref(url: Path, ref: str = "refs/heads/main") -> str | None:

@@ -6,8 +6,8 @@
 import { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { h } from '../dom';
-import { ISnapshot } from '../tokens';
+import { formatBytes, h } from '../dom';
+import { IFileChange, ISnapshot } from '../tokens';
 
 /** An op that wrote no snapshot, in words: `read-only`, or `rolled back (failed)`. */
 export function outcomeLabel(outcome: string | undefined): string {
@@ -86,6 +86,13 @@ export function changeParts(entry: ISnapshot): HTMLElement[] {
   if (deleted) {
     parts.push(h('span', { className: 'kernos-change-deleted', text: `−${deleted}` }));
   }
+  const files = fileCounts(entry);
+  if (files) {
+    parts.push(h('span', {
+      className: 'kernos-change-files', testid: 'kernos-change-files', text: files,
+      title: fileNames(entry)
+    }));
+  }
   if (!parts.length) {
     // A grant, an agent added, a draw from random: only the image's own names changed.
     parts.push(h('span', { className: 'kernos-change-none', text: 'internal' }));
@@ -112,4 +119,106 @@ export function changeNames(entry: ISnapshot): string {
 /** The names a person bound: the image's own (`kernos:...`) left out. */
 function userNames(names: string[] | undefined): string[] {
   return (names ?? []).filter(name => !name.startsWith('kernos:'));
+}
+
+/** How many files of each kind: `[+, ~, −]`, in that order. */
+const FILE_KINDS: [string, string][] = [['added', '+'], ['changed', '~'], ['deleted', '−']];
+
+/** `files +2 ~1` for a row whose op changed tracked files, else ''. */
+export function fileCounts(entry: ISnapshot): string {
+  const said = FILE_KINDS.map(([kind, sign]) => {
+    const count = (entry.files as Record<string, string[] | undefined> | undefined)?.[kind]?.length ?? 0;
+    return count ? `${sign}${count}` : '';
+  }).filter(Boolean);
+  return said.length ? `files ${said.join(' ')}` : '';
+}
+
+/** `+ out.csv, ~ plots/a.png` (the row's tooltip). */
+function fileNames(entry: ISnapshot): string {
+  const said: string[] = [];
+  for (const [kind, sign] of FILE_KINDS) {
+    for (const path of (entry.files as Record<string, string[] | undefined> | undefined)?.[kind] ?? []) {
+      said.push(`${sign} ${path}`);
+    }
+  }
+  return said.slice(0, 20).join('\n') + (said.length > 20 ? `\n… and ${said.length - 20} more` : '');
+}
+
+/** How many file lines an expanded row shows before folding the rest. */
+export const FILES_SHOWN = 8;
+
+/** `out.csv` and `plots/2026` for `plots/2026/out.csv` (`KEY:dir` in another tracked directory). */
+function splitPath(path: string): [string, string] {
+  const cut = Math.max(path.lastIndexOf('/'), path.indexOf(':'));
+  return cut < 0 ? [path, ''] : [path.slice(cut + 1), path.slice(0, cut)];
+}
+
+/**
+ * The expanded row's list of the files the op changed, one line each: sign, the
+ * file's name then its directory (dimmed, cut with an ellipsis at narrow widths;
+ * the whole path is the tooltip), and later its size and a `diff` toggle
+ * (`annotateFiles`). The first FILES_SHOWN are shown, the rest folded under
+ * `N more files`.
+ */
+export function fileList(entry: ISnapshot): HTMLElement | null {
+  const items: HTMLElement[] = [];
+  for (const [kind, sign] of FILE_KINDS) {
+    const paths = [...((entry.files as Record<string, string[] | undefined> | undefined)?.[kind] ?? [])].sort();
+    for (const path of paths) {
+      const [name, directory] = splitPath(path);
+      items.push(h('li', { className: `kernos-file kernos-file-${kind}`,
+                           attrs: { 'data-path': path, 'data-change': kind } },
+        h('span', { className: 'kernos-diff-sign', text: sign }),
+        h('span', { className: 'kernos-file-path', title: `${kind}: ${path}` },
+          h('span', { className: 'kernos-file-name', text: name }),
+          ...(directory ? [h('span', { className: 'kernos-file-dir', text: ` ${directory}` })] : []))));
+    }
+  }
+  if (!items.length) {
+    return null;
+  }
+  const list = h('ul', { className: 'kernos-file-list' }, ...items.slice(0, FILES_SHOWN));
+  const node = h('div', { className: 'kernos-op-files', testid: 'kernos-op-files' },
+    h('div', { className: 'kernos-op-files-title', text: fileCounts(entry) }), list);
+  const rest = items.slice(FILES_SHOWN);
+  if (rest.length) {
+    const more = h('details', { className: 'kernos-file-more' },
+      h('summary', { text: `${rest.length} more file${rest.length === 1 ? '' : 's'}` }),
+      h('ul', { className: 'kernos-file-list' }, ...rest));
+    more.addEventListener('click', event => event.stopPropagation());
+    node.append(more);
+  }
+  return node;
+}
+
+/** Add each file's size and, for a small text file, a `diff` toggle, from `show`. */
+export function annotateFiles(node: HTMLElement, changes: IFileChange[]): void {
+  const byPath = new Map(changes.map(change => [change.path, change]));
+  for (const item of node.querySelectorAll<HTMLElement>('li.kernos-file')) {
+    const change = byPath.get(item.dataset.path ?? '');
+    if (!change || item.querySelector('.kernos-file-size')) {
+      continue;
+    }
+    const size = change.change === 'added' ? formatBytes(change.after)
+      : change.change === 'deleted' ? `was ${formatBytes(change.before)}`
+        : `${formatBytes(change.before)} → ${formatBytes(change.after)}`;
+    item.append(h('span', { className: 'kernos-file-size', text: size,
+                            title: change.note ?? (change.diff ? '' : 'no text diff') }));
+    if (change.diff) {
+      const text = h('pre', { className: 'kernos-code kernos-file-diff', text: change.diff });
+      text.hidden = true;
+      const toggle = h('button', {
+        className: 'kernos-file-diff-toggle', text: 'diff', title: `Show the diff of ${change.path}`,
+        attrs: { type: 'button', 'aria-expanded': 'false' }
+      });
+      toggle.addEventListener('click', event => {
+        event.stopPropagation();
+        text.hidden = !text.hidden;
+        toggle.setAttribute('aria-expanded', String(!text.hidden));
+      });
+      item.append(toggle, text);
+    } else if (change.note) {
+      item.append(h('span', { className: 'kernos-file-note', text: change.note }));
+    }
+  }
 }

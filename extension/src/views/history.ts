@@ -9,7 +9,9 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 
 import { clear, describeError, formatBytes, formatTime, h, shortCommit, text } from '../dom';
 import { IDiff, IDiffEntry, IShown, ISnapshot, IView, MAX_SNAPSHOTS, Requester } from '../tokens';
-import { changeNames, changeParts, ForkBody, IForked, outcomeLabel, WidgetBody } from './history-parts';
+import {
+  annotateFiles, changeNames, changeParts, fileList, ForkBody, IForked, outcomeLabel, WidgetBody
+} from './history-parts';
 
 const HEADERS = ['', 'Op', 'What'];
 
@@ -264,8 +266,12 @@ export class HistoryView implements IView {
     if (names) {
       body.append(h('div', { className: 'kernos-detail-names', testid: 'kernos-op-names', text: names }));
     }
+    const files = snapshot ? fileList(entry) : null;
+    if (files) {
+      body.append(files);
+    }
     body.append(code);
-    void this._loadCode(snapshot ? entry.commit : `@${text(entry.op, '')}`, code);
+    void this._loadCode(snapshot ? entry.commit : `@${text(entry.op, '')}`, code, files);
     if (snapshot) {
       const checkout = h('button', {
         className: 'kernos-button kernos-checkout', testid: 'kernos-checkout', text: 'Check out',
@@ -288,23 +294,25 @@ export class HistoryView implements IView {
     return h('tr', { className: 'kernos-history-detail', attrs: { 'data-detail-op': text(entry.op, '') } }, body);
   }
 
-  /** `ref`'s code into `into`: a commit, or `@N` for an op that wrote no snapshot. */
-  private async _loadCode(ref: string, into: HTMLElement): Promise<void> {
-    const known = this._code.get(ref);
-    if (known !== undefined) {
-      into.textContent = known;
-      return;
-    }
-    try {
-      const shown = await this._request<IShown>('show', { ref });
-      const code = shown.code ? shown.code : '(no code shown: an op the runtime ran, or sealed code)';
-      this._code.set(ref, code);
+  /** `ref`'s code into `into` (and its files' sizes and diffs into `files`): a commit,
+   * or `@N` for an op that wrote no snapshot. */
+  private async _loadCode(ref: string, into: HTMLElement, files: HTMLElement | null = null): Promise<void> {
+    let shown = this._code.get(ref);
+    if (shown === undefined) {
+      try {
+        shown = await this._request<IShown>('show', { ref });
+      } catch (error) {
+        into.textContent = `Could not read the code: ${describeError(error)}`;
+        return;
+      }
+      this._code.set(ref, shown);
       while (this._code.size > CODE_CACHE) {
         this._code.delete(this._code.keys().next().value as string);
       }
-      into.textContent = code;
-    } catch (error) {
-      into.textContent = `Could not read the code: ${describeError(error)}`;
+    }
+    into.textContent = shown.code ? shown.code : '(no code shown: an op the runtime ran, or sealed code)';
+    if (files && shown.files) {
+      annotateFiles(files, shown.files);
     }
   }
 
@@ -390,8 +398,22 @@ export class HistoryView implements IView {
     }
     const internal = [...diff.added, ...diff.changed, ...diff.deleted].length -
       list.childElementCount;
+    const files = diff.files ?? [];
     if (!list.childElementCount) {
-      list.append(h('li', { className: 'kernos-empty', text: 'No differences in your names.' }));
+      list.append(h('li', { className: 'kernos-empty',
+                            text: files.length ? 'No differences in your names; files:' : 'No differences in your names or files.' }));
+    }
+    const signs: Record<string, string> = { added: '+', changed: '~', deleted: '−' };
+    for (const change of files) {
+      const size = change.change === 'added' ? formatBytes(change.after)
+        : change.change === 'deleted' ? `was ${formatBytes(change.before)}`
+          : `${formatBytes(change.before)} → ${formatBytes(change.after)}`;
+      list.append(h('li', { className: `kernos-diff-${change.change} kernos-diff-file`,
+                            attrs: { 'data-path': change.path, 'data-change': change.change },
+                            title: change.diff ?? change.note ?? '' },
+        h('span', { className: 'kernos-diff-sign', text: signs[change.change] ?? '?' }),
+        h('span', { className: 'kernos-diff-name kernos-file-path', text: change.path }),
+        h('span', { className: 'kernos-diff-detail', text: `file · ${size}` })));
     }
     if (internal) {
       list.append(h('li', {
@@ -494,7 +516,7 @@ export class HistoryView implements IView {
   private _order = new Map<string, number>();
   private _opOf = new Map<string, number | null>();
   private _expanded: number | null = null;
-  private _code = new Map<string, string>();
+  private _code = new Map<string, IShown>();
   private _generation = 0;
   private _diffGeneration = 0;
 }

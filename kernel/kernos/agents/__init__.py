@@ -17,6 +17,8 @@ The core of it (no Jupyter here):
   know the runtime only through that interface;
 * ``runtime``: :class:`AgentRuntime`, which composes them and runs all of it
   inside the image's ops;
+* ``files`` and ``globs``: :class:`FileAccess`, a principal's file operations
+  under its ``file:`` grants (agent code's ``files``, the harness's, MCP's);
 * ``loop``: an agent's loop in the image, one op per iteration;
 * ``human``: :class:`Agents`, the human's Python API (``agents`` in a
   notebook).
@@ -25,10 +27,11 @@ The core of it (no Jupyter here):
 from kernos.agents import api as _api  # noqa: F401 - fills the agent builtins
 from kernos.agents import loop as _loop  # noqa: F401 - and the loop builtins
 from kernos.agents.capabilities import Grant
+from kernos.agents.files import FileAccess, FileLimitExceeded
 from kernos.agents.human import Agents
 from kernos.agents.limits import Limits
 from kernos.agents.registry import HUMAN, Registry, ToolVersion
 from kernos.agents.runtime import AgentRuntime, RunResult
 
-__all__ = ["HUMAN", "AgentRuntime", "Agents", "Grant", "Limits", "Registry", "RunResult",
-           "ToolVersion"]
+__all__ = ["HUMAN", "AgentRuntime", "Agents", "FileAccess", "FileLimitExceeded", "Grant",
+           "Limits", "Registry", "RunResult", "ToolVersion"]

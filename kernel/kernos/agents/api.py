@@ -33,7 +33,24 @@ code never holds the runtime, a grant or the image: only these functions.
                                               the image with this op
 ``context(max_tokens, query=None)``           the most relevant memories within
                                               ``max_tokens`` (``memory:read``)
+``files.read(path, binary=False)``            a file's text (or bytes), path
+                                              relative to the files root
+                                              (``file:read:GLOB``)
+``files.write(path, data)``                   make a file hold str or bytes
+                                              (``file:write:GLOB``); returns
+                                              the bytes written
+``files.append(path, data)``                  add to a file (``file:write``)
+``files.list(prefix="")``                     the files under ``prefix`` you
+                                              may read, sorted
+``files.delete(path)``                        remove a file (``file:write``)
+``files.exists(path)``                        whether a file is there
+                                              (``file:read``)
 ============================================  ===============================
+
+``files`` needs no grant under ``agents/NAME/`` (NAME your principal name);
+links, devices, FIFOs, ``..`` and absolute paths are refused, and each op has
+file limits (kernos.agents.files).  Like memory, it refuses to run inside a
+tool another agent wrote (it would act for the caller).
 
 Every refusal vetoes the op: whatever Kernos error one of these calls raises
 (a denial, a malformed request, a bad spawn name, a tool definition or an LLM
@@ -48,7 +65,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kernos.agents import context
-from kernos.agents.guards import AGENT_BUILTINS
+from kernos.agents.files import FileAccess
+from kernos.agents.guards import AGENT_BUILTINS, MODULES, ModuleView
 from kernos.errors import KernosError
 
 __all__ = ["install", "refusals_veto"]
@@ -144,6 +162,36 @@ def memory_context(max_tokens: object, query: object = None) -> str:
 memory_context.__name__ = "context"
 
 
+def _files() -> FileAccess:
+    ctx = context.current()
+    ctx.runtime.on_own_behalf(ctx, "use files")
+    return FileAccess(ctx.runtime, ctx.principal, ctx.op)
+
+
+def files_read(path: object, binary: bool = False) -> str | bytes:
+    return _files().read(path, binary=binary)
+
+
+def files_write(path: object, data: object) -> int:
+    return _files().write(path, data)
+
+
+def files_append(path: object, data: object) -> int:
+    return _files().append(path, data)
+
+
+def files_list(prefix: object = "") -> list[str]:
+    return _files().list(prefix)
+
+
+def files_delete(path: object) -> None:
+    _files().delete(path)
+
+
+def files_exists(path: object) -> bool:
+    return _files().exists(path)
+
+
 def refusals_veto(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function``, whose Kernos errors veto the running op before they reach the agent."""
     def refusing(*args: Any, **kwargs: Any) -> Any:
@@ -163,8 +211,16 @@ CALLS = {function.__name__: refusals_veto(function) for function in (
     emit, subscribe, unsubscribe, llm, recall, remember, memory_context)}
 
 
+FILES = ModuleView("files", {
+    function.__name__.removeprefix("files_"): refusals_veto(function) for function in (
+        files_read, files_write, files_append, files_list, files_delete, files_exists)})
+"""Agent code's ``files``: a view whose members act as the running principal."""
+
+
 def install() -> None:
     AGENT_BUILTINS.update(CALLS)
+    MODULES["files"] = FILES  # so a value holding it pickles (ModuleView.__reduce__)
+    AGENT_BUILTINS["files"] = FILES
 
 
 install()

@@ -17,6 +17,13 @@ A capability is written ``KIND:TARGET``:
 ``memory:read``    recall from its own memory (``kernos.memory``): its ops, its
                    facts, its names, and the names its ``read:`` grants cover
 ``memory:write``   store facts in its memory (``remember``)
+``file:read:GLOB``   read, list and test for the files GLOB matches, relative
+                   to the files root (``file:read:data/**``); globs are
+                   :mod:`kernos.agents.globs`' (``*`` stays within a
+                   component, ``**`` crosses them)
+``file:write:GLOB``  write, append to and delete those files, and read them
+                   (as ``write:NAME`` implies ``read:NAME``).  An agent's own
+                   ``agents/NAME/`` subtree needs no grant (kernos.agents.files)
 =================  ==========================================================
 
 A :class:`Grant` lives in the runtime's registry, never in agent code: an
@@ -40,12 +47,15 @@ import re
 from dataclasses import dataclass, field
 
 from kernos import amounts
+from kernos.agents.globs import check_glob, glob_matches
 from kernos.errors import InvalidGrant
 
-__all__ = ["KINDS", "MAX_AMOUNT", "Grant", "amount", "parse_capability"]
+__all__ = ["FILE_KINDS", "KINDS", "MAX_AMOUNT", "Grant", "amount", "parse_capability"]
 
 KINDS = frozenset({"call", "read", "write", "spend", "llm", "agents", "emit", "subscribe",
-                   "memory"})
+                   "memory", "file"})
+FILE_KINDS = frozenset({"file:read", "file:write"})
+"""The kinds of file grants, whose target is a glob (``file:read:reports/*``)."""
 EVENT_KINDS = frozenset({"emit", "subscribe"})
 LIMITED_KINDS = frozenset({"spend", "llm"})
 MAX_AMOUNT = decimal.Decimal(10) ** 15
@@ -90,6 +100,13 @@ def parse_capability(capability: object) -> tuple[str, str]:
         raise InvalidGrant(
             f"{capability[:80]!r} is not a capability; write KIND:TARGET with KIND one of "
             f"{', '.join(sorted(KINDS))} (for example 'call:search' or 'spend:USD')")
+    if kind == "file":
+        access, sep, glob = target.partition(":")
+        if not sep or access not in ("read", "write"):
+            raise InvalidGrant(f"{capability[:80]!r}: the file capabilities are "
+                               "'file:read:GLOB' and 'file:write:GLOB' (like "
+                               "'file:write:reports/*')")
+        return f"file:{access}", check_glob(glob)
     if kind in EVENT_KINDS:
         from kernos.audit.topics import compile_pattern
         from kernos.errors import EventError
@@ -120,7 +137,8 @@ class Grant:
     principal: str
     """Who holds it."""
     kind: str
-    """``call``, ``read``, ``write``, ``spend``, ``llm`` or ``agents``."""
+    """``call``, ``read``, ``write``, ``spend``, ``llm``, ``agents``, ``emit``,
+    ``subscribe``, ``memory``, ``file:read`` or ``file:write``."""
     target: str
     """The tool, name, unit or model it is about."""
     limit: decimal.Decimal | None = None
@@ -155,6 +173,9 @@ class Grant:
             from kernos.audit.topics import compile_pattern, covers
 
             return covers(compile_pattern(self.target), compile_pattern(target))
+        if self.kind in FILE_KINDS:  # target: a file's path relative to the files root
+            return (kind == self.kind or (self.kind, kind) == ("file:write", "file:read")) \
+                and glob_matches(self.target, target)
         if self.kind == kind or (self.kind == "write" and kind == "read"):
             return self.target in (target, "*")
         return False

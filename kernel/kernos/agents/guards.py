@@ -108,6 +108,7 @@ EXCEPTIONS: dict[str, type[BaseException]] = {
         Exception, ArithmeticError, AssertionError, AttributeError, IndexError, KeyError,
         LookupError, NotImplementedError, OverflowError, RuntimeError, StopIteration,
         TypeError, ValueError, ZeroDivisionError, BoundaryError, CapabilityDenied,
+        FileNotFoundError,
     )
 }
 """Exceptions agent code may raise and catch (all are ``Exception`` subclasses)."""

@@ -96,6 +96,12 @@ class Limits:
     """LLM tokens (prompt and completion, every call counted) the op may use."""
     llm_micro_usd: int = 5_000_000
     """What the op's LLM calls may cost, in millionths of a USD (5_000_000 is 5 USD)."""
+    file_read_bytes: int = 16 * 2**20
+    """Size of one file the op reads (``files.read``, see kernos.agents.files)."""
+    file_write_bytes: int = 64 * 2**20
+    """Bytes the op writes and appends to files, all together."""
+    file_writes: int = 100
+    """Distinct files the op writes, appends to or deletes."""
 
     def with_overrides(self, overrides: dict[str, Any]) -> Limits:
         known = {field.name for field in fields(self)}

@@ -22,7 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernos.agents.capabilities import LIMITED_KINDS, Grant, amount, parse_capability
+from kernos.agents.capabilities import (
+    FILE_KINDS,
+    LIMITED_KINDS,
+    Grant,
+    amount,
+    parse_capability,
+)
 from kernos.errors import (
     CapabilityDenied,
     InvalidGrant,
@@ -185,7 +191,8 @@ class Registry:
         if type(new_target) is not str:
             raise InvalidGrant("a target is a string")
         assert isinstance(new_target, str)
-        if parent.target != "*" and new_target != parent.target:
+        wildcard = parent.target == "*" and parent.kind not in FILE_KINDS  # a file glob '*'
+        if not wildcard and new_target != parent.target:  # covers only the top directory
             raise CapabilityDenied(holder, f"{parent.kind}:{new_target}",
                                    detail=f"grant {parent.id} covers only {parent.capability}")
         new_limit = limit

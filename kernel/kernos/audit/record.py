@@ -97,6 +97,9 @@ class AuditedOp(Protocol):
     def denied(self) -> list[dict[str, Any]]: ...
 
     @property
+    def file_access(self) -> list[dict[str, Any]]: ...
+
+    @property
     def events(self) -> Sequence[tuple[_Event, Any]]: ...
 
     @property
@@ -216,6 +219,8 @@ class AuditParticipant:
             body["llm"] = [dict(call) for call in op.llm_calls]
         if "loop" in op.facts:  # an agent's loop iteration (kernos.agents.loop)
             body["loop"] = dict(op.facts["loop"])
+        if op.file_access:  # absent otherwise, like ``key`` (kernos.agents.files)
+            body["file_access"] = [dict(access) for access in op.file_access]
         if op.recalls:  # absent otherwise, like ``key``; sealed when it holds a subject's text
             body["memory"] = [{"request": request, "answer": code_field(self.log, answer, subjects)}
                               for request, answer, subjects in op.recalls]

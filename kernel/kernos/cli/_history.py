@@ -44,6 +44,8 @@ def log(args: argparse.Namespace, path: Path) -> int:
             "principal": entry.principal, "kind": entry.kind,
             "changes": {key: list(entry.changes.get(key, []))
                         for key in ("added", "changed", "deleted")},
+            "files": {key: list(entry.files.get(key, []))
+                      for key in ("added", "changed", "deleted")},
             "message": entry.headline,
             **({"outcome": entry.outcome, "error": entry.error or None} if args.all else {}),
         } for entry in entries]
@@ -125,6 +127,7 @@ def show(args: argparse.Namespace, path: Path) -> int:
         "unpersisted": shown["unpersisted"], "note": manifest.get("note"),
         "changes": manifest.get("changes", {}),
         "tools": manifest.get("facts", {}).get("tools", {}),
+        "files": [change.to_json() for change in shown["files"]],
     })
     return Exit.OK
 
@@ -146,6 +149,7 @@ def diff(args: argparse.Namespace, path: Path) -> int:
         "added": [brief(name, meta) for name, meta in result.added.items()],
         "deleted": [brief(name, meta) for name, meta in result.deleted.items()],
         "changed": [_changed(name, old, new) for name, (old, new) in result.changed.items()],
+        "files": [change.to_json() for change in result.files],
     })
     return Exit.OK
 

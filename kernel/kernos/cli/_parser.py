@@ -118,11 +118,12 @@ def build_parser(*, with_mcp: bool = False) -> argparse.ArgumentParser:
                           "read-only), marked as such")
     log.add_argument("--internal", action="store_true",
                      help="show the image's own names (kernos:...) among the changes")
-    show = add("show", "show one snapshot: op, code, names (from disk)", "workspace", "json")
+    show = add("show", "show one snapshot: op, code, names, the files it changed (from disk)",
+               "workspace", "json")
     show.add_argument("ref", nargs="?", default="HEAD",
                       help="a commit (or prefix), HEAD, HEAD~N or @N for op N (default HEAD)")
-    diff = add("diff", "names that differ between two snapshots (from disk)", "workspace",
-               "json")
+    diff = add("diff", "names and tracked files that differ between two snapshots (from disk)",
+               "workspace", "json")
     diff.add_argument("ref_a", metavar="A", help="a commit, HEAD, HEAD~N or @N")
     diff.add_argument("ref_b", metavar="B", nargs="?", default="HEAD",
                       help="another one (default HEAD)")

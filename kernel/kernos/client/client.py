@@ -21,13 +21,15 @@ kernel process what it meant for the last one.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import queue
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
@@ -288,6 +290,77 @@ class AsyncKernosClient(KernelConnection):
                        tags: list[str] | None = None) -> dict[str, Any]:
         """Store a fact in ``principal``'s memory (an op); ``{"fact", "op", "commit"}``."""
         return await self.request("remember", fact=fact, principal=principal, tags=tags)
+
+    # -- files (kernos.harness.file_requests): each request is one op of ``principal`` -----
+
+    @overload
+    async def read_file(self, path: str, *, principal: str | None = None,
+                        binary: Literal[False] = False) -> str: ...
+
+    @overload
+    async def read_file(self, path: str, *, principal: str | None = None,
+                        binary: Literal[True]) -> bytes: ...
+
+    async def read_file(self, path: str, *, principal: str | None = None,
+                        binary: bool = False) -> str | bytes:
+        """The file at ``path`` (relative to the files root) as text, or as bytes with
+        ``binary=True`` (sent as base64); a file that is not UTF-8 text needs ``binary``.
+
+        ``principal`` needs a ``file:read:GLOB`` grant that covers ``path`` (or it is in its
+        own ``agents/NAME/``); a refusal raises :class:`RequestError` (``denied``,
+        ``invalid`` for a bad path, ``unknown_file``)."""
+        result = await self.request("files_read", path=path, principal=principal,
+                                    encoding="base64" if binary else "utf-8")
+        data = result.get("data")
+        if not isinstance(data, str):
+            raise BadReply("the kernel's 'files_read' result has no data string")
+        if not binary:
+            return data
+        try:
+            return base64.b64decode(data.encode("ascii"), validate=True)
+        except (ValueError, binascii.Error) as error:
+            raise BadReply(f"the kernel's 'files_read' data is not base64 ({error})") from None
+
+    async def write_file(self, path: str, data: str | bytes, *, principal: str | None = None,
+                         key: str | None = None) -> dict[str, Any]:
+        """Write ``data`` (text as UTF-8, or bytes) to ``path``, as one op of ``principal``
+        (a ``file:write:GLOB`` grant); ``{"path", "bytes", "files", "op", "commit"}``.
+        ``key`` makes it idempotent, as for :meth:`op`."""
+        return await self._put_file("files_write", path, data, principal, key)
+
+    async def append_file(self, path: str, data: str | bytes, *, principal: str | None = None,
+                          key: str | None = None) -> dict[str, Any]:
+        """Append ``data`` to ``path`` (made if missing), as one op; see :meth:`write_file`."""
+        return await self._put_file("files_append", path, data, principal, key)
+
+    async def _put_file(self, action: str, path: str, data: str | bytes,
+                        principal: str | None, key: str | None) -> dict[str, Any]:
+        if isinstance(data, str):
+            return await self.request(action, path=path, data=data, encoding="utf-8",
+                                      principal=principal, key=key)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"{action}: data is str or bytes, not {type(data).__name__}")
+        return await self.request(action, path=path, principal=principal, key=key,
+                                  data=base64.b64encode(data).decode("ascii"),
+                                  encoding="base64")
+
+    async def list_files(self, prefix: str = "", *, principal: str | None = None,
+                         limit: int | None = None) -> list[str]:
+        """The paths under ``prefix`` in the files root that ``principal`` may read, sorted."""
+        result = await self.request("files_list", prefix=prefix or None, principal=principal,
+                                    limit=limit)
+        return [str(path) for path in result["paths"]]
+
+    async def delete_file(self, path: str, *, principal: str | None = None,
+                          key: str | None = None) -> dict[str, Any]:
+        """Delete the file at ``path``, as one op of ``principal`` (``file:write:GLOB``);
+        ``{"path", "deleted", "files", "op", "commit"}``."""
+        return await self.request("files_delete", path=path, principal=principal, key=key)
+
+    async def file_exists(self, path: str, *, principal: str | None = None) -> bool:
+        """Whether a file is at ``path`` (``principal`` needs to be allowed to read it)."""
+        result = await self.request("files_exists", path=path, principal=principal)
+        return bool(result["exists"])
 
     async def interrupt(self, *, op: int | None = None, key: str | None = None,
                         timeout: float = 30) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from kernos.client.client import AsyncKernosClient, EventSubscription, ProgressCallback
 from kernos.client.errors import ClientClosed
@@ -245,6 +245,44 @@ class KernosClient:
     def remember(self, fact: str, *, principal: str | None = None,
                  tags: list[str] | None = None) -> dict[str, Any]:
         return self._loop.run(self._client.remember(fact, principal=principal, tags=tags))
+
+    @overload
+    def read_file(self, path: str, *, principal: str | None = None,
+                  binary: Literal[False] = False) -> str: ...
+
+    @overload
+    def read_file(self, path: str, *, principal: str | None = None,
+                  binary: Literal[True]) -> bytes: ...
+
+    def read_file(self, path: str, *, principal: str | None = None,
+                  binary: bool = False) -> str | bytes:
+        """See :meth:`AsyncKernosClient.read_file`."""
+        if binary:
+            return self._loop.run(self._client.read_file(path, principal=principal,
+                                                         binary=True))
+        return self._loop.run(self._client.read_file(path, principal=principal))
+
+    def write_file(self, path: str, data: str | bytes, *, principal: str | None = None,
+                   key: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self._client.write_file(path, data, principal=principal,
+                                                      key=key))
+
+    def append_file(self, path: str, data: str | bytes, *, principal: str | None = None,
+                    key: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self._client.append_file(path, data, principal=principal,
+                                                       key=key))
+
+    def list_files(self, prefix: str = "", *, principal: str | None = None,
+                   limit: int | None = None) -> list[str]:
+        return self._loop.run(self._client.list_files(prefix, principal=principal,
+                                                      limit=limit))
+
+    def delete_file(self, path: str, *, principal: str | None = None,
+                    key: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self._client.delete_file(path, principal=principal, key=key))
+
+    def file_exists(self, path: str, *, principal: str | None = None) -> bool:
+        return self._loop.run(self._client.file_exists(path, principal=principal))
 
     def subscribe(self, *, since: int | None = None, op: int | None = None,
                   topic: str | None = None) -> EventStream:

@@ -31,6 +31,43 @@ Per op, the same as for names:
 * **Checkout** of an older snapshot makes the tracked directories hold that
   snapshot's files, as part of the checkout's op.
 
+Travel, and a snapshot from elsewhere
+-------------------------------------
+A snapshot carries its tracked files: ``kernos fork``, ``push``/``pull``/
+``clone`` move the history, and the next kernel on the new workspace puts
+the files root's files on disk (restore at open); ``kernos replay``
+reproduces them hash for hash in its own workspace (``kernos.replay.files``).
+
+Everything a snapshot says of files is checked whole before a byte is
+written (:func:`kernos.files.contents.read_index`, ``read_contents``,
+``check_links``), at open, at checkout, and already when a pull or clone
+takes new snapshots (``kernos.remote.pull``): the index holds exactly its
+keys and types; every name is one path component (no ``..``, ``.``, empty
+name, ``/`` or NUL); modes are a directory, a file (``100644``), an
+executable (``100755``) or a link (``120000``, Kernos's own ``l`` entries
+only), never a submodule; a long file's chunks are numbered without a gap;
+a link must stay inside its tracked directory, followed through the
+snapshot's own links.  A bad tree is refused with a
+:class:`~kernos.errors.WorkspaceCorrupt` naming the snapshot and the
+problem, and nothing is changed.  A link on disk where the snapshot wants a
+directory is replaced, never followed.
+
+*Which directories may be written.*  A snapshot's index may name absolute
+directories, and one from elsewhere (a pull, a clone, a fork, a replay's
+history) must never make this machine write outside the workspace.  So the
+workspace's own files root is always written, and an absolute tracked
+directory only if ``<workspace>/files-here.json`` names it: a record kept on
+this machine, outside the history, written when an op that ran
+``%kernos track PATH`` here commits, and never carried by push, pull, clone
+or fork (:mod:`kernos.files.here`).  Any other tracked directory is left
+alone: not restored, checked out, rolled back or looked at; reported once,
+in the next commit's ``files["notices"]`` ("tracked in another workspace or
+on another machine ... run ``%kernos track PATH`` to track it here"); and
+kept in every snapshot as the history has it.  ``%kernos track PATH``
+accepts it: that op commits what the directory holds here (the history
+keeps the other machine's version, for ``checkout``), and from then on it
+moves with the ops.
+
 Detecting changes reads no unchanged file: a file's stat key (size, mtime,
 ctime, inode, mode) is compared with the one taken when its bytes were last
 read, and only a file whose key changed is read and hashed

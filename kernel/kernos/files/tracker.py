@@ -21,17 +21,24 @@ all or nothing each), directories it made are removed if empty.  A restore
 at open (:meth:`TrackedFiles.restore`) does the same against the head
 snapshot, which is what makes a ``kill -9`` in the middle of an op safe;
 it compares by content, since no stat key is trusted across processes.
+Only directories this machine may write take part (:meth:`TrackedFiles.is_local`,
+:mod:`kernos.files.here`): the others are kept in every snapshot as the history
+has them, and never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernos.errors import WorkspaceCorrupt
 from kernos.files import contents as stored_files
-from kernos.files.contents import Contents, StillWriting, Unreadable
+from kernos.files.contents import OWN_ROOT, Contents, StillWriting, Unreadable
+from kernos.files.here import add_here, read_here
 from kernos.files.paths import PathRefused, tracked_directory
 from kernos.files.scan import Key, Listing, is_racy, key_of, scan
 from kernos.files.watch import Watcher
@@ -40,9 +47,6 @@ from kernos.store.workspace import Workspace
 from kernos.transaction import Transaction
 
 __all__ = ["OWN_ROOT", "FilesParticipant", "Prepared", "TrackedFiles", "current"]
-
-OWN_ROOT = "files"
-"""The key (and, relative to the workspace, the path) of a workspace's own files root."""
 
 _current: weakref.ReferenceType[TrackedFiles] | None = None
 
@@ -96,6 +100,19 @@ class TrackedFiles:
         """Per tracked directory (its absolute path): its listing, kept by inotify."""
         self.reported: set[tuple[str, str]] = set()
         """(path, why) already told to the human: each is told once per process."""
+        self.here = read_here(workspace.path)
+        """The absolute directories tracked on this machine (``kernos.files.here``): the
+        only ones outside the workspace that are ever written."""
+        self.accepting: set[str] = set()
+        """Absolute directories the running op tracks: recorded here once it commits."""
+        self.carry: dict[str, Committed] = {}
+        """Directories not tracked here that the running op's checkout changed: what its
+        snapshot keeps of them."""
+        self.foreign_notices: list[str] = []
+        """What the next commit's report tells of directories not tracked here."""
+        self.outside_allowed = True
+        """Whether :meth:`track` may take a directory outside the workspace (a replay's
+        image may not: ``kernos.replay.files``)."""
         previous = current()
         if previous is not None:  # one image at a time keeps inotify instances (see watch)
             for watcher in previous.watchers.values():
@@ -117,10 +134,18 @@ class TrackedFiles:
         return path
 
     def track(self, path: str | os.PathLike[str]) -> str:
-        """Track the directory ``path`` from the running op on; its key."""
+        """Track the directory ``path`` from the running op on; its key.  A directory the
+        image lists but that was tracked elsewhere (see :meth:`is_local`) is accepted: the
+        op's commit records what it holds here, and from then on it moves with the ops."""
         absolute = tracked_directory(path, self.workspace.path)
+        if not self.outside_allowed and absolute.resolve() != self.root().resolve():
+            raise PathRefused(os.fspath(path), "this image (a replay's) writes only its own "
+                              "workspace's files root; directories outside it are left as "
+                              "the history has them")
         for key in self.roots:
             if self.directory(key).resolve() == absolute.resolve():
+                if self.roots[key]["base"] == "absolute":
+                    self.accepting.add(self.roots[key]["path"])
                 return key
         for key in self.roots:
             other = self.directory(key).resolve()
@@ -132,7 +157,27 @@ class TrackedFiles:
             number += 1
             key = f"{base}~{number}"
         self.roots[key] = {"path": str(absolute), "base": "absolute"}
+        self.accepting.add(str(absolute))
         return key
+
+    def is_local(self, key: str) -> bool:
+        """Whether tracked directory ``key`` may be written here: the workspace's own files
+        root, or an absolute directory tracked on this machine (``kernos.files.here``) or
+        by the running op.  Any other came with a snapshot from elsewhere: it is left
+        alone, and the snapshots keep it as the history has it."""
+        spec = self.roots[key]
+        return spec["base"] == "workspace" or (self.outside_allowed and (
+            spec["path"] in self.here or spec["path"] in self.accepting))
+
+    def _foreign(self, key: str) -> None:
+        path = self.roots[key]["path"]
+        why = "tracked elsewhere"
+        if (path, why) not in self.reported:
+            self.reported.add((path, why))
+            self.foreign_notices.append(
+                f"{path}: tracked in another workspace or on another machine, so it is left "
+                "alone here (neither restored nor looked at; the history keeps it as it "
+                f"was): run `%kernos track {path}` to track it here")
 
     def untrack(self, path: str | os.PathLike[str]) -> bool:
         """Stop tracking ``path`` (its files stay on disk); whether it was tracked."""
@@ -145,41 +190,65 @@ class TrackedFiles:
 
     # -- restore and checkout -----------------------------------------------------
 
-    def load(self, tree: bytes | None) -> dict[str, Committed]:
-        """The tracked directories ``tree`` lists, as committed state (no stat keys)."""
+    def load(self, tree: bytes | None, commit: bytes | None = None
+             ) -> tuple[dict[str, dict[str, str]], dict[str, Committed]]:
+        """The tracked directories ``tree`` lists, and each as committed state (no stat
+        keys), checked whole before anything is written (``kernos.files.contents``): a
+        :class:`~kernos.errors.WorkspaceCorrupt` naming ``commit`` and the problem."""
         if tree is None:
-            return {}
-        roots, trees = stored_files.read_index(self.workspace, tree)
-        self.roots = roots
-        return {key: Committed(contents=stored_files.read_contents(self.workspace, sha))
-                for key, sha in trees.items()}
+            return _own_root(), {}
+        try:
+            roots, trees = stored_files.read_index(self.workspace, tree)
+            loaded = {key: Committed(contents=stored_files.read_contents(self.workspace, sha))
+                      for key, sha in trees.items()}
+            for key, state in loaded.items():
+                spec = roots[key]
+                if spec["base"] == "workspace" or spec["path"] in self.here | self.accepting:
+                    place = (str(self.workspace.path / spec["path"])
+                             if spec["base"] == "workspace" else spec["path"])
+                    stored_files.check_links(self.workspace, state.contents, place)
+        except WorkspaceCorrupt as error:
+            named = f"snapshot {commit.hex()[:12]}" if commit is not None else "a snapshot"
+            raise WorkspaceCorrupt(
+                str(self.workspace.path), f"{named}'s tracked files were refused, and no "
+                f"tracked file was changed: {error.problem}") from None
+        return roots, loaded
 
-    def restore(self, tree: bytes | None, *, has_head: bool = True) -> list[str]:
+    def restore(self, tree: bytes | None, *, has_head: bool = True,
+                commit: bytes | None = None) -> list[str]:
         """Make the tracked directories hold what the head's ``files/`` tree holds (before
         any op runs); what had to be put back.  A workspace without a snapshot yet puts
-        nothing back: its first op commits what its files root holds."""
-        self.roots = _own_root()
-        self.committed = self.load(tree)
+        nothing back: its first op commits what its files root holds.  Directories not
+        tracked here are left alone (reported by the next commit)."""
+        self.roots, self.committed = self.load(tree, commit)
         self.committed_roots = dict(self.roots)
         self.tree = tree
         notes: list[str] = []
         for key in self.roots:
             state = self.committed.setdefault(key, Committed())
-            if has_head:
+            if not self.is_local(key):
+                self._foreign(key)
+            elif has_head:
                 notes += self.put_back(key, state)
             else:
                 state.found = dict(scan(str(self.directory(key))).entries)
         return notes
 
-    def check_out(self, tree: bytes | None) -> list[str]:
+    def check_out(self, tree: bytes | None, commit: bytes | None = None) -> list[str]:
         """Make the tracked directories hold what an older snapshot's ``files/`` tree holds
-        (a checkout, inside an op: its commit records them, its rollback undoes it)."""
+        (a checkout, inside an op: its commit records them, its rollback undoes it).
+        Directories not tracked here are left alone; the op's snapshot keeps them as the
+        older one has them."""
         before = dict(self.roots)
-        self.roots = _own_root()
-        wanted = self.load(tree)
+        roots, wanted = self.load(tree, commit)  # checked whole: nothing changed if refused
+        self.roots = roots
         notes: list[str] = []
         for key in self.roots:
             target = wanted.setdefault(key, Committed())
+            if not self.is_local(key):
+                self._foreign(key)
+                self.carry[key] = target
+                continue
             known = self.committed.get(key)
             if known is not None and before.get(key) == self.roots[key]:
                 # Files the head holds as the target does, unchanged on disk, stay unread.
@@ -219,8 +288,11 @@ class TrackedFiles:
                 continue
         for path in sorted(wanted.dirs - listing.dirs):
             full = os.path.join(root, path)
-            if os.path.lexists(full) and not os.path.isdir(full):
-                os.unlink(full)
+            try:
+                if not stat.S_ISDIR(os.lstat(full).st_mode):
+                    os.unlink(full)  # a file, or a link left untracked: never followed
+            except FileNotFoundError:
+                pass
             os.makedirs(full, exist_ok=True)
         for path, stored in sorted(wanted.files.items()):
             found = listing.entries.get(path)
@@ -256,11 +328,16 @@ class TrackedFiles:
     def prepare(self, writer: SnapshotWriter) -> Prepared:
         """Look at every tracked directory; store what changed; the ``files/`` tree."""
         changes: dict[str, list[str]] = {"added": [], "changed": [], "deleted": [],
-                                         "notices": []}
+                                         "notices": list(self.foreign_notices)}
         learned: list[tuple[bytes, bytes]] = []
         committed: dict[str, Committed] = {}
         rebuild: list[tuple[Contents, set[str]]] = []
         for key in self.roots:
+            if not self.is_local(key):  # kept as the history (or the checkout) has it
+                committed[key] = self.carry.get(key) or self.committed.get(key) or Committed()
+                if "" not in committed[key].contents.trees:
+                    rebuild.append((committed[key].contents, {""}))
+                continue
             before = self.committed.get(key) or Committed()
             after, dirty = self._look(key, before, writer, changes, learned)
             if (dirty or "" not in after.contents.trees) and after is before:
@@ -277,7 +354,8 @@ class TrackedFiles:
         else:
             for contents, dirty in rebuild:
                 stored_files.build_tree(writer, contents, dirty)
-            if rebuild or self.tree is None or self.roots != self.committed_roots:
+            if rebuild or self.carry or self.tree is None or (
+                    self.roots != self.committed_roots):
                 tree = stored_files.write_index(
                     writer, self.roots,
                     {key: state.contents.trees[""] for key, state in committed.items()})
@@ -370,6 +448,20 @@ class TrackedFiles:
         self.committed = prepared.committed
         self.tree = prepared.tree
         self.cache.update(prepared.learned)
+        self.carry.clear()
+        self.foreign_notices.clear()
+        accepted = {spec["path"] for spec in prepared.roots.values()} & self.accepting
+        self.accepting.clear()
+        if accepted - self.here:
+            self.here |= accepted
+            # Past the commit point, which never fails: kept for this process at least.
+            with contextlib.suppress(OSError):
+                add_here(self.workspace.path, accepted, durable=self.workspace.durable)
+
+    def forget_op(self) -> None:
+        """The running op rolled back: what it tracked or checked out is not kept."""
+        self.accepting.clear()
+        self.carry.clear()
 
 
 def _own_root() -> dict[str, dict[str, str]]:
@@ -431,6 +523,9 @@ class FilesParticipant:
     def abort(self, txn: Transaction) -> None:
         files = self.files
         files.roots = self.roots
+        files.forget_op()
         for key in self.roots:
+            if not files.is_local(key):
+                continue  # never written by this op: left alone
             state = files.committed.setdefault(key, Committed())
             self.undone += files.put_back(key, state)

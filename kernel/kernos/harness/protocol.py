@@ -197,6 +197,17 @@ Actions and their fields (``?`` marks an optional field):
 ``memory``  command   (``stats`` or ``rebuild``) -> the index's entries per kind, the chain
     head it was built to, its path and size, and ``embeddings``: ``{"on", "model",
     "dimensions", "vectors"}`` (recall by meaning; ``vectors``: entries that have one).
+``files_read``  path, principal?, encoding?  -> ``{"path", "encoding", "data", "bytes",
+    "op", "commit"}``; ``files_exists``  path, principal? -> ``{"path", "exists", ...}``;
+    ``files_list``  prefix?, principal?, limit? -> ``{"paths", "total", ...}``;
+    ``files_write`` / ``files_append``  path, data, principal?, encoding?, key? ->
+    ``{"path", "bytes", "files", "op", "commit"}``; ``files_delete``  path, principal?,
+    key? -> ``{"path", "deleted", "files", "op", "commit"}``.  Files in the workspace's
+    files root, under the principal's ``file:read:GLOB`` / ``file:write:GLOB`` grants
+    (``kernos.agents.files``); each request is one op of ``principal``, the reads too (an
+    op that changes nothing: audited, no snapshot).  ``encoding`` is ``utf-8`` (the
+    default) or ``base64``.  A refusal rolls the op back: ``denied``, ``invalid`` (a bad
+    path), ``unknown_file``.  See ``kernos.harness.file_requests``.
 
 ``policy``  agent, set?, principal?
     -> ``{"agent", "policy": {figure: int}, "own": {figure: int}}``: the agent's
@@ -237,6 +248,8 @@ from kernos.errors import KernosError
 __all__ = [
     "ACTIONS",
     "ERROR_KINDS",
+    "FILE_ACTIONS",
+    "FILE_ENCODINGS",
     "INTERRUPT_REPLY",
     "INTERRUPT_REQUEST",
     "LOOP_DOS",
@@ -264,6 +277,10 @@ PROGRESS_TYPE = "kernos_progress"
 MAX_KEY_CHARS = 200
 MAX_NAME_CHARS = 200
 MAX_PREVIEW_BYTES = 100_000
+MAX_PATH_CHARS = 1024
+"""A file request's ``path`` or ``prefix`` (``kernos.agents.files.MAX_PATH``)."""
+FILE_ENCODINGS = ("utf-8", "base64")
+"""How a file request's ``data`` holds the bytes: UTF-8 text, or base64 (any bytes)."""
 
 ERROR_KINDS = frozenset({
     "malformed",          # not a valid request: unknown action, unknown or mistyped field
@@ -273,6 +290,7 @@ ERROR_KINDS = frozenset({
     "unknown_tool",       # no tool of that name visible to the principal
     "unknown_name",       # no object of that name
     "unknown_ref",        # no snapshot of that reference
+    "unknown_file",       # no file at that path in the files root
     "precondition",       # a precondition that cannot be evaluated (a missing name, ...)
     "denied",             # the principal lacks the capability for this request
     "invalid",            # a well-formed request the runtime refuses (a bad grant, ...)
@@ -336,13 +354,24 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "policy": {"agent": _f(_STR, True), "set": _f(_OBJ), "principal": _f(_STR)},
     "circuit": {"agent": _f(_STR)},
     "reset": {"agent": _f(_STR, True), "restore": _f((bool,)), "principal": _f(_STR)},
+    "files_read": {"path": _f(_STR, True), "principal": _f(_STR), "encoding": _f(_STR)},
+    "files_exists": {"path": _f(_STR, True), "principal": _f(_STR)},
+    "files_list": {"prefix": _f(_STR), "principal": _f(_STR), "limit": _f(_INT)},
+    "files_write": {"path": _f(_STR, True), "data": _f(_STR, True), "principal": _f(_STR),
+                    "encoding": _f(_STR), "key": _f(_STR)},
+    "files_append": {"path": _f(_STR, True), "data": _f(_STR, True), "principal": _f(_STR),
+                     "encoding": _f(_STR), "key": _f(_STR)},
+    "files_delete": {"path": _f(_STR, True), "principal": _f(_STR), "key": _f(_STR)},
 }
 
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 """What ``objects`` can sort by."""
 
+FILE_ACTIONS = frozenset({"files_read", "files_exists", "files_list", "files_write",
+                          "files_append", "files_delete"})
+"""The file requests (``kernos.harness.file_requests``): each runs as an op, reads too."""
 MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "remember", "loop",
-                      "policy", "reset"})
+                      "policy", "reset"}) | FILE_ACTIONS
 """Actions that run as an op (and so wait for the op lock and write history)."""
 LOOP_DOS = ("start", "pause", "resume", "stop", "status")
 """What the ``loop`` action does (``status`` reads; the others are ops)."""
@@ -476,6 +505,8 @@ def _check_action(action: str, fields: dict[str, Any]) -> None:
             raise ProtocolError("malformed", "add_agent: 'limits' maps limit names to ints")
     if action == "loop":
         _check_loop(fields)
+    if action in FILE_ACTIONS:
+        _check_files(action, fields)
     if action == "events" and "since" in fields and "op" in fields:
         raise ProtocolError("malformed", "events: give either 'since' or 'op', not both")
 
@@ -499,6 +530,25 @@ def _check_loop(fields: dict[str, Any]) -> None:
     if do == "start" and "step" not in fields:
         raise ProtocolError("malformed", "loop: do=start needs 'step' (the agent source each "
                             "iteration runs)")
+
+
+def _check_files(action: str, fields: dict[str, Any]) -> None:
+    for name in ("path", "prefix"):
+        value = fields.get(name)
+        if value is not None and len(value) > MAX_PATH_CHARS:
+            raise ProtocolError("malformed", f"{action}: {name!r} is at most "
+                                f"{MAX_PATH_CHARS} characters, not {len(value):,}")
+    if "path" in fields and not fields["path"]:
+        raise ProtocolError("malformed", f"{action}: 'path' is empty; give a path relative "
+                            "to the files root, like 'reports/r.md'")
+    encoding = fields.get("encoding")
+    if encoding is not None and encoding not in FILE_ENCODINGS:
+        raise ProtocolError("malformed", f"{action}: 'encoding' is one of "
+                            f"{', '.join(FILE_ENCODINGS)}, not {_shown(encoding)}")
+    key = fields.get("key")
+    if key is not None and not 0 < len(key) <= MAX_KEY_CHARS:
+        raise ProtocolError("malformed", f"{action}: 'key' must be 1 to {MAX_KEY_CHARS} "
+                            "characters")
 
 
 def _parse_expect(expect: dict[str, Any]) -> dict[str, Any]:

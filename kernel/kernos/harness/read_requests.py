@@ -145,7 +145,7 @@ class ReadRequests(ServiceBase):
                 # the head it left as it was).
                 "commit": (entry.commit or None) if entry.outcome == "committed" else None,
                 "principal": entry.principal, "kind": entry.kind, "changes": entry.changes,
-                "message": entry.headline,
+                "files": entry.files, "message": entry.headline,
                 "bytes": entry.bytes if entry.outcome == "committed" else None,
                 "outcome": entry.outcome, "error": entry.error or None,
             } for entry in (every_op(self.image.workspace, self.image.audit) if limit is None
@@ -162,6 +162,9 @@ class ReadRequests(ServiceBase):
             shown.append({"op": entry.op, "commit": entry.commit, "when": entry.committed_at,
                           "principal": entry.principal, "kind": entry.kind,
                           "changes": changes, "message": entry.headline if mine else None,
+                          # Tracked file paths: the human's view only (agents read files
+                          # under file:read grants, which a log does not check).
+                          "files": entry.files if human else {},
                           "bytes": entry.bytes if human else None})
             if limit is not None and len(shown) >= limit:
                 break
@@ -183,7 +186,8 @@ class ReadRequests(ServiceBase):
             "principal": manifest.get("principal"), "kind": manifest.get("kind"),
             "committed_at": manifest.get("committed_at"), "message": shown["message"],
             "code": shown["source"], "names": manifest.get("names", {}),
-            "unpersisted": shown["unpersisted"]})
+            "unpersisted": shown["unpersisted"],
+            "files": [change.to_json() for change in shown["files"]]})
 
     def _diff(self, request: Request) -> Handled:
         result = history.diff(self.image.workspace, request.get("a"), request.get("b") or "HEAD")
@@ -197,7 +201,8 @@ class ReadRequests(ServiceBase):
             "deleted": [entry(name, meta) for name, meta in result.deleted.items()],
             "changed": [{"name": name, "type": new.get("type"), "before": old.get("summary"),
                          "after": new.get("summary")}
-                        for name, (old, new) in result.changed.items()]})
+                        for name, (old, new) in result.changed.items()],
+            "files": [change.to_json() for change in result.files]})
 
     def _events(self, request: Request) -> Handled:
         audit = self.image.audit

@@ -28,8 +28,9 @@ run no op and record nothing.
 
 The request families live one module each, and :class:`HarnessService` joins
 them: ``kernos.harness.read_requests`` (reads), ``kernos.harness.op_requests``
-(``op``, ``checkout``, ``fork``) and ``kernos.harness.agent_requests`` (agents,
-grants, circuits, loops, memory), on the shared steps of
+(``op``, ``checkout``, ``fork``), ``kernos.harness.agent_requests`` (agents,
+grants, circuits, loops, memory) and ``kernos.harness.file_requests`` (the files
+root, under the principal's grants), on the shared steps of
 ``kernos.harness.serving``.  This module holds the service's side of each
 request's life: the dispatch, the audit record of a refusal, and what follows
 a committed op (its external effects, and the announcement of tripped
@@ -54,6 +55,7 @@ from kernos.errors import (
     UsageError,
 )
 from kernos.harness.agent_requests import AgentRequests
+from kernos.harness.file_requests import FileRequests
 from kernos.harness.op_requests import OpRequests
 from kernos.harness.protocol import (
     ACTIONS,
@@ -74,7 +76,7 @@ __all__ = ["Handled", "HarnessService"]
 log = logging.getLogger(__name__)
 
 
-class HarnessService(ReadRequests, OpRequests, AgentRequests):
+class HarnessService(ReadRequests, OpRequests, AgentRequests, FileRequests):
     """Harness requests against one image.  Not thread-safe: one request at a time.
 
     Built as ``HarnessService(image, runtime, max_request_bytes=...)``; the hooks a

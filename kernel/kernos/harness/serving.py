@@ -9,8 +9,9 @@ request runs in (:meth:`~ServiceBase._begin`, which marks that the request's
 own op will record it).
 
 The families build on it, one module each: ``read_requests`` (reads, no op),
-``op_requests`` (code and tool calls as ops, checkout and fork) and
-``agent_requests`` (agents, grants, circuits, loops, memory).
+``op_requests`` (code and tool calls as ops, checkout and fork),
+``agent_requests`` (agents, grants, circuits, loops, memory) and ``file_requests``
+(the files root).
 ``kernos.harness.service`` joins them and owns the dispatch.  A request
 handler is a method named ``_`` + the action, taking the parsed
 :class:`~kernos.harness.protocol.Request` and returning a :class:`Handled`;

@@ -186,7 +186,7 @@ class Image(ImageState):
                     snapshot = read_snapshot(self.workspace, head)
                     report = self._restore(snapshot, progress, background=background)
                     # A kill -9 in an op may have left its file writes: the head's are back.
-                    put_back = self.files.restore(snapshot.files_tree)
+                    put_back = self.files.restore(snapshot.files_tree, commit=head)
                 # The generators continue from the snapshot's state (numpy's once imported).
                 determinism.apply_state(self.committed.get(determinism.STATE_NAME),
                                         self.identity)
@@ -402,7 +402,7 @@ class Image(ImageState):
             self.bind(name, value)
         # The cells after a checkout draw from the generators as the snapshot left them.
         determinism.apply_state(values.get(determinism.STATE_NAME), self.identity)
-        self.files.check_out(snapshot.files_tree)
+        self.files.check_out(snapshot.files_tree, commit)
         changes.adopted = {key: (stored, tuple(values[name] for name in stored.names))
                            for key, stored in groups.items()}
         changes.adopted_meta = {name: NameMeta.from_json(data)

@@ -21,7 +21,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from kernos.history import human_size
+from kernos.history import file_counts, human_size
 from kernos.inspector.agents_tab import AgentsTab
 from kernos.inspector.backend import Notice
 from kernos.inspector.forking import ForkControls
@@ -309,10 +309,13 @@ class HistoryPanel(Panel):
             self.table.value = note("No snapshots yet.")
         else:
             self.table.value = table(
-                ("op", "when", "principal", "kind", "message", "image size", "commit"),
+                ("op", "when", "principal", "kind", "message", "image size", "commit",
+                 "files"),
                 [(entry.get("op"), when(entry.get("when")), entry.get("principal"),
                   entry.get("kind"), entry.get("message"), size(entry.get("bytes")),
-                  str(entry.get("commit") or "")[:12]) for entry in self.snapshots])
+                  str(entry.get("commit") or "")[:12],
+                  file_counts(entry.get("files") or {}, label=""))
+                 for entry in self.snapshots])
         choices = [(f"op {entry.get('op')}: {str(entry.get('message') or '')[:40]}",
                     str(entry.get("commit"))) for entry in self.snapshots]
         commits = [commit for _, commit in choices]
@@ -356,8 +359,17 @@ class HistoryPanel(Panel):
                     ("name", "type", "summary"),
                     [(entry.get("name"), entry.get("type"), entry.get("summary"))
                      for entry in entries]))
+        files = result.get("files") or []
+        if files:
+            parts.append("<div>tracked files</div>" + table(
+                ("", "file", "size", "note"),
+                [({"added": "+", "changed": "~", "deleted": "-"}.get(str(entry.get("change")),
+                                                                     "?"),
+                  entry.get("path"), _file_size(entry), entry.get("note") or "")
+                 for entry in files]))
         if len(parts) == 1:
-            parts.append(note("The two snapshots hold the same names and values."))
+            parts.append(note("The two snapshots hold the same names and values, and the "
+                              "same files."))
         self.diff.value = "".join(parts)
 
     def _on_checkout(self, button: object) -> None:
@@ -450,3 +462,13 @@ class AgentsPanel(Panel):
     def refresh(self) -> None:
         self.tab.refresh()
 
+
+
+def _file_size(entry: dict[str, Any]) -> str:
+    """A tracked file's size in a diff: ``12 B``, ``was 12 B``, ``8 B -> 12 B``."""
+    before, after = entry.get("before"), entry.get("after")
+    if before is None:
+        return size(after)
+    if after is None:
+        return f"was {size(before)}"
+    return f"{size(before)} -> {size(after)}"

@@ -7,6 +7,7 @@ formatting is shared with the CLI.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sys
 import time
@@ -19,12 +20,17 @@ from kernos import history
 from kernos.agents.capabilities import LIMITED_KINDS
 from kernos.audit.human import format_records
 from kernos.errors import InvalidGrant, KernosError, UsageError
+from kernos.files import OWN_ROOT, PathRefused
+from kernos.files.reading import stored_size
 from kernos.kernel.host import KernelHost
 
 HELP = """\
-%kernos log [N]          the last N snapshots (default 20), newest first
-%kernos show [REF]       one snapshot: its op, code, names and what it could not persist
-%kernos diff A [B]       names that differ between snapshots A and B (default: HEAD)
+%kernos log [N]          the last N snapshots (default 20), newest first; an op that
+                         changed tracked files says how many (files: +added ~changed -deleted)
+%kernos show [REF]       one snapshot: its op, code, names, what it could not persist,
+                         and the tracked files it changed (text diffs for small ones)
+%kernos diff A [B]       names and tracked files that differ between snapshots A and B
+                         (default: HEAD)
 %kernos checkout REF     make the image equal to snapshot REF, as a new op
 %kernos status           workspace, head, image size, values that cannot persist
 %kernos on-error [rollback|keep]
@@ -32,6 +38,10 @@ HELP = """\
                          what it did before the error as an op marked failed, as IPython
                          does (a setting of this workspace; agents' ops always roll back)
 %kernos scan             make this cell's op check every value, not only those it names
+%kernos track [PATH]     track directory PATH (relative to the working directory, or
+                         absolute): its files commit and roll back with every op from
+                         this cell on; alone, list the tracked directories
+%kernos untrack PATH     stop tracking PATH (its files stay on disk and in the history)
 %kernos inspect          a widget: objects, events, grants, history and plots of the image
 
 %kernos agent add NAME [LIMIT=N ...]   a new agent with no grants (limits: seconds=,
@@ -277,6 +287,84 @@ class KernosMagics(Magics):
             raise UsageError("`%kernos scan` must run in a cell")
         op.scan_everything()
         print("This op will check every value when it commits.")
+
+    # -- tracked directories ---------------------------------------------------------
+
+    def _track(self, path: str | None = None) -> None:
+        files = self.kernel.attached_image().files
+        if path is None:
+            self._tracked()
+            return
+        op = self.kernel.current_op
+        if op is None:
+            raise UsageError("`%kernos track PATH` must run in a cell (the cell's op "
+                             "commits the change)")
+        absolute = os.path.abspath(os.path.expanduser(path))
+        if not os.path.lexists(absolute):
+            raise UsageError(f"cannot track {path!r}: {absolute} does not exist. Make the "
+                             "directory first (os.makedirs), then track it")
+        known = set(files.roots)
+        elsewhere = {key for key in known if not files.is_local(key)}
+        try:
+            key = files.track(absolute)
+        except PathRefused as error:  # not a directory, an overlap: nothing changed
+            refused = PathRefused(error.path, error.reason)
+            refused.args = (f"cannot track {path!r}: {error.reason}. Track a directory that "
+                            "is not inside the workspace and neither holds nor sits inside "
+                            "a tracked one (`%kernos track` lists them).",)
+            raise refused from None
+        where = files.directory(key)
+        if key in elsewhere:
+            print(f"{where} was tracked in another workspace or on another machine; it is "
+                  f"tracked here from this cell on (as {key!r}): this cell's op stores what "
+                  "it holds here, and `%kernos checkout` brings back what the history holds.")
+            return
+        if key in known:
+            print(f"{where} is already tracked (as {key!r}).")
+            return
+        print(f"Tracking {where} as {key!r}: its files commit and roll back with every op "
+              "from this cell on (this cell's op stores what it holds now). "
+              f"`%kernos untrack {path}` stops it.")
+
+    def _untrack(self, path: str) -> None:
+        files = self.kernel.attached_image().files
+        op = self.kernel.current_op
+        if op is None:
+            raise UsageError("`%kernos untrack PATH` must run in a cell (the cell's op "
+                             "commits the change)")
+        absolute = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+        if absolute == os.path.realpath(files.directory(OWN_ROOT)):
+            raise UsageError(f"{path!r} is the workspace's own files root "
+                             f"(kernos.files.root()): it is always tracked")
+        shown = {key: files.directory(key) for key in files.roots}
+        if not files.untrack(absolute):
+            listed = ", ".join(str(where) for key, where in shown.items() if key != OWN_ROOT)
+            raise UsageError(f"{path!r} ({absolute}) is not a tracked directory; tracked: "
+                             + (listed or "only the files root") + " (`%kernos track` lists "
+                             "them)")
+        print(f"Stopped tracking {absolute} from this cell on: its files stay on disk as they "
+              "are, and the snapshots before this one keep what they held of it.")
+
+    def _tracked(self) -> None:
+        """The tracked directories, the files root first, with what the head holds of each."""
+        image = self.kernel.attached_image()
+        files = image.files
+        rows = [("key", "directory", "files", "size")]
+        for key in sorted(files.roots, key=lambda key: (key != OWN_ROOT, key)):
+            committed = files.committed.get(key) if key in files.committed_roots else None
+            if committed is None:
+                count, size = "-", "(from this op on)"
+            else:
+                stored = committed.contents.files.values()
+                count = str(len(stored))
+                size = history.human_size(sum(stored_size(image.workspace, one)
+                                              for one in stored))
+            where = files.directory(key)
+            rows.append((key, str(where) + ("" if where.is_dir() else "  (missing on disk)"),
+                         count, size))
+        print(history.format_table(rows))
+        print("Files and size: what the head snapshot holds of each. "
+              "`%kernos track PATH` / `%kernos untrack PATH` change the list.")
 
     def _on_error(self, value: str | None = None) -> None:
         workspace = self._workspace

@@ -17,6 +17,8 @@ the kernel enforces them; on top of that, this server
 - lets only ``human`` start, pause, resume or stop a loop (``kernos-loop``), as
   the harness ``loop`` action does (only the human changes a loop); an agent
   reads its own loop's status, no other;
+- offers the files root (``kernos-files-*``, ``kernos.mcp.files``) as the principal,
+  under its ``file:`` grants, which the kernel checks;
 - offers a registry tool only when the kernel lists it for the principal, and
   refuses (without sending anything) a call of one it does not list;
 - checks every call's arguments against the tool's schema before anything is
@@ -25,6 +27,7 @@ the kernel enforces them; on top of that, this server
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import urllib.parse
@@ -42,6 +45,7 @@ from kernos.client.errors import ClientError, KernelDied, RequestError
 from kernos.harness.results import ObjectInfo, OpResult
 from kernos.mcp.arguments import BadArguments, check_arguments
 from kernos.mcp.constants import HUMAN
+from kernos.mcp.files import FILE_TOOLS, FileTool
 from kernos.mcp.tools import BUILTINS, PREFIX, Builtin
 
 __all__ = ["OBJECT_URI", "Harness", "KernosMCP", "object_uri", "render_op"]
@@ -204,6 +208,7 @@ class KernosMCP:
             "kernos-recall": self._recall,
             "kernos-remember": self._remember,
             "kernos-loop": self._loop,
+            **{name: functools.partial(self._files, tool) for name, tool in FILE_TOOLS.items()},
         }
         assert set(self._handlers) == {builtin.name for builtin in BUILTINS}
 
@@ -451,6 +456,10 @@ class KernosMCP:
                                              tags=arguments.get("tags"))
         fact = stored.get("fact") or {}
         return _result(f"remembered fact {fact.get('id')} (op {stored.get('op')})", stored)
+
+    async def _files(self, tool: FileTool, arguments: dict[str, Any]) -> types.CallToolResult:
+        text, structured = await tool(self.harness, self.principal, arguments)
+        return _result(text, structured)
 
     async def _loop(self, arguments: dict[str, Any]) -> types.CallToolResult:
         do, agent = arguments["do"], arguments.get("agent")

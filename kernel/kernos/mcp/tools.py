@@ -17,6 +17,20 @@ PREFIX = "kernos-"
 _NAME = {"type": "string", "minLength": 1, "maxLength": 200}
 _REF = {"type": "string", "minLength": 1, "maxLength": 200,
         "description": "A commit id or prefix, HEAD, HEAD~N, or @N for op N."}
+_PATH = {"type": "string", "minLength": 1, "maxLength": 1024,
+         "description": "A path relative to the workspace's files root, like 'reports/r.md' "
+                        "(no '..', not absolute)."}
+_ENCODING = {"type": "string", "enum": ["utf-8", "base64"]}
+_DATA = {"type": "string", "maxLength": 4_000_000,
+         "description": "What to write: text, or base64 bytes with encoding 'base64'."}
+_KEY = {"type": "string", "minLength": 1, "maxLength": 200,
+        "description": "An idempotency key: a resend with the same key changes nothing."}
+_FILES = ("Files live in the workspace's files root and are part of the image: they commit "
+          "and roll back with the op. An agent needs a file:read:GLOB grant to read a path "
+          "and file:write:GLOB to change it (its own agents/NAME/ subtree needs none).")
+_DATA_ENCODING = {**_ENCODING, "description": "utf-8 (the default): data is text; base64: "
+                                              "data is base64-encoded bytes."}
+_PUT = {"path": _PATH, "data": _DATA, "encoding": _DATA_ENCODING, "key": _KEY}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +181,45 @@ BUILTINS: tuple[Builtin, ...] = (
             "tags": {"type": "array", "description": "Names to file it under (letters, "
                                                      "digits, _ . -)."},
         }, ("fact",)),
+        read_only=False),
+    Builtin(
+        name="kernos-files-read",
+        description=f"Read one file, as this principal. {_FILES} A file that is not UTF-8 "
+                    "text must be read with encoding 'base64'.",
+        schema=_object_schema({"path": _PATH, "encoding": {
+            **_ENCODING, "description": "utf-8 (the default): the text; base64: the bytes."}},
+            ("path",)),
+        read_only=True),
+    Builtin(
+        name="kernos-files-list",
+        description=f"List the files under a prefix, as this principal, sorted. {_FILES}",
+        schema=_object_schema({
+            "prefix": {"type": "string", "maxLength": 1024,
+                       "description": "Only paths starting with this (default: all)."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000,
+                      "description": "At most this many paths (default 10000)."}}),
+        read_only=True),
+    Builtin(
+        name="kernos-files-exists",
+        description=f"Whether a file exists at a path, as this principal. {_FILES}",
+        schema=_object_schema({"path": _PATH}, ("path",)),
+        read_only=True),
+    Builtin(
+        name="kernos-files-write",
+        description=f"Write a whole file (made or replaced), as one op of this principal "
+                    f"that commits as a new snapshot. {_FILES}",
+        schema=_object_schema(_PUT, ("path", "data")),
+        read_only=False),
+    Builtin(
+        name="kernos-files-append",
+        description=f"Append to a file (made if missing), as one op of this principal. "
+                    f"{_FILES}",
+        schema=_object_schema(_PUT, ("path", "data")),
+        read_only=False),
+    Builtin(
+        name="kernos-files-delete",
+        description=f"Delete a file, as one op of this principal. {_FILES}",
+        schema=_object_schema({"path": _PATH, "key": _KEY}, ("path",)),
         read_only=False),
     Builtin(
         name="kernos-loop",

@@ -36,6 +36,11 @@ was.
      into the remote's history.
      Unsigned new records (an older Kernos wrote them, or anyone) are refused
      unless the human accepts them for this pull.
+   * *tracked files*: every new snapshot's ``files/`` tree is one a restore
+     here accepts (:func:`kernos.files.contents.check_files_tree`: its index,
+     every name, mode and chunk list, every link).  Which directories it may
+     write outside the workspace is decided here, not by the remote
+     (:mod:`kernos.files.here`).
 
 3. **Land** (:mod:`kernos.remote.land`): the checked files and lines are
    written to ``incoming/`` and synced, then the intent file ``pulling`` is
@@ -63,11 +68,13 @@ from kernos import _faults
 from kernos.audit.canonical import canonical, digest
 from kernos.audit.signing import signer_of
 from kernos.audit.verify import verify_candidate
-from kernos.errors import RemoteDiverged, RemoteError, RemoteRefused
+from kernos.errors import RemoteDiverged, RemoteError, RemoteRefused, WorkspaceCorrupt
+from kernos.files.contents import Contents, check_files_tree
 from kernos.remote.git import git
 from kernos.remote.prune import PrunedSince, prunes_since
 from kernos.remote.quarantine import QUARANTINE, Candidate, Entry, Joined, Quarantine
-from kernos.store.objects import object_id
+from kernos.store.objects import TREE_MODE, decode_tree, object_id
+from kernos.store.snapshots import FILES
 from kernos.store.trust import Trust
 from kernos.store.workspace import BRANCH, FORMAT, SETTINGS
 
@@ -198,6 +205,8 @@ def take(workspace: Path, quarantine: Quarantine, *, url: str, name: str, head: 
                     if target.startswith("audit/payloads/")}
         prunes = _check_candidate(workspace, quarantine, name, local_chain, new_lines,
                                   remote_head, head, trust, arriving)
+        if remote_head is not None:
+            _check_tracked_files(workspace, quarantine, name, remote_head, head)
         if prunes:
             incoming.prunes = prunes
     elif remote_head is not None and remote_head != head and (
@@ -440,6 +449,35 @@ def _check_candidate(workspace: Path, quarantine: Quarantine, name: str, local: 
             f"remote's main ({remote_head.hex()[:12]}) or an ancestor of it. Nothing was "
             "changed here.", remote=name, writer="another writer")
     return since_prunes
+
+
+def _check_tracked_files(workspace: Path, quarantine: Quarantine, name: str,
+                         remote_head: bytes, head: bytes | None) -> None:
+    """Every new snapshot's tracked files are what a restore here would accept
+    (:func:`kernos.files.contents.check_files_tree`): a hostile tree is refused now, not
+    when a kernel opens it."""
+    candidate = Candidate(workspace, quarantine, remote_head, name)
+    checked: dict[bytes, Contents] = {}
+    seen: set[bytes] = set()
+    for commit, data in candidate.history():
+        if commit == head:
+            break
+        try:
+            entries = decode_tree(candidate.read_object(data.tree)[1])
+        except ValueError:
+            continue  # not a snapshot's tree: verify_candidate has said so already
+        files = next((entry for entry in entries
+                      if entry.name == FILES and entry.mode == TREE_MODE), None)
+        if files is None or files.sha in seen:
+            continue
+        seen.add(files.sha)
+        try:
+            check_files_tree(candidate, files.sha, workspace, checked)
+        except WorkspaceCorrupt as error:
+            raise RemoteRefused(
+                f"Refused: the remote {name}'s snapshot {commit.hex()[:12]} holds tracked "
+                f"files Kernos will not restore: {error.problem}. Nothing was changed here; "
+                "tell whoever writes the remote.", remote=name, commit=commit.hex()) from None
 
 
 def _check_parents(quarantine: Quarantine, name: str, head: bytes | None,

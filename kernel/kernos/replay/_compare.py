@@ -3,7 +3,10 @@
 :class:`Comparer` tells whether the replay's snapshot of an op equals the
 source's.  Each group's state digest is :func:`kernos.replay.digest.state_digest`
 of its values, cached per stored tree (a group whose tree is the same bytes
-is loaded and digested once); a snapshot's digest combines its groups'.
+is loaded and digested once); a snapshot's digest combines its groups'.  The
+tracked files compare by the id of the snapshot's ``files/`` tree (a hash of
+every path, mode and byte), file by file when they differ
+(:mod:`kernos.replay.files`).
 When they differ, each name that differs is named with the first difference
 in it (:mod:`kernos.replay.difference`).  :func:`environment_changed` names
 the environment variables an op read whose values differ in the replay.
@@ -20,6 +23,7 @@ from kernos.errors import UsageError
 from kernos.image import Image
 from kernos.replay.difference import describe_difference
 from kernos.replay.digest import state_digest
+from kernos.replay.files import file_differences
 from kernos.replay.report import Divergence, Step
 from kernos.store.snapshots import read_group, read_snapshot
 from kernos.store.workspace import Workspace
@@ -36,14 +40,20 @@ class Comparer:
 
     def compare(self, step: Step, original: bytes, replayed: bytes) -> Divergence | None:
         """Fills in the two digests of the step; the divergence if they differ."""
-        ours = read_snapshot(self.workspace, replayed).group_trees
-        theirs = read_snapshot(self.workspace, original).group_trees
+        ours_snapshot = read_snapshot(self.workspace, replayed)
+        theirs_snapshot = read_snapshot(self.workspace, original)
+        ours, theirs = ours_snapshot.group_trees, theirs_snapshot.group_trees
         step.digest = self.snapshot_digest(replayed, ours)
         step.original = self.snapshot_digest(original, theirs)
-        if step.digest == step.original:
+        step.files = _hex(ours_snapshot.files_tree)
+        step.original_files = _hex(theirs_snapshot.files_tree)
+        if step.digest == step.original and step.files == step.original_files:
             return None
-        names = self._differences(original, replayed)
-        return Divergence(op=step.op, reason="the image differs from the original snapshot",
+        names = self._differences(original, replayed) if step.digest != step.original else {}
+        names.update(file_differences(self.workspace, theirs_snapshot.files_tree,
+                                      ours_snapshot.files_tree))
+        return Divergence(op=step.op, reason="the image differs from the original snapshot"
+                          + (" (its tracked files)" if step.digest == step.original else ""),
                           names=names)
 
     def snapshot_digest(self, commit: bytes, trees: dict[str, bytes]) -> str:
@@ -79,6 +89,10 @@ class Comparer:
                 if difference is not None:
                     found[name] = difference
         return found
+
+
+def _hex(tree: bytes | None) -> str | None:
+    return None if tree is None else tree.hex()
 
 
 def environment_changed(record: dict[str, Any], audit: AuditLog) -> dict[str, str]:

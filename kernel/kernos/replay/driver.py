@@ -31,7 +31,10 @@ recorded between two snapshots:
    snapshots are equal when every group's stored tree is the same bytes, or
    failing that, when :func:`kernos.replay.digest.state_digest` of the
    values is the same (pickles of functions carry their file names, and sets
-   their hash-seed order; the digest does not).  Each step's state digest is
+   their hash-seed order; the digest does not).  The tracked files must be
+   the same hash for hash: the snapshot's ``files/`` tree is the very same
+   id, or each file that differs is named (:mod:`kernos.replay.files`, which
+   also says where replayed file writes land).  Each step's state digest is
    reported, and the first divergence names the op and the names that
    differ, with the first difference in each.
 
@@ -134,6 +137,8 @@ class _Replayer:
         self.namespace: dict[str, Any] = self.module.__dict__
         self.image = Image(self.workspace, self.namespace, module=self.module,
                            is_persistent=_persistent)
+        # Its files root only: directories tracked outside are the user's (replay.files).
+        self.image.files.outside_allowed = False
         self.image.restore()
         self.runtime = AgentRuntime(self.image)
         self.namespace.update({"agents": Agents(lambda: self.runtime),

@@ -32,11 +32,16 @@ class Step:
     """The state digest of the source's snapshot of it."""
     pruned_by: int | None = None
     """The prune record that deleted the source's snapshot of it: not compared."""
+    files: str | None = None
+    """The id of the replayed snapshot's ``files/`` tree (its tracked files; None: none)."""
+    original_files: str | None = None
+    """The id of the source's snapshot's ``files/`` tree."""
 
     @property
     def matches(self) -> bool:
         return self.replayed == self.status and (
-            self.pruned_by is not None or self.digest == self.original)
+            self.pruned_by is not None or (self.digest == self.original
+                                           and self.files == self.original_files))
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "matches": self.matches}
@@ -49,7 +54,8 @@ class Divergence:
     op: int
     reason: str
     names: dict[str, str] = field(default_factory=dict)
-    """Name -> what differs (``added``, ``missing``, or the first difference)."""
+    """Name -> what differs (``added``, ``missing``, or the first difference); a tracked
+    file is named ``files/PATH`` (``files:KEY/PATH`` outside the files root)."""
 
     def __str__(self) -> str:
         lines = [f"op {self.op}: {self.reason}"]
@@ -89,7 +95,7 @@ class ReplayReport:
             lines.append(f"DIVERGED at {self.divergence}")
         else:
             lines.append(f"ok: {len(self.steps)} ops replayed, {committed} snapshots equal to "
-                         "the original; no effect was executed"
+                         "the original (tracked files hash for hash); no effect was executed"
                          + (f"; {pruned} not checked: their snapshots were pruned"
                             if pruned else ""))
         if self.unfinished is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import kernos.agents
 from kernos.agents import api, guards
 
-EXPECTED = {"HUMAN", "AgentRuntime", "Agents", "Grant", "Limits", "Registry", "RunResult",
-            "ToolVersion"}
+EXPECTED = {"HUMAN", "AgentRuntime", "Agents", "FileAccess", "FileLimitExceeded", "Grant",
+            "Limits", "Registry", "RunResult", "ToolVersion"}
 
 
 def test_agents_exports_are_the_intended_ones() -> None:

@@ -123,7 +123,7 @@ def test_parse_capability_accepts_well_formed_capabilities(capability: str,
 
 def test_the_kinds() -> None:
     assert frozenset({"call", "read", "write", "spend", "llm", "agents", "emit",
-                      "subscribe", "memory"}) == KINDS
+                      "subscribe", "memory", "file"}) == KINDS
 
 
 @pytest.mark.parametrize("capability", ["memory:read", "memory:write"])

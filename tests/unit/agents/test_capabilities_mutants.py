@@ -84,7 +84,7 @@ def long(prefix: str) -> str:
 
 @pytest.mark.parametrize(("capability", "tail"), [
     (long("nokind"),
-     " is not a capability; write KIND:TARGET with KIND one of agents, call, emit, llm, "
+     " is not a capability; write KIND:TARGET with KIND one of agents, call, emit, file, llm, "
      "memory, read, spend, subscribe, write (for example 'call:search' or 'spend:USD')"),
     (long("call:") + "/",
      " has a bad target; use letters, digits, '_', '.', '-' (at most 64), or '*'"),

@@ -115,7 +115,7 @@ def test_module_views_members() -> None:
     assert guarded_getattr(MODULES["math"], "sqrt") is math.sqrt
     assert guarded_getattr(MODULES["datetime"], "datetime") is datetime.datetime
     assert guarded_getattr(MODULES["decimal"], "Decimal") is decimal.Decimal
-    assert sorted(MODULES) == ["datetime", "decimal", "json", "math", "re"]
+    assert sorted(MODULES) == ["datetime", "decimal", "files", "json", "math", "re"]
 
 
 def test_module_views_pickle_by_name() -> None:
