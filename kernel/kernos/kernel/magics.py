@@ -47,7 +47,8 @@ HELP = """\
 %kernos agent add NAME [LIMIT=N ...]   a new agent with no grants (limits: seconds=,
                                        memory_mb=, recursion=, output_bytes=, ...)
 %kernos grant NAME CAPABILITY [AMOUNT] grant call:TOOL, read:NAME, write:NAME,
-                                       spend:UNIT AMOUNT, llm:MODEL TOKENS, agents:spawn
+                                       spend:UNIT AMOUNT, llm:MODEL TOKENS, agents:spawn,
+                                       file:read:GLOB, file:write:GLOB (files root)
 %kernos revoke NAME CAPABILITY|GRANT   revoke it (and every grant derived from it)
 %kernos grants [NAME]                  grants, who granted them, what is left
 %kernos tools                          the tool registry (latest versions)

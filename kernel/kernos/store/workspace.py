@@ -25,6 +25,8 @@ Layout::
         memory/index.sqlite  the agents' searchable memory: an SQLite FTS5 cache rebuilt
                           from the audit chain and the image (see kernos.memory); never
                           pushed, never forked; delete at will
+        files/            the workspace's own files root, tracked (see kernos.files)
+        files-here.json   directories outside it tracked here (kernos.files.here)
         remotes.json      this copy's id and its git remotes (see kernos.remote.transfer)
         remote.git/       staging repository for pushes and fetches, its objects borrowed
                           from history.git (see kernos.remote.git; delete at will
