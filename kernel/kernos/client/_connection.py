@@ -6,9 +6,11 @@ of what a request means (the protocol's actions are :class:`AsyncKernosClient`'s
 which subclasses it).  Many requests may be in flight at once: one reader task
 takes every shell reply and hands it to the request whose ``msg_id`` is its
 parent, and one reader task takes the ``kernos.events`` comm messages from IOPub
-(each to its :class:`EventSubscription`), and the ``kernos_progress`` messages of
+(each to its :class:`EventSubscription`), the ``kernos_progress`` messages of
 long requests, which it hands to the ``progress`` callback of the request they
-belong to.
+belong to, and the outputs a request's code published (``display_data``,
+``execute_result``, ``stream``, ``error``), which it hands to that request's
+``output`` callback.
 
 The watchdog asks whether the kernel is still there: through ``process_check``
 (its manager's), else through its pid, and through the heartbeat in every case.
@@ -46,7 +48,8 @@ from kernos.harness.protocol import PROGRESS_TYPE, REPLY_TYPE, REQUEST_TYPE, VER
 if TYPE_CHECKING:
     from kernos.client.gateway_transport import GatewayChannels
 
-__all__ = ["KernelConnection", "ProcessCheck", "ProgressCallback"]
+__all__ = ["OUTPUT_TYPES", "KernelConnection", "OutputCallback", "ProcessCheck",
+           "ProgressCallback"]
 
 log = logging.getLogger("kernos.client")
 
@@ -56,6 +59,12 @@ ProgressCallback = Callable[[str, int, int], None]
 """Told ``(what, done, total)`` in bytes while a request's long step runs; ``what`` is
 ``"restore"`` (the kernel's start-up restore, which the request waits for) or ``"checkout"``.
 Called on the client's event loop: it must be quick and must not block."""
+OutputCallback = Callable[[str, dict[str, Any]], None]
+"""Told ``(msg_type, content)`` for each output the request's code published on IOPub
+(``display_data`` from ``IPython.display.display``, ...), in order; called on the
+client's event loop, like a :data:`ProgressCallback`."""
+OUTPUT_TYPES = frozenset({"display_data", "update_display_data", "execute_result", "stream",
+                          "error"})
 
 
 class KernelConnection:
@@ -95,6 +104,8 @@ class KernelConnection:
         """One control exchange (an interrupt) at a time: its reply is read right there."""
         self._progress: dict[str, tuple[ProgressCallback, asyncio.Event]] = {}
         """Per request msg_id: its progress callback, and set at its IOPub ``idle``."""
+        self._outputs: dict[str, OutputCallback] = {}
+        """Per request msg_id: its output callback."""
         self._tasks: list[asyncio.Task[None]] = []
         self._iopub_seen = asyncio.Event()
         self._last_beat = time.monotonic()
@@ -186,6 +197,9 @@ class KernelConnection:
             if kind in (PROGRESS_TYPE, "status"):
                 self._route_progress(message)
                 continue
+            if kind in OUTPUT_TYPES:
+                self._route_output(str(kind), message)
+                continue
             if kind not in ("comm_msg", "comm_close"):
                 continue
             content = message.get("content") or {}
@@ -215,6 +229,17 @@ class KernelConnection:
             callback(what, done, total)
         except Exception:  # a display's bug must not stop the reader
             log.warning("kernos.client: the progress callback failed", exc_info=True)
+
+    def _route_output(self, kind: str, message: dict[str, Any]) -> None:
+        """An output to the callback of the request whose code published it."""
+        parent = (message.get("parent_header") or {}).get("msg_id")
+        callback = self._outputs.get(parent) if isinstance(parent, str) else None
+        if callback is None:
+            return
+        try:
+            callback(kind, dict(message.get("content") or {}))
+        except Exception:  # a caller's bug must not stop the reader
+            log.warning("kernos.client: the output callback failed", exc_info=True)
 
     async def _watch(self) -> None:
         while True:
@@ -295,7 +320,8 @@ class KernelConnection:
 
     async def _exchange(self, msg_type: str, content: dict[str, Any], *, action: str,
                         timeout: float | None,
-                        progress: ProgressCallback | None = None) -> dict[str, Any]:
+                        progress: ProgressCallback | None = None,
+                        output: OutputCallback | None = None) -> dict[str, Any]:
         """Send one shell message and return its reply (the whole message)."""
         self._ensure_usable()
         message = self._kc.session.msg(msg_type, content)
@@ -303,6 +329,9 @@ class KernelConnection:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = (future, action)
         idle = asyncio.Event()
+        if output is not None:
+            self._outputs[msg_id] = output
+            progress = progress or _ignore_progress  # to wait for the IOPub idle too
         if progress is not None:
             self._progress[msg_id] = (progress, idle)
         try:
@@ -321,19 +350,21 @@ class KernelConnection:
         finally:
             self._pending.pop(msg_id, None)
             self._progress.pop(msg_id, None)
+            self._outputs.pop(msg_id, None)
 
     async def send_raw(self, content: dict[str, Any], *, timeout: float | None = None,
-                       progress: ProgressCallback | None = None) -> dict[str, Any]:
+                       progress: ProgressCallback | None = None,
+                       output: OutputCallback | None = None) -> dict[str, Any]:
         """Send ``content`` as a ``kernos_request`` as it is, and return the reply's content.
 
         The low-level door (for tests and tools that speak the protocol
         themselves): nothing is added or checked, and an error reply is
-        returned, not raised.  ``progress`` is as in :meth:`request`.
+        returned, not raised.  ``progress`` and ``output`` are as in :meth:`request`.
         """
         action = content.get("action")
         reply = await self._exchange(REQUEST_TYPE, content,
                                      action=action if isinstance(action, str) else "request",
-                                     timeout=timeout, progress=progress)
+                                     timeout=timeout, progress=progress, output=output)
         if reply.get("msg_type") != REPLY_TYPE:
             raise BadReply(f"the kernel answered a {REQUEST_TYPE} with a "
                            f"{reply.get('msg_type')!r} message, not a {REPLY_TYPE}: it does not "
@@ -345,6 +376,7 @@ class KernelConnection:
 
     async def request(self, action: str, *, timeout: float | None = None,
                       progress: ProgressCallback | None = None,
+                      output: OutputCallback | None = None,
                       **fields: Any) -> dict[str, Any]:
         """Send one request of the protocol and return its ``result``.
 
@@ -355,10 +387,15 @@ class KernelConnection:
         long as the kernel lives; an op waits for the ops before it).
         ``progress`` (a :data:`ProgressCallback`) is told how far the kernel's
         restore (which the request may wait for) and a checkout have got.
+        ``output`` (an :data:`OutputCallback`) is told what the request's code
+        displayed (a human op's ``IPython.display.display``); the request returns after
+        the kernel's IOPub ``idle`` for it (or :attr:`progress_drain`), so that every
+        output has been told.
         """
         content: dict[str, Any] = {"v": VERSION, "action": action}
         content.update((name, value) for name, value in fields.items() if value is not None)
-        reply = await self.send_raw(content, timeout=timeout, progress=progress)
+        reply = await self.send_raw(content, timeout=timeout, progress=progress,
+                                    output=output)
         status = reply.get("status")
         if status == "error":
             raise RequestError.from_reply(reply)
@@ -410,6 +447,10 @@ class KernelConnection:
                         traceback: TracebackType | None) -> None:
         await self.close()
 
+
+
+def _ignore_progress(what: str, done: int, total: int) -> None:
+    """The progress callback of a request that only wants its outputs."""
 
 
 def _report_send_failure(sent: asyncio.Future[Any]) -> None:

@@ -362,6 +362,41 @@ class AsyncKernosClient(KernelConnection):
         result = await self.request("files_exists", path=path, principal=principal)
         return bool(result["exists"])
 
+    # -- sessions (kernos.harness.session_requests): a principal's conversation items -----
+
+    async def session_items(self, session: str, *, principal: str | None = None,
+                            limit: int | None = None) -> list[dict[str, Any]]:
+        """The last ``limit`` items (all without it) of ``principal``'s session, oldest
+        first; none for a session that does not exist.  A read: no op."""
+        result = await self.request("session_items", session=session, principal=principal,
+                                    limit=limit)
+        return list(result["items"])
+
+    async def session_add(self, session: str, items: list[dict[str, Any]], *,
+                          principal: str | None = None, key: str | None = None
+                          ) -> dict[str, Any]:
+        """Append ``items`` (JSON objects) to the session, all in one op of ``principal``;
+        ``{"added", "total", "op", "commit"}``.  ``key`` makes it idempotent."""
+        return await self.request("session_add", session=session, items=list(items),
+                                  principal=principal, key=key)
+
+    async def session_pop(self, session: str, *,
+                          principal: str | None = None) -> dict[str, Any] | None:
+        """Remove and return the session's newest item (one op); None when it is empty."""
+        result = await self.request("session_pop", session=session, principal=principal)
+        item = result.get("item")
+        return None if item is None else dict(item)
+
+    async def session_clear(self, session: str, *, principal: str | None = None) -> int:
+        """Remove every item of the session (one op); how many there were."""
+        result = await self.request("session_clear", session=session, principal=principal)
+        return int(result["cleared"])
+
+    async def sessions(self, *, principal: str | None = None) -> list[dict[str, Any]]:
+        """``principal``'s sessions, ``[{"session", "items"}]``, sorted by id.  A read."""
+        result = await self.request("session_list", principal=principal)
+        return list(result["sessions"])
+
     async def interrupt(self, *, op: int | None = None, key: str | None = None,
                         timeout: float = 30) -> dict[str, Any]:
         """Interrupt one running op, named by its id or its idempotency key, like a cell.

@@ -284,6 +284,26 @@ class KernosClient:
     def file_exists(self, path: str, *, principal: str | None = None) -> bool:
         return self._loop.run(self._client.file_exists(path, principal=principal))
 
+    def session_items(self, session: str, *, principal: str | None = None,
+                      limit: int | None = None) -> list[dict[str, Any]]:
+        return self._loop.run(self._client.session_items(session, principal=principal,
+                                                         limit=limit))
+
+    def session_add(self, session: str, items: list[dict[str, Any]], *,
+                    principal: str | None = None, key: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self._client.session_add(session, items, principal=principal,
+                                                       key=key))
+
+    def session_pop(self, session: str, *,
+                    principal: str | None = None) -> dict[str, Any] | None:
+        return self._loop.run(self._client.session_pop(session, principal=principal))
+
+    def session_clear(self, session: str, *, principal: str | None = None) -> int:
+        return self._loop.run(self._client.session_clear(session, principal=principal))
+
+    def sessions(self, *, principal: str | None = None) -> list[dict[str, Any]]:
+        return self._loop.run(self._client.sessions(principal=principal))
+
     def subscribe(self, *, since: int | None = None, op: int | None = None,
                   topic: str | None = None) -> EventStream:
         """Committed events, as a blocking iterator (see :meth:`AsyncKernosClient.subscribe`)."""

@@ -208,6 +208,11 @@ Actions and their fields (``?`` marks an optional field):
     op that changes nothing: audited, no snapshot).  ``encoding`` is ``utf-8`` (the
     default) or ``base64``.  A refusal rolls the op back: ``denied``, ``invalid`` (a bad
     path), ``unknown_file``.  See ``kernos.harness.file_requests``.
+``session_items``, ``session_add``, ``session_pop``, ``session_clear``, ``session_list``
+    A principal's conversation items (JSON objects) in the image: reads, and changes that
+    are one op of that principal each.  See ``kernos.harness.session_requests``.
+``checkpoint_*`` (put, writes, get, list, delete, copy, prune, delete_runs): a principal's
+graph checkpoints in the image, each change an op of it (``kernos.harness.checkpoint_requests``).
 
 ``policy``  agent, set?, principal?
     -> ``{"agent", "policy": {figure: int}, "own": {figure: int}}``: the agent's
@@ -244,6 +249,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernos.errors import KernosError
+from kernos.harness.checkpoint_fields import CHECKPOINT_CHANGES, CHECKPOINT_FIELDS
 
 __all__ = [
     "ACTIONS",
@@ -257,6 +263,7 @@ __all__ = [
     "PROGRESS_TYPE",
     "REPLY_TYPE",
     "REQUEST_TYPE",
+    "SESSION_CHANGES",
     "SORT_KEYS",
     "VERSION",
     "ProtocolError",
@@ -362,6 +369,14 @@ ACTIONS: dict[str, dict[str, _Field]] = {
     "files_append": {"path": _f(_STR, True), "data": _f(_STR, True), "principal": _f(_STR),
                      "encoding": _f(_STR), "key": _f(_STR)},
     "files_delete": {"path": _f(_STR, True), "principal": _f(_STR), "key": _f(_STR)},
+    "session_items": {"session": _f(_STR, True), "principal": _f(_STR), "limit": _f(_INT)},
+    "session_add": {"session": _f(_STR, True), "items": _f(_LIST, True), "principal": _f(_STR),
+                    "key": _f(_STR)},
+    "session_pop": {"session": _f(_STR, True), "principal": _f(_STR)},
+    "session_clear": {"session": _f(_STR, True), "principal": _f(_STR)},
+    "session_list": {"principal": _f(_STR)},
+    **{action: {"principal": _f(_STR), **{name: _f(*spec) for name, spec in fields.items()}}
+       for action, fields in CHECKPOINT_FIELDS.items()},
 }
 
 SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
@@ -370,8 +385,10 @@ SORT_KEYS = ("name", "type", "size", "version", "op", "principal", "changed_at")
 FILE_ACTIONS = frozenset({"files_read", "files_exists", "files_list", "files_write",
                           "files_append", "files_delete"})
 """The file requests (``kernos.harness.file_requests``): each runs as an op, reads too."""
+SESSION_CHANGES = frozenset({"session_add", "session_pop", "session_clear"})
+"""The session requests that change a session (``kernos.harness.session_requests``)."""
 MUTATING = frozenset({"op", "grant", "revoke", "add_agent", "checkout", "remember", "loop",
-                      "policy", "reset"}) | FILE_ACTIONS
+                      "policy", "reset"}) | FILE_ACTIONS | SESSION_CHANGES | CHECKPOINT_CHANGES
 """Actions that run as an op (and so wait for the op lock and write history)."""
 LOOP_DOS = ("start", "pause", "resume", "stop", "status")
 """What the ``loop`` action does (``status`` reads; the others are ops)."""

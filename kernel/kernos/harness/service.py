@@ -29,8 +29,10 @@ run no op and record nothing.
 The request families live one module each, and :class:`HarnessService` joins
 them: ``kernos.harness.read_requests`` (reads), ``kernos.harness.op_requests``
 (``op``, ``checkout``, ``fork``), ``kernos.harness.agent_requests`` (agents,
-grants, circuits, loops, memory) and ``kernos.harness.file_requests`` (the files
-root, under the principal's grants), on the shared steps of
+grants, circuits, loops, memory), ``kernos.harness.file_requests`` (the files
+root, under the principal's grants), ``kernos.harness.session_requests`` (a
+principal's conversation sessions) and ``kernos.harness.checkpoint_requests`` (a
+principal's graph checkpoints), on the shared steps of
 ``kernos.harness.serving``.  This module holds the service's side of each
 request's life: the dispatch, the audit record of a refusal, and what follows
 a committed op (its external effects, and the announcement of tripped
@@ -55,6 +57,7 @@ from kernos.errors import (
     UsageError,
 )
 from kernos.harness.agent_requests import AgentRequests
+from kernos.harness.checkpoint_requests import CheckpointRequests
 from kernos.harness.file_requests import FileRequests
 from kernos.harness.op_requests import OpRequests
 from kernos.harness.protocol import (
@@ -67,6 +70,7 @@ from kernos.harness.protocol import (
 )
 from kernos.harness.read_requests import ReadRequests
 from kernos.harness.serving import HUMAN, Handled, plain
+from kernos.harness.session_requests import SessionRequests
 
 if TYPE_CHECKING:
     from kernos.op import CommitReport
@@ -76,7 +80,8 @@ __all__ = ["Handled", "HarnessService"]
 log = logging.getLogger(__name__)
 
 
-class HarnessService(ReadRequests, OpRequests, AgentRequests, FileRequests):
+class HarnessService(ReadRequests, OpRequests, AgentRequests, FileRequests, SessionRequests,
+                     CheckpointRequests):
     """Harness requests against one image.  Not thread-safe: one request at a time.
 
     Built as ``HarnessService(image, runtime, max_request_bytes=...)``; the hooks a
@@ -108,6 +113,16 @@ class HarnessService(ReadRequests, OpRequests, AgentRequests, FileRequests):
             problem = error if isinstance(error, ProtocolError) else _as_protocol_error(error)
             # Refused before its op began (an unknown principal, say): record it here.
             # Once an op began, its own audit record tells what happened.
+            if request.action in MUTATING and not self._began:
+                self._record_rejection(content, request.action, problem)
+            return Handled(reply=error_reply(request.action, problem))
+        except Exception as error:  # a bug, here or below: every request is still answered
+            if self.image.current is not None:  # an op the handler left open rolls back
+                self.image.current.abort(error=error)
+            problem = ProtocolError(
+                "internal", f"{request.action}: an internal error in Kernos "
+                f"({type(error).__name__}: {str(error)[:500]}); its op, if it began one, "
+                "rolled back. Please report it.", {"type": type(error).__name__})
             if request.action in MUTATING and not self._began:
                 self._record_rejection(content, request.action, problem)
             return Handled(reply=error_reply(request.action, problem))

@@ -410,7 +410,7 @@ class _Replayer:
                 return {"v": 1, "action": "op", "principal": principal, **data}
             if isinstance(data, dict) and data.get("action") in (
                     "grant", "revoke", "add_agent", "checkout", "loop", "remember",
-                    "policy", "reset"):
+                    "policy", "reset", "session_add", "session_pop", "session_clear"):
                 request = {"v": 1, **data}
                 if data["action"] == "checkout":
                     request["ref"] = self._mapped(

@@ -262,6 +262,26 @@ def test_a_refusal_that_cannot_be_recorded_is_still_answered(
     assert reply["status"] == "error"
 
 
+def test_a_bug_in_a_handler_is_answered_and_its_op_rolled_back(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception that is not a Kernos error, raised inside a request's op (here in
+    the memory service under ``remember``), still gets an ``internal`` reply: a client
+    never waits for an answer that cannot come, and the op it began is rolled back."""
+    harness.op("x = 1")
+    head = harness.env.image.workspace.head()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug below the harness")
+
+    monkeypatch.setattr(harness.service.runtime.memory, "remember", broken)
+    error = harness.error(action="remember", fact="the sky is blue")
+    assert error["kind"] == "internal" and "RuntimeError" in error["message"], error
+    assert "a bug below the harness" in error["message"]
+    assert harness.env.image.current is None, "the request's op was left open"
+    assert harness.env.image.workspace.head() == head
+    assert harness.op("y = 2")["status"] == "committed"  # and the service goes on
+
+
 def test_an_agents_log_shows_only_what_its_grants_let_it_read(harness: Harness) -> None:
     harness.ok(action="add_agent", agent="alice")
     harness.ok(action="grant", agent="alice", capability="read:public")

@@ -1,0 +1,333 @@
+"""The OpenAI Agents SDK on Kernos: a ``Session`` in the image, and Python as an agent op.
+
+Install with ``pip install 'kernos[openai-agents]'`` (the SDK is the
+``openai-agents`` package, imported as ``agents``; Kernos's own
+``kernos.agents`` is namespaced and does not clash).  Both pieces talk to a
+real Kernos kernel through ``kernos.client`` (an :class:`AsyncKernosClient`
+used on its own event loop, or a blocking :class:`KernosClient` from any
+loop, ``Runner.run_sync`` included)::
+
+    from agents import Agent, Runner
+    from kernos.client import KernosClient
+    from kernos.integrations.openai_agents import KernosSession, kernos_python_tool
+
+    with KernosClient.start("./ws") as kernos:
+        kernos.add_agent("analyst")
+        kernos.grant("analyst", "read:prices")
+        agent = Agent(name="analyst", tools=[kernos_python_tool(kernos, "analyst")])
+        session = KernosSession("chat-1", kernos, principal="analyst")
+        result = Runner.run_sync(agent, "What is the mean price?", session=session)
+
+**KernosSession** is the SDK's ``Session`` protocol (``session_id``,
+``session_settings``, ``get_items``, ``add_items``, ``pop_item``,
+``clear_session``; the semantics of the SDK's own ``SQLiteSession``), kept in
+the image as the session requests of ``kernos.harness.session_requests``:
+
+* the items are plain JSON data under the session's *principal* (``human``
+  unless named; usually the agent whose conversation it is), in the names
+  ``kernos:session:PRINCIPAL:ID...``: they commit, roll back, restore after
+  ``kill -9``, show in ``kernos log`` and the audit, and travel with the
+  history;
+* ``add_items`` of one turn is **one op** of the principal: the turn's items
+  are all there or none is, whatever dies when (the runner, the kernel);
+  ``pop_item`` and ``clear_session`` are one op each; ``get_items`` is a read
+  (no op).  An empty ``add_items``, a ``pop_item`` of an empty session and a
+  ``clear_session`` of a missing one run no op;
+* an op's cost follows the items it adds, not the conversation's length
+  (the items are stored in pages: an append re-stores the last page only);
+* ``get_items(limit)``: the latest ``limit`` items, oldest first; ``limit``
+  None takes ``session_settings.limit``; 0 gives none and a negative limit
+  all (as ``SQLiteSession`` does);
+* items must be JSON data (the SDK's input items are): anything else is
+  refused before a request is sent, naming the item.  A turn larger than the
+  kernel's request limit (``KERNOS_MAX_SOURCE_BYTES``, 4 MiB) is refused by
+  the kernel (``RequestError``, kind ``oversized``) and nothing is added.
+
+As the SDK's sessions do, a mutation runs to its end even if the caller is
+cancelled meanwhile (the caller then sees the cancellation): the runner never
+loses track of what a half-seen op did.
+
+**kernos_python_tool** builds the SDK's ``FunctionTool`` (named ``run_python``
+unless told otherwise) whose one argument, ``code``, runs as **one op of a
+Kernos agent**: the restricted dialect, in that agent's own persistent
+namespace, under its grants, limits and circuit breaker.  What comes back to
+the model is a JSON string: ``{"status", "op", "stdout", "result", "error"}``
+(``result`` is the value of a final expression, as JSON when it is plain data,
+else a bounded repr).  Code that raises, is denied a capability (which vetoes
+the op, caught or not) or breaches a limit is rolled back whole, and the model
+reads the error and that nothing was kept; a refusal it can act on (a circuit
+open, code over the size limit) comes back the same way.  A kernel that died
+or a request the kernel refused for another reason (an unknown agent) raises:
+the run stops, because the model cannot fix it.  The human cannot be the
+tool's principal: the model's code would run unrestricted.
+
+Each call's op carries an idempotency key made of the agent, the session
+(when the tool is given one) and the model's tool-call id: a call delivered
+again, after the runner died between the tool's op and the session's save of
+that turn, is answered as a ``duplicate`` and does **not** run again (its
+output was not kept, and the model is told so).  That holds when the resumed
+run's model issues the same call id, as a recorded or scripted model does; a
+live model asked again may decide anew, with a new id, and its call is a new
+op.  Effects meant to happen once belong in Kernos effects
+(``register_tool(..., effect="external")``), queued by the op and run once
+after it commits.
+
+Resuming a run killed with ``kill -9``: the session holds every turn the
+runner saved; ``Runner.run(agent, [], session=session)`` continues from the
+last committed turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar, cast
+
+try:
+    from agents import FunctionTool
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+    from agents.tool_context import ToolContext
+except ImportError as missing:
+    raise ImportError(
+        "kernos.integrations.openai_agents needs the OpenAI Agents SDK (the openai-agents "
+        "package), an optional extra: pip install 'kernos[openai-agents]' "
+        f"(the import failed: {missing})") from missing
+
+from kernos.client import AsyncKernosClient, KernosClient, RequestError
+from kernos.errors import UsageError
+from kernos.harness.results import OpResult
+
+__all__ = ["DEFAULT_TOOL_NAME", "KernosSession", "kernos_python_tool"]
+
+DEFAULT_TOOL_NAME = "run_python"
+MAX_SESSION_ID_CHARS = 200
+_KEY_PREFIX = "openai-agents:"
+_MAX_KEY_CHARS = 200
+_FOR_THE_MODEL = frozenset({"denied", "oversized", "invalid"})
+"""Refusals the model can act on (returned to it); any other refusal raises."""
+
+Client = AsyncKernosClient | KernosClient
+Result = TypeVar("Result")
+
+
+class _Kernel:
+    """One way to call either client from the runner's event loop."""
+
+    def __init__(self, client: Client) -> None:
+        if not isinstance(client, (AsyncKernosClient, KernosClient)):
+            raise TypeError(f"a Kernos client is an AsyncKernosClient or a KernosClient, not "
+                            f"{type(client).__name__}; make one with KernosClient.start(WS) "
+                            "or KernosClient.connect(WS)")
+        self.client = client
+
+    async def request(self, action: str, **fields: Any) -> dict[str, Any]:
+        if isinstance(self.client, AsyncKernosClient):
+            return await self.client.request(action, **fields)
+        return await asyncio.to_thread(self.client.request, action, **fields)
+
+    async def op(self, code: str, *, principal: str, key: str | None) -> OpResult:
+        if isinstance(self.client, AsyncKernosClient):
+            return await self.client.op(code, principal=principal, key=key)
+        return await asyncio.to_thread(self.client.op, code, principal=principal, key=key)
+
+
+async def _to_the_end(work: Coroutine[Any, Any, Result]) -> Result:
+    """Await ``work`` to its end even if the caller is cancelled meanwhile, then re-raise
+    the cancellation (the SDK's own sessions do the same for their mutations)."""
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as error:
+            cancelled = cancelled or error
+    result = task.result()
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+class KernosSession:
+    """The Agents SDK's ``Session``, kept in a Kernos image (see the module docstring).
+
+    ``KernosSession(session_id, client, principal="analyst")``: ``session_id`` is any
+    string of 1 to 200 characters; ``principal`` owns the session (an agent of the
+    image, or ``human``); ``session_settings`` as for the SDK's sessions.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(self, session_id: str, client: Client, *, principal: str = "human",
+                 session_settings: SessionSettings | None = None) -> None:
+        if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID_CHARS:
+            raise UsageError(f"a session id is a string of 1 to {MAX_SESSION_ID_CHARS} "
+                             f"characters, not {session_id!r:.80}")
+        if not isinstance(principal, str) or not principal:
+            raise UsageError(f"principal names the session's owner (an agent, or 'human'), "
+                             f"not {principal!r:.80}")
+        self.session_id = session_id
+        self.principal = principal
+        self.session_settings = session_settings or SessionSettings()
+        self._kernel = _Kernel(client)
+
+    def _fields(self) -> dict[str, str]:
+        return {"session": self.session_id, "principal": self.principal}
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The latest ``limit`` items, oldest first (``limit`` None: the session
+        settings' limit; 0: none; negative: all).  A read: no op."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        if limit == 0:
+            return []
+        result = await self._kernel.request("session_items", **self._fields(),
+                                            limit=limit if limit is not None and limit > 0
+                                            else None)
+        return cast("list[TResponseInputItem]", list(result["items"]))
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` (one turn) as one op of the principal: all of them, or none."""
+        if not items:
+            return
+        plain = _json_items(items)
+        await _to_the_end(self._kernel.request("session_add", **self._fields(), items=plain))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the newest item (one op); None if the session is empty."""
+        result = await _to_the_end(self._kernel.request("session_pop", **self._fields()))
+        item = result.get("item")
+        return None if item is None else cast("TResponseInputItem", item)
+
+    async def clear_session(self) -> None:
+        """Remove every item (one op; none if the session holds nothing)."""
+        await _to_the_end(self._kernel.request("session_clear", **self._fields()))
+
+    def __repr__(self) -> str:
+        return f"KernosSession({self.session_id!r}, principal={self.principal!r})"
+
+
+def _json_items(items: list[TResponseInputItem]) -> list[dict[str, Any]]:
+    """The items as plain JSON objects, or a clear error naming the first that is not."""
+    plain: list[dict[str, Any]] = []
+    for position, item in enumerate(items):
+        try:
+            copied = json.loads(json.dumps(item, allow_nan=False))
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"session item {position} is not JSON data ({error}); a session "
+                             "keeps the SDK's input items, which are plain dicts: nothing was "
+                             "added") from None
+        if not isinstance(copied, dict):
+            raise UsageError(f"session item {position} is a {type(item).__name__}; every "
+                             "item is a dict (a message, a tool call, a tool output): nothing "
+                             "was added")
+        plain.append(copied)
+    return plain
+
+
+# -- the tool --------------------------------------------------------------------------
+
+
+def _description(agent: str) -> str:
+    return (
+        f"Run Python code as the agent {agent!r} in its persistent Kernos namespace: the "
+        "variables you define stay for the next call. The code runs restricted, reaching "
+        "only what the agent was granted: read(name), write(name, value), call(tool, **args), "
+        "spend(amount, unit), grants(), and the modules math, json, re, datetime and decimal. "
+        "Each call is atomic: if the code raises or is denied a capability, nothing it did is "
+        "kept. Returns JSON: status, stdout, result (the value of a final expression), error.")
+
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"code": {"type": "string",
+                            "description": "The Python code to run; print what you need to "
+                                           "see, or end with an expression."}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
+
+
+def kernos_python_tool(client: Client, agent: str, *, name: str = DEFAULT_TOOL_NAME,
+                       description: str | None = None, session: KernosSession | None = None,
+                       idempotent: bool = True) -> FunctionTool:
+    """A ``FunctionTool`` that runs the model's Python as one op of Kernos agent ``agent``.
+
+    ``session``: the run's session, whose id goes into each call's idempotency key
+    (give it when tool-call ids may repeat across sessions, as a scripted model's
+    do).  ``idempotent=False`` gives the ops no key: a call delivered again runs
+    again.  See the module docstring for what the model gets back.
+    """
+    if not isinstance(agent, str) or not agent:
+        raise UsageError(f"agent names the Kernos agent the code runs as, not {agent!r:.80}")
+    if agent == "human":
+        raise UsageError("the model's code cannot run as 'human', which runs ordinary, "
+                         "unrestricted Python: add an agent (client.add_agent('NAME')), grant "
+                         "it what the code may use, and name it here")
+    kernel = _Kernel(client)
+    scope = "" if session is None else f"{session.principal}/{session.session_id}"
+
+    async def invoke(context: ToolContext[Any], arguments: str) -> str:
+        try:
+            code = _code_of(arguments)
+        except ValueError as problem:
+            return _answer(status="refused", error={"kind": "malformed",
+                                                    "message": str(problem)})
+        key = _call_key(agent, scope, context.tool_call_id) if idempotent else None
+        try:
+            result = await _to_the_end(kernel.op(code, principal=agent, key=key))
+        except RequestError as refused:
+            if refused.kind not in _FOR_THE_MODEL:
+                raise
+            return _answer(status="refused", error={
+                "kind": refused.kind, "message": f"{refused} Nothing ran, nothing was kept."})
+        return _tool_output(result)
+
+    on_invoke: Callable[[ToolContext[Any], str], Awaitable[Any]] = invoke
+    return FunctionTool(name=name, description=description or _description(agent),
+                        params_json_schema=_PARAMETERS, on_invoke_tool=on_invoke,
+                        strict_json_schema=True)
+
+
+def _code_of(arguments: str) -> str:
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        raise ValueError(f"the arguments are not JSON ({arguments[:80]!r}); send "
+                         '{"code": "..."}') from None
+    code = parsed.get("code") if isinstance(parsed, dict) else None
+    if not isinstance(code, str) or not code.strip():
+        raise ValueError('the arguments need "code", a non-empty string of Python')
+    return code
+
+
+def _call_key(agent: str, scope: str, call_id: str) -> str:
+    key = f"{_KEY_PREFIX}{agent}:{scope}:{call_id}"
+    if len(key) <= _MAX_KEY_CHARS:
+        return key
+    return _KEY_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _tool_output(result: OpResult) -> str:
+    if result.duplicate:
+        return _answer(status="committed", op=result.op, duplicate=True, note=(
+            f"this tool call already ran as op {result.op} and committed; it was not run "
+            "again (its output was not kept: read the state it left)"))
+    value: Any = None
+    if result.value is not None:
+        value = result.value.json if result.value.has_json else result.value.repr
+    if result.committed:
+        return _answer(status="committed", op=result.op, stdout=result.output, result=value)
+    error = result.error
+    message = error.message if error is not None else result.status
+    return _answer(status=result.status, op=result.op, stdout=result.output, error={
+        "kind": error.kind if error is not None else result.status,
+        "message": f"{message} The op was rolled back: nothing this code did was kept."})
+
+
+def _answer(*, status: str, op: int | None = None, stdout: str = "", result: Any = None,
+            error: dict[str, Any] | None = None, **more: Any) -> str:
+    return json.dumps({"status": status, "op": op, "stdout": stdout, "result": result,
+                       "error": error, **more}, default=str)
