@@ -289,3 +289,31 @@ def test_a_replay_from_a_later_snapshot_starts_with_the_budget_spent(tmp_path: P
     report = replay(tmp_path / "ws", start=f"@{last_committed}", into=tmp_path / "replayed")
     assert report.ok, report.summary()
     assert (report.steps[0].op, report.steps[0].replayed) == (results[-1]["op"], "vetoed")
+
+
+def test_a_call_vetoed_after_its_answer_is_charged_again_in_the_replay(tmp_path: Path) -> None:
+    """A mock answer uses 30 tokens, more than the 21 a fresh call reserves (its prompt
+    and max_tokens).  With 55 tokens, bob's second call is admitted (30 + 21), answered
+    and vetoed after (60 of 55), its 30 tokens charged; the third is refused before.
+    The replay must admit the second as the original did (at its estimate, not at the
+    usage of its recording), charge it, and so refuse the third before too: not let it
+    through to find no recording ('failed', the torture test's divergence)."""
+    harness = Harness(tmp_path / "ws")
+    harness.env.ns.update(agents=harness.env.agents)
+    harness.env.image.is_persistent = (  # type: ignore[method-assign]
+        lambda name: name != "agents" and not name.startswith("__"))
+    harness.op("agents.add('bob')\nagents.grant('bob', 'llm:gpt-4o-mini', 55)")
+    results = [harness.op(ASK.format(n=n), principal="bob") for n in range(3)]
+    harness.env.close()
+    assert [r["status"] for r in results] == ["committed", "vetoed", "vetoed"]
+    assert "used more than estimated" in results[1]["error"]["message"]
+    assert "Nothing was called" in results[2]["error"]["message"]
+    report = replay(tmp_path / "ws", into=tmp_path / "replayed")
+    assert report.ok, report.summary()
+    assert [s.replayed for s in report.steps[-3:]] == ["committed", "vetoed", "vetoed"]
+    from kernos.llm._store import LEDGER_FILE, read_calls
+
+    def charged(workspace: Path) -> int:
+        return sum(call["tokens"] for call in read_calls(workspace / LEDGER_FILE))
+
+    assert charged(tmp_path / "replayed") == charged(tmp_path / "ws") == 60

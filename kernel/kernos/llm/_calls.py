@@ -6,8 +6,9 @@
    hash; ``replay`` without one raises :class:`~kernos.errors.LLMReplayMiss`;
 2. reserve the call's worst case against every :class:`Budget` (a recorded
    answer: exactly what it used; otherwise the prompt's tokens as litellm
-   counts them plus ``max_tokens``, and that at the model's price): over a
-   limit, :class:`~kernos.errors.LLMBudgetExceeded` and nothing is called;
+   counts them plus ``max_tokens``, and that at the model's price; a replay
+   reserves what the original did, the estimate for a call it made fresh):
+   over a limit, :class:`~kernos.errors.LLMBudgetExceeded` and nothing is called;
 3. call the provider (a stream is consumed whole), store the request and
    the answer, and record the answer for the request (first one wins);
 4. settle the reservation with what the provider reported (if it reported
@@ -152,7 +153,10 @@ class LlmClient:
                     raise
                 recorded = None  # erased with a data subject: asked again, if ever
         subjects = touched_subjects()  # what this op's exchange may hold: sealed under them
-        if stored is not None:
+        cached = stored is not None
+        if mode is Mode.REPLAY and stored is not None and self.replay_cached:
+            cached = self.replay_cached.pop(0)  # as the original reported it
+        if stored is not None and cached:  # a replay reserves as the original did
             worst = stored["usage"]["total_tokens"]
             worst_cost = _cost(stored["cost"])
         else:
@@ -171,9 +175,7 @@ class LlmClient:
             entry["error"] = "LLMReplayMiss"
             raise LLMReplayMiss(request=request.hash, model=request.model,
                                 store=str(self.store.path))
-        entry["cached"] = stored is not None
-        if mode is Mode.REPLAY and self.replay_cached:
-            entry["cached"] = self.replay_cached.pop(0)
+        entry["cached"] = cached
         try:
             number = ledger.reserve(budgets=budgets, keys=charge, tokens=worst, cost=worst_cost,
                                     facts=facts, request=request.hash, model=request.model)
