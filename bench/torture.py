@@ -28,7 +28,8 @@ with SIGKILL:
   with ``KERNOS_CRASH_AT=<point>@<n>`` for a random crash point
   (``kernos._faults``: of a commit's write path, a fold's pack or ref, the
   events' notification, an effect's journal or its follow-up op) and a
-  random ``n``, so it kills itself right there.
+  random ``n``, so it kills itself right there (given up to ``CRASH_WAIT``
+  seconds to get there, then killed with SIGKILL).
 
 After each kill, on the dead kernel's workspace:
 
@@ -166,6 +167,9 @@ CRASH_POINTS = {
                      "effect.journaled", "effect.record"), 4),
 }
 """Crash points (``kernos._faults``) and the largest pass to crash at."""
+CRASH_WAIT = 15.0
+"""How long a kernel started with a crash point may take to reach it before
+it is killed at that instant instead (a fold falls due only now and then)."""
 SETTLED = ("done", "in-doubt")
 SETTLE_SECONDS = 20.0
 """How long the effects a restart found may take to be run or resolved."""
@@ -294,7 +298,10 @@ async def _drive(workspace: Path, clients: int, window: float, rng: random.Rando
     workers = [asyncio.ensure_future(work(index, client))
                for index, client in enumerate(connected)]
     try:
-        deadline = time.monotonic() + rng.uniform(0.02, window)
+        # A kernel with a crash point runs until it reaches it: under load a
+        # random instant within the window may come before its n-th pass.
+        span = CRASH_WAIT if "KERNOS_CRASH_AT" in env else rng.uniform(0.02, window)
+        deadline = time.monotonic() + span
         while time.monotonic() < deadline and await manager.is_alive():
             await asyncio.sleep(0.005)
         if await manager.is_alive():

@@ -80,13 +80,12 @@ nothing is stored.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
 import random
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -107,8 +106,9 @@ except ImportError as missing:
         "langgraph-checkpoint packages), an optional extra: pip install 'kernos[langgraph]' "
         f"(the import failed: {missing})") from missing
 
-from kernos.client import AsyncKernosClient, KernosClient
 from kernos.errors import UsageError
+
+from ._kernel import Client, Kernel
 
 __all__ = ["DEFAULT_PRINCIPAL", "KernosSaver", "task_key"]
 
@@ -119,8 +119,6 @@ LIST_PAGE = 100
 ones, lazily, as the caller iterates), so no reply holds a long history whole."""
 """The longest idempotency key the kernel takes (``kernos.harness.protocol``)."""
 
-Client = AsyncKernosClient | KernosClient
-Result = TypeVar("Result")
 _TIEBREAK = random.Random()
 """A generator of the saver's own: a version's tiebreak never draws from (nor moves) the
 process's global one, which a notebook may have seeded (Kernos keeps it in the image)."""
@@ -147,58 +145,6 @@ def task_key(config: RunnableConfig, label: str = "") -> str:
     return "langgraph:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class _Kernel:
-    """Requests to the kernel from sync code (any thread) and from async code (any loop)."""
-
-    def __init__(self, client: Client) -> None:
-        if not isinstance(client, (AsyncKernosClient, KernosClient)):
-            raise TypeError(f"a Kernos client is an AsyncKernosClient or a KernosClient, not "
-                            f"{type(client).__name__}; make one with KernosClient.start(WS) "
-                            "or KernosClient.connect(WS)")
-        self.client = client
-        self.loop: asyncio.AbstractEventLoop | None = None
-        """The loop an AsyncKernosClient's requests run on: the one it was first used from."""
-        if isinstance(client, AsyncKernosClient):
-            try:
-                self.loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.loop = None
-
-    async def arequest(self, action: str, **fields: Any) -> dict[str, Any]:
-        client = self.client
-        if isinstance(client, KernosClient):
-            return await asyncio.to_thread(client.request, action, **fields)
-        running = asyncio.get_running_loop()
-        if self.loop is None:
-            self.loop = running
-        if self.loop is running:
-            return await client.request(action, **fields)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-            client.request(action, **fields), self.loop))
-
-    def request(self, action: str, **fields: Any) -> dict[str, Any]:
-        client = self.client
-        if isinstance(client, KernosClient):
-            return client.request(action, **fields)
-        return self._wait(client.request(action, **fields))
-
-    def _wait(self, work: Coroutine[Any, Any, Result]) -> Result:
-        loop = self.loop
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or not loop.is_running() or running is loop:
-            work.close()
-            raise UsageError(
-                "a sync KernosSaver method was called with an AsyncKernosClient "
-                + ("from its own event loop (it would wait for itself): use the async "
-                   "methods there (graph.ainvoke)" if loop is not None and loop.is_running()
-                   else "whose event loop is not running: give the saver a blocking "
-                   "KernosClient (KernosClient.start / connect) for sync use"))
-        return asyncio.run_coroutine_threadsafe(work, loop).result()
-
-
 class KernosSaver(BaseCheckpointSaver[str]):
     """LangGraph's checkpointer over a Kernos kernel (see the module docstring).
 
@@ -214,7 +160,7 @@ class KernosSaver(BaseCheckpointSaver[str]):
             raise UsageError(f"principal names who owns the checkpoints (an agent, or "
                              f"'human'), not {principal!r:.80}")
         self.principal = principal
-        self._kernel = _Kernel(client)
+        self._kernel = Kernel(client, owner="a KernosSaver", async_way="graph.ainvoke")
 
     @property
     def client(self) -> Client:

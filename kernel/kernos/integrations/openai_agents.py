@@ -79,11 +79,9 @@ last committed turn.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 try:
     from agents import FunctionTool
@@ -96,58 +94,17 @@ except ImportError as missing:
         "package), an optional extra: pip install 'kernos[openai-agents]' "
         f"(the import failed: {missing})") from missing
 
-from kernos.client import AsyncKernosClient, KernosClient, RequestError
 from kernos.errors import UsageError
 from kernos.harness.results import OpResult
+
+from . import _code
+from ._kernel import Client, Kernel, to_the_end
 
 __all__ = ["DEFAULT_TOOL_NAME", "KernosSession", "kernos_python_tool"]
 
 DEFAULT_TOOL_NAME = "run_python"
 MAX_SESSION_ID_CHARS = 200
 _KEY_PREFIX = "openai-agents:"
-_MAX_KEY_CHARS = 200
-_FOR_THE_MODEL = frozenset({"denied", "oversized", "invalid"})
-"""Refusals the model can act on (returned to it); any other refusal raises."""
-
-Client = AsyncKernosClient | KernosClient
-Result = TypeVar("Result")
-
-
-class _Kernel:
-    """One way to call either client from the runner's event loop."""
-
-    def __init__(self, client: Client) -> None:
-        if not isinstance(client, (AsyncKernosClient, KernosClient)):
-            raise TypeError(f"a Kernos client is an AsyncKernosClient or a KernosClient, not "
-                            f"{type(client).__name__}; make one with KernosClient.start(WS) "
-                            "or KernosClient.connect(WS)")
-        self.client = client
-
-    async def request(self, action: str, **fields: Any) -> dict[str, Any]:
-        if isinstance(self.client, AsyncKernosClient):
-            return await self.client.request(action, **fields)
-        return await asyncio.to_thread(self.client.request, action, **fields)
-
-    async def op(self, code: str, *, principal: str, key: str | None) -> OpResult:
-        if isinstance(self.client, AsyncKernosClient):
-            return await self.client.op(code, principal=principal, key=key)
-        return await asyncio.to_thread(self.client.op, code, principal=principal, key=key)
-
-
-async def _to_the_end(work: Coroutine[Any, Any, Result]) -> Result:
-    """Await ``work`` to its end even if the caller is cancelled meanwhile, then re-raise
-    the cancellation (the SDK's own sessions do the same for their mutations)."""
-    task = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as error:
-            cancelled = cancelled or error
-    result = task.result()
-    if cancelled is not None:
-        raise cancelled
-    return result
 
 
 class KernosSession:
@@ -171,7 +128,7 @@ class KernosSession:
         self.session_id = session_id
         self.principal = principal
         self.session_settings = session_settings or SessionSettings()
-        self._kernel = _Kernel(client)
+        self._kernel = Kernel(client, owner="a KernosSession")
 
     def _fields(self) -> dict[str, str]:
         return {"session": self.session_id, "principal": self.principal}
@@ -183,7 +140,7 @@ class KernosSession:
             limit = self.session_settings.limit
         if limit == 0:
             return []
-        result = await self._kernel.request("session_items", **self._fields(),
+        result = await self._kernel.arequest("session_items", **self._fields(),
                                             limit=limit if limit is not None and limit > 0
                                             else None)
         return cast("list[TResponseInputItem]", list(result["items"]))
@@ -193,17 +150,17 @@ class KernosSession:
         if not items:
             return
         plain = _json_items(items)
-        await _to_the_end(self._kernel.request("session_add", **self._fields(), items=plain))
+        await to_the_end(self._kernel.arequest("session_add", **self._fields(), items=plain))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item (one op); None if the session is empty."""
-        result = await _to_the_end(self._kernel.request("session_pop", **self._fields()))
+        result = await to_the_end(self._kernel.arequest("session_pop", **self._fields()))
         item = result.get("item")
         return None if item is None else cast("TResponseInputItem", item)
 
     async def clear_session(self) -> None:
         """Remove every item (one op; none if the session holds nothing)."""
-        await _to_the_end(self._kernel.request("session_clear", **self._fields()))
+        await to_the_end(self._kernel.arequest("session_clear", **self._fields()))
 
     def __repr__(self) -> str:
         return f"KernosSession({self.session_id!r}, principal={self.principal!r})"
@@ -230,16 +187,6 @@ def _json_items(items: list[TResponseInputItem]) -> list[dict[str, Any]]:
 # -- the tool --------------------------------------------------------------------------
 
 
-def _description(agent: str) -> str:
-    return (
-        f"Run Python code as the agent {agent!r} in its persistent Kernos namespace: the "
-        "variables you define stay for the next call. The code runs restricted, reaching "
-        "only what the agent was granted: read(name), write(name, value), call(tool, **args), "
-        "spend(amount, unit), grants(), and the modules math, json, re, datetime and decimal. "
-        "Each call is atomic: if the code raises or is denied a capability, nothing it did is "
-        "kept. Returns JSON: status, stdout, result (the value of a final expression), error.")
-
-
 _PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {"code": {"type": "string",
@@ -260,13 +207,8 @@ def kernos_python_tool(client: Client, agent: str, *, name: str = DEFAULT_TOOL_N
     do).  ``idempotent=False`` gives the ops no key: a call delivered again runs
     again.  See the module docstring for what the model gets back.
     """
-    if not isinstance(agent, str) or not agent:
-        raise UsageError(f"agent names the Kernos agent the code runs as, not {agent!r:.80}")
-    if agent == "human":
-        raise UsageError("the model's code cannot run as 'human', which runs ordinary, "
-                         "unrestricted Python: add an agent (client.add_agent('NAME')), grant "
-                         "it what the code may use, and name it here")
-    kernel = _Kernel(client)
+    agent = _code.check_agent(agent)
+    kernel = Kernel(client, owner="kernos_python_tool")
     scope = "" if session is None else f"{session.principal}/{session.session_id}"
 
     async def invoke(context: ToolContext[Any], arguments: str) -> str:
@@ -276,17 +218,11 @@ def kernos_python_tool(client: Client, agent: str, *, name: str = DEFAULT_TOOL_N
             return _answer(status="refused", error={"kind": "malformed",
                                                     "message": str(problem)})
         key = _call_key(agent, scope, context.tool_call_id) if idempotent else None
-        try:
-            result = await _to_the_end(kernel.op(code, principal=agent, key=key))
-        except RequestError as refused:
-            if refused.kind not in _FOR_THE_MODEL:
-                raise
-            return _answer(status="refused", error={
-                "kind": refused.kind, "message": f"{refused} Nothing ran, nothing was kept."})
-        return _tool_output(result)
+        return json.dumps(await _code.run_code(kernel, code, agent=agent, key=key),
+                          default=str)
 
     on_invoke: Callable[[ToolContext[Any], str], Awaitable[Any]] = invoke
-    return FunctionTool(name=name, description=description or _description(agent),
+    return FunctionTool(name=name, description=description or _code.describe(agent),
                         params_json_schema=_PARAMETERS, on_invoke_tool=on_invoke,
                         strict_json_schema=True)
 
@@ -304,30 +240,12 @@ def _code_of(arguments: str) -> str:
 
 
 def _call_key(agent: str, scope: str, call_id: str) -> str:
-    key = f"{_KEY_PREFIX}{agent}:{scope}:{call_id}"
-    if len(key) <= _MAX_KEY_CHARS:
-        return key
-    return _KEY_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return _code.call_key(_KEY_PREFIX, agent, scope, call_id)
 
 
 def _tool_output(result: OpResult) -> str:
-    if result.duplicate:
-        return _answer(status="committed", op=result.op, duplicate=True, note=(
-            f"this tool call already ran as op {result.op} and committed; it was not run "
-            "again (its output was not kept: read the state it left)"))
-    value: Any = None
-    if result.value is not None:
-        value = result.value.json if result.value.has_json else result.value.repr
-    if result.committed:
-        return _answer(status="committed", op=result.op, stdout=result.output, result=value)
-    error = result.error
-    message = error.message if error is not None else result.status
-    return _answer(status=result.status, op=result.op, stdout=result.output, error={
-        "kind": error.kind if error is not None else result.status,
-        "message": f"{message} The op was rolled back: nothing this code did was kept."})
+    return json.dumps(_code.op_answer(result), default=str)
 
 
-def _answer(*, status: str, op: int | None = None, stdout: str = "", result: Any = None,
-            error: dict[str, Any] | None = None, **more: Any) -> str:
-    return json.dumps({"status": status, "op": op, "stdout": stdout, "result": result,
-                       "error": error, **more}, default=str)
+def _answer(**fields: Any) -> str:
+    return json.dumps(_code.answer(**fields), default=str)

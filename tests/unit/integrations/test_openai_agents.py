@@ -26,6 +26,7 @@ from kernos.client import KernosClient
 from kernos.errors import UsageError
 from kernos.harness.results import ErrorInfo, OpResult, Value
 from kernos.integrations import openai_agents
+from kernos.integrations._kernel import to_the_end
 from kernos.integrations.openai_agents import KernosSession, kernos_python_tool
 
 KERNOS = Path(openai_agents.__file__).resolve().parents[1]
@@ -108,7 +109,7 @@ def test_a_mutation_runs_to_its_end_when_its_caller_is_cancelled() -> None:
         return "done"
 
     async def scenario() -> None:
-        task = asyncio.ensure_future(openai_agents._to_the_end(mutation()))
+        task = asyncio.ensure_future(to_the_end(mutation()))
         await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
