@@ -116,8 +116,9 @@ class OpRequests(ServiceBase):
                 elif principal == HUMAN:
                     value = self._run_human(code or "")
                 else:
-                    run = self.runtime.run(principal, code, keep_value=True)
-                    output.write(run.output)
+                    # Echoed as the run ends, failed or not: what it printed before
+                    # an error is what tells the caller why.
+                    run = self.runtime.run(principal, code, output.write, keep_value=True)
                     value = value_of(run.value) if run.has_value else None
         except _Conflict as conflict:
             op.abort(status="conflict", error=("Conflict", str(conflict)))

@@ -42,6 +42,16 @@ def test_a_failing_op_rolls_back_and_says_why(harness: Harness) -> None:
     assert harness.records()[-1]["status"] == "failed"
 
 
+def test_what_agent_code_printed_before_it_failed_is_in_the_answer(harness: Harness) -> None:
+    harness.ok(action="add_agent", agent="alice")
+    failed = harness.op("print('step 1 done')\nkept = 1\nraise ValueError('step 2')",
+                        principal="alice")
+    assert failed["status"] == "failed" and "ValueError" in failed["error"]["message"]
+    assert failed["output"] == "step 1 done\n"
+    committed = harness.op("print('again')\n3", principal="alice")
+    assert committed["output"] == "again\n" and committed["value"]["json"] == 3
+
+
 def test_a_stale_version_is_a_conflict_and_nothing_runs(harness: Harness) -> None:
     harness.op("budget = 500\nspent = []")
     seen = harness.ok(action="versions", names=["budget"])["versions"]
