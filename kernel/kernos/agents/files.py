@@ -88,6 +88,8 @@ TEMPORARY_PREFIX = ".kernos-write-"
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_QUERIES = frozenset({"exists", "list"})
+"""Actions that ask whether something is there: a path under a file answers no."""
 
 
 class FileLimitExceeded(UsageError):
@@ -343,6 +345,8 @@ class FileAccess:
         try:
             directory = self._open_directory(parents, rel, action, create=create)
         except NotADirectoryError:
+            if action in _QUERIES:  # a question: a file in the way means nothing is there
+                raise self._missing(action, rel, grant) from None
             raise self._refused(action, rel, PathRefused(
                 rel, "one of its directories is a file"), grant) from None
         except FileNotFoundError:

@@ -171,6 +171,8 @@ def test_the_human_reads_writes_lists_and_deletes(env) -> None:  # type: ignore[
         assert files.list("nothing") == []
         assert files.exists("b.bin") and not files.exists("c.bin")
         assert not files.exists("notes")  # a directory is not a file
+        # Under a file nothing is there: asking is not an error (writing there is).
+        assert not files.exists("b.bin/x") and files.list("b.bin/x") == []
         files.delete("b.bin")
         assert not files.exists("b.bin")
         with pytest.raises(FileNotFoundError, match=re.escape("no file 'b.bin'")):
