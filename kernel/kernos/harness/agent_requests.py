@@ -12,12 +12,15 @@ its circuit and its ``memory:write`` grant.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernos.analysis import Reach
-from kernos.errors import CapabilityDenied, CircuitOpen
+from kernos.agents.supervisor import fingerprint
+from kernos.errors import CapabilityDenied
 from kernos.harness.protocol import ProtocolError, Request
 from kernos.harness.serving import HUMAN, Handled, ServiceBase, plain
+
+if TYPE_CHECKING:
+    from kernos.op import Op
 
 __all__ = ["AgentRequests"]
 
@@ -150,29 +153,19 @@ class AgentRequests(ServiceBase):
     def _remember(self, request: Request) -> Handled:
         principal = self._memory_principal(request, "write")
         source = json.dumps({"action": "remember", **request.fields}, sort_keys=True)
-        op = self._begin(principal=principal, source=source, kind="harness",
-                         note=f"remember ({principal})", reach=Reach(frozenset()))
-        try:
-            if principal != HUMAN:  # an agent's op like any other: its circuit, its grant
-                from kernos.agents.supervisor import fingerprint
 
-                self.runtime.breakers.admit(principal, op, lambda: fingerprint(
-                    "remember", repr(request.get("fact"))[:10_000]))
+        def remember(op: Op) -> dict[str, Any]:
+            if principal != HUMAN:  # the grant it used, as for any agent op
                 grant = self.runtime.registry.find(principal, "memory", "write")
                 if grant is not None:
                     op.grants_used[grant.id] = grant.capability
-            fact = self.runtime.memory.remember(principal, request.get("fact"),
-                                                request.get("tags") or [])
-        except CircuitOpen as error:
-            op.abort()
-            raise ProtocolError("denied", str(error), {"type": "CircuitOpen",
-                                                       "policy": error.policy}) from None
-        except BaseException:
-            op.abort()
-            raise
-        report = op.commit()
-        return self._ok(request, {"fact": fact, "op": report.op, "commit": report.commit},
-                        report.events)
+            return {"fact": self.runtime.memory.remember(principal, request.get("fact"),
+                                                         request.get("tags") or [])}
+
+        return self._principal_op(
+            request, principal=principal, source=source, note=f"remember ({principal})",
+            body=remember, same=lambda: fingerprint(
+                "remember", repr(request.get("fact"))[:10_000]))
 
     def _memory(self, request: Request) -> Handled:
         command = request.get("command")

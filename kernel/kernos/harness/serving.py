@@ -6,7 +6,9 @@ transport sets, and the steps the request families share: who is asking
 (:meth:`~ServiceBase._principal`, ``human`` or a registered agent) and which
 names it may read, a name's version, the ``ok`` reply, and beginning the op a
 request runs in (:meth:`~ServiceBase._begin`, which marks that the request's
-own op will record it).
+own op will record it), and running a request's change as one op of a
+principal (:meth:`~ServiceBase._principal_op`: its circuit first, a rollback on
+any failure, every failure answered as a refusal of a known kind).
 
 The families build on it, one module each: ``read_requests`` (reads, no op),
 ``op_requests`` (code and tool calls as ops, checkout and fork),
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernos.analysis import Reach
+from kernos.errors import CircuitOpen, CommitFailed, OpVetoed
 from kernos.harness.protocol import ProtocolError, Request, ok_reply
 
 if TYPE_CHECKING:
@@ -111,6 +114,56 @@ class ServiceBase:
         if note:
             op.note = note
         return op
+
+    def _principal_op(self, request: Request, *, principal: str, source: str, note: str,
+                      body: Callable[[Op], dict[str, Any]], same: Callable[[], str],
+                      key: str | None = None,
+                      refusal: Callable[[Exception], ProtocolError | None] | None = None,
+                      ) -> Handled:
+        """Run ``body`` as one op of ``principal``, recorded with ``source`` and ``note``.
+
+        An agent's op is an op like any other: its circuit breaker admits it first
+        (``same`` tells which ops are the same, for the repeat policy), and an open
+        circuit is a ``denied`` refusal.  ``body`` returns the reply's fields; the op
+        id and commit are added.  Whatever ``body`` raises rolls the op back: a
+        :class:`ProtocolError` is recorded as a rejected request, an exception that
+        ``refusal`` maps to one is answered as that, and anything else is raised
+        again as it was.  A veto at commit is ``denied`` (a capability) or
+        ``invalid``, and a commit that fails on disk is ``workspace``.
+        """
+        op = self._begin(principal=principal, source=source, kind="harness", note=note,
+                         reach=Reach(frozenset()))
+        op.key = key
+        try:
+            if principal != HUMAN:
+                self.runtime.breakers.admit(principal, op, same)
+            result = body(op)
+        except CircuitOpen as error:
+            op.abort()
+            raise ProtocolError("denied", str(error), {"type": "CircuitOpen",
+                                                       "policy": error.policy}) from None
+        except ProtocolError as problem:
+            op.abort(status="rejected", error=(f"RequestRejected:{problem.kind}", str(problem)))
+            raise
+        except Exception as error:
+            op.abort(error=error)  # a denial vetoed it already: its record says "denied"
+            refused = refusal(error) if refusal is not None else None
+            if refused is None:
+                raise
+            raise refused from None
+        except BaseException as error:
+            op.abort(error=error)
+            raise
+        try:
+            report = op.commit()
+        except OpVetoed as vetoed:
+            kind = "denied" if op.outcome[0] == "denied" else "invalid"
+            raise ProtocolError(kind, str(vetoed)[:2000], {"type": "OpVetoed"}) from None
+        except CommitFailed as failed:
+            raise ProtocolError("workspace", f"{request.action}: {failed}"[:2000],
+                                {"type": "CommitFailed"}) from None
+        return self._ok(request, {**result, "op": report.op, "commit": report.commit},
+                        report.events)
 
     def _human_op(self, request: Request, note: str, body: Callable[[Op], Any]) -> Handled:
         source = json.dumps({"action": request.action, **request.fields}, sort_keys=True)

@@ -60,10 +60,8 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from kernos.agents.supervisor import fingerprint
-from kernos.analysis import Reach
-from kernos.errors import CircuitOpen
 from kernos.harness.protocol import MAX_KEY_CHARS, ProtocolError, Request
-from kernos.harness.serving import HUMAN, Handled, ServiceBase
+from kernos.harness.serving import Handled, ServiceBase
 
 __all__ = ["MAX_SESSION_CHARS", "PAGE_ITEMS", "SESSION_PREFIX", "SessionRequests",
            "session_name"]
@@ -228,24 +226,10 @@ class SessionRequests(ServiceBase):
         # reorder them, and a replay would store dicts of another order).
         source = json.dumps({"action": request.action,
                              **{name: request.fields[name] for name in sorted(request.fields)}})
-        op = self._begin(principal=principal, source=source, kind="harness",
-                         note=f"{note} ({principal})", reach=Reach(frozenset()))
-        op.key = key
-        try:
-            if principal != HUMAN:  # an agent's op like any other: its circuit first
-                self.runtime.breakers.admit(principal, op, lambda: fingerprint(
-                    request.action, session, fingerprint_of))
-            result = body()
-        except CircuitOpen as error:
-            op.abort()
-            raise ProtocolError("denied", str(error), {"type": "CircuitOpen",
-                                                       "policy": error.policy}) from None
-        except BaseException as error:
-            op.abort(error=error)
-            raise
-        report = op.commit()
-        return self._ok(request, {"session": session, "principal": principal, **result,
-                                  "op": report.op, "commit": report.commit}, report.events)
+        return self._principal_op(
+            request, principal=principal, source=source, note=f"{note} ({principal})",
+            body=lambda op: {"session": session, "principal": principal, **body()},
+            same=lambda: fingerprint(request.action, session, fingerprint_of), key=key)
 
     # -- the stored form ------------------------------------------------------------------
 
