@@ -10,7 +10,16 @@ never a store of its own:
   (``KernosSession``) and a function tool that runs Python as an agent op
   (``pip install 'kernos[openai-agents]'``);
 * ``kernos.integrations.langgraph``: LangGraph's checkpointer
-  (``pip install 'kernos[langgraph]'``).
+  (``pip install 'kernos[langgraph]'``);
+* ``kernos.integrations.pydantic_ai``: a Pydantic AI toolset (``run_python`` and
+  the agent's Kernos tools, each call an agent op) and the message history in
+  the image (``pip install 'kernos[pydantic-ai]'``);
+* ``kernos.integrations.smolagents``: a code executor for smolagents'
+  ``CodeAgent``, each code action an agent op in the agent's namespace
+  (``pip install 'kernos[smolagents]'``).
+
+``_kernel`` (either client, from sync or async code) and ``_code`` (model code
+as one agent op, and the answer the model reads) are what they share.
 
 This package imports nothing, so that importing one integration never needs
 another's framework.
