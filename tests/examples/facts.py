@@ -214,6 +214,50 @@ def files(run: Run) -> None:
         + csv_before + "thu,12.0\n")
 
 
+def frameworks(run: Run) -> None:
+    assert run.cell("setup").text == "True\n"
+    langgraph = run.cell("langgraph").text
+    assert "final state: {'steps': ['fetch', 'check', 'write: total 9'], 'total': 9}" \
+        in langgraph, langgraph
+    checkpoints, ops = re.search(r"checkpoints: (\d+) \| ops of 'graph': (\d+)",
+                                 langgraph).groups()  # type: ignore[union-attr]
+    # One op per checkpoint and one per task's writes: more ops than checkpoints.
+    assert int(checkpoints) >= 4 and int(ops) > int(checkpoints), langgraph
+    openai = run.cell("openai-agents").text
+    first, second = openai.splitlines()[:2]
+    assert first == "committed | 3.0", openai
+    assert second.startswith("denied | ") and "'write:prices'" in second, openai
+    assert "answer: The mean price is 3.0" in openai, openai
+    assert "'mean' in the agent's namespace: 3.0" in openai, openai
+    sandbox = run.cell("sandbox").text
+    assert sandbox.startswith("text: 2 | stdout: ['ok\\n']\n"), sandbox
+    assert "error: AgentCodeRejected |" in sandbox and "file: cheapest: 2" in sandbox, sandbox
+    pydantic = run.cell("pydantic-ai").text
+    assert pydantic.splitlines()[:2] == ["run_python | committed | ['apples', 'pears']",
+                                         "discount | committed | 3.0"], pydantic
+    saved = int(_line(pydantic, "messages kept in the image:").rsplit(" ", 1)[1])
+    assert saved >= 6, pydantic  # the prompt, two calls, their returns and the answer
+    smol = run.cell("smolagents").text
+    assert smol.splitlines()[:3] == [
+        "ok | total = sum(read('prices').values())", "error | write('prices', {})",
+        "ok | final_answer(discount(price=total, percent=10))"], smol
+    assert _line(smol, "answer:") == "answer: 8.1", smol
+    for cell in ("openai-agents", "pydantic-ai", "smolagents", "sandbox"):
+        assert "cannot be persisted" not in run.cell(cell).text, \
+            f"{cell}: a framework object was left in the notebook's image"
+    history = run.cell("history").text
+    principals = ast.literal_eval(_line(history, "ops by principal:").split(":", 1)[1].strip())
+    assert set(principals) == {"human", "analyst", "graph"}, history
+    assert principals["graph"] == int(ops), "the log and the graph's ops disagree"
+    # The two denied writes: the Agents SDK's tool call and smolagents' step.
+    assert _line(history, "denied:") == "denied: [('analyst', 'denied'), ('analyst', 'denied')]"
+    assert _line(history, "replay:") == "replay: ok", history
+    equal, compared = re.search(r"snapshots equal to the original: (\d+) of (\d+)",
+                                history).groups()  # type: ignore[union-attr]
+    assert equal == compared and int(compared) >= sum(principals.values()), history
+    assert run.cell("cleanup").text.strip() == "False"
+
+
 CHECKS: dict[str, Callable[[Run], None]] = {
     "01-researchers-day.ipynb": researchers_day,
     "02-two-agents.ipynb": two_agents,
@@ -222,6 +266,7 @@ CHECKS: dict[str, Callable[[Run], None]] = {
     "05-harness.ipynb": harness,
     "06-long-lived-agent.ipynb": long_lived_agent,
     "07-files.ipynb": files,
+    "08-frameworks.ipynb": frameworks,
 }
 
 

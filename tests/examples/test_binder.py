@@ -106,7 +106,8 @@ def test_binder_files_follow_repo2docker_rules() -> None:
     assert start.rstrip().splitlines()[-1] == 'exec "$@"'
     assert os.access(BINDER / "postBuild", os.X_OK) and os.access(BINDER / "start", os.X_OK)
     lines = [line.strip() for line in (BINDER / "requirements.txt").read_text().splitlines()]
-    assert "." in lines, "requirements.txt must install Kernos from this repository"
+    assert ".[frameworks]" in lines, \
+        "requirements.txt must install Kernos from this repository, with the frameworks of 08"
     assert any(line.startswith("jupyterlab>=4.6") for line in lines)
     # The lab workspace opens every example, and only notebooks that exist.
     layout = json.loads((BINDER / "lab-workspace.json").read_text())

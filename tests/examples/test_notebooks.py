@@ -24,7 +24,7 @@ NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 
 
 def test_the_examples_are_there() -> None:
-    assert [path.name[:3] for path in NOTEBOOKS] == [f"{n:02}-" for n in range(1, 8)]
+    assert [path.name[:3] for path in NOTEBOOKS] == [f"{n:02}-" for n in range(1, 9)]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])

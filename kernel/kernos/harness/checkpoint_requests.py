@@ -48,8 +48,11 @@ of what it stored (never the bytes; they are in the snapshot), its note
 ``langgraph ...``.  A change that finds nothing to do (a write already stored, a
 thread that does not exist) commits as an op that changed nothing.  Reads
 (``checkpoint_get``, ``checkpoint_list``) run no op, as ``objects`` does.
-``kernos replay`` cannot send these ops again yet: their recorded source holds
-no bytes (as for the ``files_*`` requests); the snapshots hold them.
+Replay: ``kernos replay`` does not send these ops again (their recorded source
+holds no bytes, as for the ``files_*`` requests): it takes each op's changes
+to the principal's pages from the original's snapshot of that op, as an op
+of the same principal, kind and source, and compares its snapshot as every
+op's (:mod:`kernos.replay._taken`).
 
 Requests (``?`` optional; ``principal?`` on each, default ``human``; bytes are
 base64 text)::

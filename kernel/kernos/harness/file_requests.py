@@ -42,6 +42,10 @@ not appended twice).
 What the audit record's source holds: the action, the path, and for a write
 or an append the size and SHA-256 of the bytes, never the bytes themselves
 (the file's contents are in the snapshot, where erasure can reach them).
+Replay: ``kernos replay`` therefore does not send these ops again: it takes
+each op's changes to the files root from the original's snapshot of that op,
+as an op of the same principal, kind and source, and compares its snapshot
+as every op's (:mod:`kernos.replay._taken`).
 """
 
 from __future__ import annotations

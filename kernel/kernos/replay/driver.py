@@ -16,7 +16,15 @@ recorded between two snapshots:
    in a conflict or was rejected ran no code, and is recorded so again.
    Effects are never executed: the follow-up op of kind ``effect`` takes
    each outcome from the source's journal, and only for the same request
-   hash (:mod:`kernos.effects`).  LLM calls are answered from the source's
+   hash (:mod:`kernos.effects`).  Likewise a harness op whose recorded source
+   holds no bytes (a checkpoint change of ``KernosSaver``, a ``files_*``
+   request: :data:`kernos.replay._taken.TAKEN_ACTIONS`, an allowlist) is not
+   sent again: a new op of the same principal, kind and source applies what
+   the original op changed, taken from the original's snapshot of it (the
+   principal's checkpoint pages, or the files root's files), and one the
+   original rolled back or that changed nothing changes nothing
+   (:mod:`kernos.replay._taken`); its snapshot is compared as every op's.
+   LLM calls are answered from the source's
    recordings, in ``replay`` mode (:mod:`kernos.llm`): a request the
    original did not make fails loudly, and no model is asked.  Recalls of the
    agents' memory are answered from the op's record in the same way
@@ -59,7 +67,8 @@ a snapshot after it.
 Where it lives: this module holds :func:`replay` and the loop that delivers
 each op again; ``kernos.replay._source`` reads what the source recorded (an
 op's code, refs and checkouts as they resolved then, effect outcomes) and
-brings its history into the new workspace; ``kernos.replay._compare``
+brings its history into the new workspace; ``kernos.replay._taken`` re-does
+the ops it takes from the source's snapshots; ``kernos.replay._compare``
 checks the snapshots; :mod:`kernos.replay.report` holds the records the
 report is made of.
 """
@@ -85,6 +94,7 @@ from kernos.llm._store import LEDGER_FILE, read_calls
 from kernos.memory.service import recorded_recalls
 from kernos.replay._compare import Comparer, environment_changed
 from kernos.replay._source import Source, copy_recordings, fetch_history, op_named
+from kernos.replay._taken import Taker, taken_action
 from kernos.replay.cells import CellCompiler
 from kernos.replay.report import Divergence, ReplayReport, Step
 from kernos.store.snapshots import read_snapshot
@@ -151,6 +161,7 @@ class _Replayer:
         self._unchecked: list[int] = []
         """Ops since the last compared snapshot whose snapshots were pruned."""
         self.comparer = Comparer(self.workspace, self.image)
+        self.taker = Taker(self.workspace, self.image, self.source)
         self.image.identity_override = self.source.tag()
         self.runtime.effects.replaying = True
         self.runtime.breakers.replaying = True  # the records say which ops circuits refused
@@ -352,6 +363,9 @@ class _Replayer:
                                         reach=Reach(frozenset()))
             replayed.abort(status=status, error=_error(record))
             return status, None
+        action = taken_action(kind, code)
+        if action is not None:  # its bytes are only in its snapshot: taken from there
+            return self.taker.redo(record, code, action)
         self.runtime.llm_client().replay_cached = [  # the completions' (an embedding's
             bool(call.get("cached"))                 # entry says what it was)
             for call in record.get("llm") or [] if call.get("kind") != "embedding"]
