@@ -217,6 +217,9 @@ def files(run: Run) -> None:
 def frameworks(run: Run) -> None:
     assert run.cell("setup").text == "True\n"
     langgraph = run.cell("langgraph").text
+    assert "the first run stopped in 'check': the price feed timed out" in langgraph, langgraph
+    # Resumed from the checkpoint after 'fetch': 'fetch' ran once, 'check' again.
+    assert "nodes run: ['fetch', 'check', 'check', 'write']" in langgraph, langgraph
     assert "final state: {'steps': ['fetch', 'check', 'write: total 9'], 'total': 9}" \
         in langgraph, langgraph
     checkpoints, ops = re.search(r"checkpoints: (\d+) \| ops of 'graph': (\d+)",
