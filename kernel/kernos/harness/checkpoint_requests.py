@@ -91,10 +91,8 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from kernos.agents.supervisor import fingerprint
-from kernos.analysis import Reach
-from kernos.errors import CircuitOpen, CommitFailed, OpVetoed
 from kernos.harness.protocol import ProtocolError, Request
-from kernos.harness.serving import HUMAN, Handled, ServiceBase
+from kernos.harness.serving import Handled, ServiceBase
 
 __all__ = ["MAX_ID_CHARS", "PAGE_BYTES", "PAGE_ENTRIES", "PREFIX", "PRUNE_STRATEGIES",
            "CheckpointRequests", "page_name", "thread_name"]
@@ -420,36 +418,9 @@ class CheckpointRequests(ServiceBase):
         names nothing."""
         source = json.dumps({"action": request.action, **recorded}, sort_keys=True,
                             default=str)
-        op = self._begin(principal=principal, source=source, kind="harness", note=note,
-                         reach=Reach(frozenset()))
-        try:
-            if principal != HUMAN:  # an agent's op like any other: its circuit first
-                self.runtime.breakers.admit(principal, op, lambda: fingerprint(
-                    request.action, source))
-            result = body()
-        except CircuitOpen as error:
-            op.abort()
-            raise ProtocolError("denied", str(error), {"type": "CircuitOpen",
-                                                       "policy": error.policy}) from None
-        except ProtocolError as problem:
-            op.abort(status="rejected", error=(f"RequestRejected:{problem.kind}", str(problem)))
-            raise
-        except Exception as error:
-            op.abort(error=error)
-            raise
-        except BaseException:
-            op.abort()
-            raise
-        try:
-            report = op.commit()
-        except OpVetoed as vetoed:
-            kind = "denied" if op.outcome[0] == "denied" else "invalid"
-            raise ProtocolError(kind, str(vetoed)[:2000], {"type": "OpVetoed"}) from None
-        except CommitFailed as failed:
-            raise ProtocolError("workspace", f"{request.action}: {failed}"[:2000],
-                                {"type": "CommitFailed"}) from None
-        return self._ok(request, {**result, "op": report.op, "commit": report.commit},
-                        report.events)
+        return self._principal_op(request, principal=principal, source=source, note=note,
+                                  body=lambda op: body(),
+                                  same=lambda: fingerprint(request.action, source))
 
 
 def _size(entries: Thread) -> int:

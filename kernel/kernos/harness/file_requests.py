@@ -62,14 +62,13 @@ from typing import TYPE_CHECKING, Any
 from kernos.agents.files import FileAccess, FileLimitExceeded
 from kernos.agents.limits import LimitExceeded
 from kernos.agents.supervisor import fingerprint
-from kernos.analysis import Reach
-from kernos.errors import CircuitOpen, CommitFailed, KernosError, OpVetoed
+from kernos.errors import KernosError
 from kernos.files.paths import relative_path
 from kernos.harness.protocol import ProtocolError, Request
-from kernos.harness.serving import HUMAN, Handled, ServiceBase
+from kernos.harness.serving import Handled, ServiceBase
 
 if TYPE_CHECKING:
-    from kernos.op import Op
+    from kernos.op import CommitReport
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_READ_BYTES", "FileRequests"]
 
@@ -168,76 +167,47 @@ class FileRequests(ServiceBase):
                                           "commit": earlier.get("commit"),
                                           "duplicate": True})
         what = {"action": request.action, "path": path, **(recorded or {})}
-        source = json.dumps(what, sort_keys=True)
-        op = self._begin(principal=principal, source=source, kind="harness",
-                         note=f"files {verb} {path[:80]} ({principal})",
-                         reach=Reach(frozenset()))
-        op.key = key
-        try:
-            if principal != HUMAN:  # an agent's op like any other: its circuit first
-                self.runtime.breakers.admit(principal, op, lambda: fingerprint(
-                    request.action, path, recorded))
-            result = body(FileAccess(self.runtime, principal, op))
-        except CircuitOpen as error:
-            op.abort()
-            raise ProtocolError("denied", str(error), {"type": "CircuitOpen",
-                                                       "policy": error.policy}) from None
-        except ProtocolError as problem:
-            op.abort(status="rejected", error=(f"RequestRejected:{problem.kind}", str(problem)))
-            raise
-        except FileLimitExceeded as error:
-            op.abort(error=error)
-            raise ProtocolError("oversized", str(error)[:2000], {
-                "type": "FileLimitExceeded", "limit": error.limit, "value": error.value,
-                "asked": error.asked}) from None
-        except KernosError as error:
-            op.abort(error=error)  # a denial vetoed the op already: its record says "denied"
-            raise
-        except FileNotFoundError:
-            op.abort(error=("FileNotFoundError", f"no file {path[:200]!r}"))
-            raise ProtocolError(
-                "unknown_file", f"{request.action}: there is no file {path[:200]!r} in the "
-                "files root; list them with files_list", {"path": path[:200]}) from None
-        except (IsADirectoryError, NotADirectoryError) as error:
-            op.abort(error=error)
-            raise ProtocolError("invalid", f"{request.action}: {path[:200]!r}: "
-                                f"{error.strerror or error}; name a file, not a "
-                                "directory", {"path": path[:200]}) from None
-        except OSError as error:
-            op.abort(error=error)
-            raise ProtocolError("workspace", f"{request.action} {path[:200]!r} failed on the "
-                                f"kernel's disk: {error}; nothing was changed",
-                                {"path": path[:200]}) from None
-        except LimitExceeded as error:
-            op.abort(error=error)
-            raise ProtocolError("oversized", f"{request.action}: {error}; nothing was "
-                                "changed", {"path": path[:200]}) from None
-        except Exception as error:  # a bug, here or below: roll back, and still answer
-            op.abort(error=error)
-            raise ProtocolError(
-                "internal", f"{request.action}: an internal error in Kernos "
-                f"({type(error).__name__}: {str(error)[:500]}); the op rolled back and nothing "
-                "was changed. Please report it.", {"type": type(error).__name__}) from error
-        except BaseException:
-            op.abort()
-            raise
-        return self._committed(request, op, result)
+        changes = request.action not in ("files_read", "files_exists", "files_list")
+        return self._principal_op(
+            request, principal=principal, source=json.dumps(what, sort_keys=True),
+            note=f"files {verb} {path[:80]} ({principal})",
+            body=lambda op: body(FileAccess(self.runtime, principal, op)),
+            same=lambda: fingerprint(request.action, path, recorded), key=key,
+            refusal=lambda error: _refusal(request.action, path, error),
+            reported=_file_changes if changes else None)
 
-    def _committed(self, request: Request, op: Op, result: dict[str, Any]) -> Handled:
-        try:
-            report = op.commit()
-        except OpVetoed as vetoed:  # a denial the body swallowed still vetoes the op
-            kind = "denied" if op.outcome[0] == "denied" else "invalid"
-            raise ProtocolError(kind, str(vetoed)[:2000], {"type": "OpVetoed"}) from None
-        except CommitFailed as failed:
-            raise ProtocolError("workspace", f"{request.action}: {failed}"[:2000],
-                                {"type": "CommitFailed"}) from None
-        files = {change: list(report.files.get(change, []))
-                 for change in ("added", "changed", "deleted")}
-        if request.action not in ("files_read", "files_exists", "files_list"):
-            result["files"] = files
-        return self._ok(request, {**result, "op": report.op, "commit": report.commit},
-                        report.events)
+
+def _file_changes(report: CommitReport) -> dict[str, Any]:
+    return {"files": {change: list(report.files.get(change, []))
+                      for change in ("added", "changed", "deleted")}}
+
+
+def _refusal(action: str, path: str, error: BaseException) -> ProtocolError | None:
+    """How a file op's failure is answered (its op rolled back already); None: as it is."""
+    shown = {"path": path[:200]}
+    if isinstance(error, FileLimitExceeded):
+        return ProtocolError("oversized", str(error)[:2000], {
+            "type": "FileLimitExceeded", "limit": error.limit, "value": error.value,
+            "asked": error.asked})
+    if isinstance(error, KernosError):
+        return None  # a denial, a refused path: the kernel's own answer says what it was
+    if isinstance(error, FileNotFoundError):
+        return ProtocolError("unknown_file", f"{action}: there is no file {path[:200]!r} in "
+                             "the files root; list them with files_list", shown)
+    if isinstance(error, (IsADirectoryError, NotADirectoryError)):
+        return ProtocolError("invalid", f"{action}: {path[:200]!r}: {error.strerror or error}; "
+                             "name a file, not a directory", shown)
+    if isinstance(error, OSError):
+        return ProtocolError("workspace", f"{action} {path[:200]!r} failed on the kernel's "
+                             f"disk: {error}; nothing was changed", shown)
+    if isinstance(error, LimitExceeded):
+        return ProtocolError("oversized", f"{action}: {error}; nothing was changed", shown)
+    if isinstance(error, Exception):  # a bug, here or below: the op rolled back; answer
+        return ProtocolError(
+            "internal", f"{action}: an internal error in Kernos ({type(error).__name__}: "
+            f"{str(error)[:500]}); the op rolled back and nothing was changed. Please report "
+            "it.", {"type": type(error).__name__})
+    return None
 
 
 def _size_on_disk(root: Path, path: str) -> int | None:

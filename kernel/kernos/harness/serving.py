@@ -118,7 +118,8 @@ class ServiceBase:
     def _principal_op(self, request: Request, *, principal: str, source: str, note: str,
                       body: Callable[[Op], dict[str, Any]], same: Callable[[], str],
                       key: str | None = None,
-                      refusal: Callable[[Exception], ProtocolError | None] | None = None,
+                      refusal: Callable[[BaseException], ProtocolError | None] | None = None,
+                      reported: Callable[[CommitReport], dict[str, Any]] | None = None,
                       ) -> Handled:
         """Run ``body`` as one op of ``principal``, recorded with ``source`` and ``note``.
 
@@ -129,7 +130,8 @@ class ServiceBase:
         :class:`ProtocolError` is recorded as a rejected request, an exception that
         ``refusal`` maps to one is answered as that, and anything else is raised
         again as it was.  A veto at commit is ``denied`` (a capability) or
-        ``invalid``, and a commit that fails on disk is ``workspace``.
+        ``invalid``, and a commit that fails on disk is ``workspace``.  ``reported``
+        adds fields taken from the commit's report (the files it changed, say).
         """
         op = self._begin(principal=principal, source=source, kind="harness", note=note,
                          reach=Reach(frozenset()))
@@ -145,15 +147,12 @@ class ServiceBase:
         except ProtocolError as problem:
             op.abort(status="rejected", error=(f"RequestRejected:{problem.kind}", str(problem)))
             raise
-        except Exception as error:
+        except BaseException as error:
             op.abort(error=error)  # a denial vetoed it already: its record says "denied"
             refused = refusal(error) if refusal is not None else None
             if refused is None:
                 raise
             raise refused from None
-        except BaseException as error:
-            op.abort(error=error)
-            raise
         try:
             report = op.commit()
         except OpVetoed as vetoed:
@@ -162,6 +161,8 @@ class ServiceBase:
         except CommitFailed as failed:
             raise ProtocolError("workspace", f"{request.action}: {failed}"[:2000],
                                 {"type": "CommitFailed"}) from None
+        if reported is not None:
+            result = {**result, **reported(report)}
         return self._ok(request, {**result, "op": report.op, "commit": report.commit},
                         report.events)
 
