@@ -13,6 +13,9 @@ makes every pairing work:
   loop, or with no loop running it, cannot wait and gets a :class:`UsageError`
   that says which to use instead.
 
+:class:`Conversation` is what a framework's conversation store kept by the
+``session_*`` requests stands on: its id, its owner, and the kernel.
+
 :func:`to_the_end` runs a mutation to its end even if its caller is cancelled,
 as the frameworks' own stores do, so a caller never loses track of what a
 half-seen op did.  This module imports no framework.
@@ -28,10 +31,12 @@ from kernos.client import AsyncKernosClient, KernosClient
 from kernos.errors import UsageError
 from kernos.harness.results import OpResult
 
-__all__ = ["Client", "Kernel", "to_the_end"]
+__all__ = ["MAX_SESSION_ID_CHARS", "Client", "Conversation", "Kernel", "to_the_end"]
 
 Client = AsyncKernosClient | KernosClient
 Result = TypeVar("Result")
+MAX_SESSION_ID_CHARS = 200
+"""The longest session id a framework's conversation may have (the kernel's limit)."""
 
 
 class Kernel:
@@ -122,3 +127,24 @@ async def to_the_end(work: Coroutine[Any, Any, Result]) -> Result:
     if cancelled is not None:
         raise cancelled
     return result
+
+
+class Conversation:
+    """A conversation kept in the image by the ``session_*`` requests: its session id
+    (1 to 200 characters), its principal (an agent, or ``human``) and the kernel."""
+
+    def __init__(self, session_id: str, client: Client, *, principal: str,
+                 async_way: str = "") -> None:
+        kind = type(self).__name__
+        if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID_CHARS:
+            raise UsageError(f"a {kind}'s session id is a string of 1 to "
+                             f"{MAX_SESSION_ID_CHARS} characters, not {session_id!r:.80}")
+        if not isinstance(principal, str) or not principal:
+            raise UsageError(f"principal names the {kind}'s owner (an agent, or 'human'), "
+                             f"not {principal!r:.80}")
+        self.session_id = session_id
+        self.principal = principal
+        self._kernel = Kernel(client, owner=f"a {kind}", async_way=async_way)
+
+    def _fields(self) -> dict[str, str]:
+        return {"session": self.session_id, "principal": self.principal}

@@ -98,16 +98,15 @@ from kernos.errors import UsageError
 from kernos.harness.results import OpResult
 
 from . import _code
-from ._kernel import Client, Kernel, to_the_end
+from ._kernel import Client, Conversation, Kernel, to_the_end
 
 __all__ = ["DEFAULT_TOOL_NAME", "KernosSession", "kernos_python_tool"]
 
 DEFAULT_TOOL_NAME = "run_python"
-MAX_SESSION_ID_CHARS = 200
 _KEY_PREFIX = "openai-agents:"
 
 
-class KernosSession:
+class KernosSession(Conversation):
     """The Agents SDK's ``Session``, kept in a Kernos image (see the module docstring).
 
     ``KernosSession(session_id, client, principal="analyst")``: ``session_id`` is any
@@ -119,19 +118,8 @@ class KernosSession:
 
     def __init__(self, session_id: str, client: Client, *, principal: str = "human",
                  session_settings: SessionSettings | None = None) -> None:
-        if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID_CHARS:
-            raise UsageError(f"a session id is a string of 1 to {MAX_SESSION_ID_CHARS} "
-                             f"characters, not {session_id!r:.80}")
-        if not isinstance(principal, str) or not principal:
-            raise UsageError(f"principal names the session's owner (an agent, or 'human'), "
-                             f"not {principal!r:.80}")
-        self.session_id = session_id
-        self.principal = principal
+        super().__init__(session_id, client, principal=principal)
         self.session_settings = session_settings or SessionSettings()
-        self._kernel = Kernel(client, owner="a KernosSession")
-
-    def _fields(self) -> dict[str, str]:
-        return {"session": self.session_id, "principal": self.principal}
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The latest ``limit`` items, oldest first (``limit`` None: the session

@@ -104,12 +104,11 @@ from kernos.errors import UsageError
 from kernos.harness.results import OpResult
 
 from . import _code
-from ._kernel import Client, Kernel, to_the_end
+from ._kernel import Client, Conversation, Kernel, to_the_end
 
 __all__ = ["DEFAULT_TOOL_NAME", "KernosHistory", "KernosToolset"]
 
 DEFAULT_TOOL_NAME = "run_python"
-MAX_SESSION_ID_CHARS = 200
 _KEY_PREFIX = "pydantic-ai:"
 _SAVE_KEY_PREFIX = "pydantic-ai-history:"
 
@@ -128,7 +127,7 @@ _ANY_ARGUMENTS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(
                                                          core_schema.any_schema()))
 
 
-class KernosHistory:
+class KernosHistory(Conversation):
     """A Pydantic AI conversation's messages, kept in a Kernos image (see the module docstring).
 
     ``KernosHistory(session_id, client, principal="analyst")``: ``session_id`` is any
@@ -137,19 +136,8 @@ class KernosHistory:
     """
 
     def __init__(self, session_id: str, client: Client, *, principal: str = "human") -> None:
-        if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID_CHARS:
-            raise UsageError(f"a history's session id is a string of 1 to "
-                             f"{MAX_SESSION_ID_CHARS} characters, not {session_id!r:.80}")
-        if not isinstance(principal, str) or not principal:
-            raise UsageError(f"principal names the history's owner (an agent, or 'human'), "
-                             f"not {principal!r:.80}")
-        self.session_id = session_id
-        self.principal = principal
-        self._kernel = Kernel(client, owner="a KernosHistory", async_way="await history.load() "
-                              "and await history.save(result)")
-
-    def _fields(self) -> dict[str, str]:
-        return {"session": self.session_id, "principal": self.principal}
+        super().__init__(session_id, client, principal=principal,
+                         async_way="await history.load() and await history.save(result)")
 
     # -- async -------------------------------------------------------------------------
 
