@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos._durable import fsync_all, fsync_dir, has_syncfs, sync_filesystem
-from kernos.store.packs import compresses
+from kernos.store.packs import compresses, copy_stored_blocks
 
 if TYPE_CHECKING:
     from git.db import GitCmdObjectDB
@@ -218,7 +218,7 @@ class LooseObjects:
             kind, data = self._read_packed(sha)
             copy_blob(hexsha, kind, data, out)
             return
-        if not _copy_stored_blocks(raw, out):
+        if not copy_stored_blocks(raw, out, git_header=True):
             data = zlib.decompress(raw)
             nul = data.index(b"\0")
             copy_blob(hexsha, data[:nul].partition(b" ")[0], memoryview(data)[nul + 1 :], out)
@@ -269,54 +269,3 @@ def copy_blob(hexsha: str, kind: bytes, data: bytes | memoryview, out: memoryvie
     if kind != b"blob" or len(data) != len(out):
         raise ValueError(f"object {hexsha} is not a blob of {len(out)} bytes")
     out[:] = data
-
-
-def _copy_stored_blocks(raw: bytes, out: memoryview) -> bool:
-    """Copy a zlib stream made only of stored blocks into ``out``; False if it is not one.
-
-    The uncompressed stream is git's ``blob <size>\\0`` header followed by the
-    content; only the content lands in ``out``.  The adler32 trailer is checked.
-    """
-    if len(raw) < 6 or raw[0] & 0x0F != 8 or raw[1] & 0x20 or (raw[0] << 8 | raw[1]) % 31:
-        return False
-    view = memoryview(raw)
-    position = 2
-    header = b""
-    written = 0
-    checksum = 1
-    while True:
-        if position + 5 > len(raw):
-            return False
-        flags = raw[position]
-        if (flags >> 1) & 0b11 != 0:  # not a stored block
-            return False
-        length = raw[position + 1] | raw[position + 2] << 8
-        if length ^ (raw[position + 3] | raw[position + 4] << 8) != 0xFFFF:
-            return False
-        start = position + 5
-        block = view[start : start + length]
-        if len(block) != length:
-            return False
-        checksum = zlib.adler32(block, checksum)
-        if len(header) < 64 and b"\0" not in header:
-            nul = bytes(block[:64]).find(b"\0")
-            if nul < 0:
-                header += bytes(block)
-                block = block[len(block):]
-            else:
-                header += bytes(block[:nul + 1])
-                block = block[nul + 1 :]
-                kind, _, size = header[:-1].partition(b" ")
-                if kind != b"blob" or not size.isdigit() or int(size) != len(out):
-                    return False
-        if len(block):
-            if written + len(block) > len(out):
-                return False
-            out[written : written + len(block)] = block
-            written += len(block)
-        position = start + length
-        if flags & 1:  # the final block
-            break
-    trailer = raw[position : position + 4]
-    return (written == len(out) and len(trailer) == 4
-            and int.from_bytes(trailer, "big") == checksum)

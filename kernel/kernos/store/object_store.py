@@ -376,7 +376,10 @@ class ObjectStore(LooseObjects):
             return found
 
     def read_blob_into(self, sha: bytes, out: memoryview) -> None:
-        found = self._from_tail(sha, refresh=False) or self.packs.read(sha, rescan=False)
+        found = self._from_tail(sha, refresh=False)
+        if found is None and self.packs.read_blob_into(sha, out):
+            return  # straight from the pack's mapping: no decompress, one copy
+        found = found or self.packs.read(sha, rescan=False)
         if found is None:
             try:
                 super().read_blob_into(sha, out)

@@ -91,6 +91,60 @@ def inflate_entry(raw: bytes) -> tuple[bytes, bytes]:
     return _NAMES[kind], data
 
 
+def copy_stored_blocks(raw: bytes | memoryview, out: memoryview, *, git_header: bool) -> bool:
+    """Copy a zlib stream made only of stored blocks into ``out``; False if it is not one.
+
+    Large chunks are stored with zlib level 0, whose deflate stream is the data
+    itself in "stored" blocks: copying those blocks straight into ``out`` (and
+    checking the adler32 trailer as zlib would) saves a decompress and a copy.  A
+    loose object's stream (``git_header``) starts with git's ``blob <size>\\0``
+    header, which is checked and left out; a pack entry's is the content alone.
+    """
+    if len(raw) < 6 or raw[0] & 0x0F != 8 or raw[1] & 0x20 or (raw[0] << 8 | raw[1]) % 31:
+        return False
+    view = memoryview(raw)
+    position = 2
+    header = b"" if git_header else b"\0"
+    written = 0
+    checksum = 1
+    while True:
+        if position + 5 > len(raw):
+            return False
+        flags = raw[position]
+        if (flags >> 1) & 0b11 != 0:  # not a stored block
+            return False
+        length = raw[position + 1] | raw[position + 2] << 8
+        if length ^ (raw[position + 3] | raw[position + 4] << 8) != 0xFFFF:
+            return False
+        start = position + 5
+        block = view[start : start + length]
+        if len(block) != length:
+            return False
+        checksum = zlib.adler32(block, checksum)
+        if len(header) < 64 and b"\0" not in header:
+            nul = bytes(block[:64]).find(b"\0")
+            if nul < 0:
+                header += bytes(block)
+                block = block[len(block):]
+            else:
+                header += bytes(block[:nul + 1])
+                block = block[nul + 1 :]
+                kind, _, size = header[:-1].partition(b" ")
+                if kind != b"blob" or not size.isdigit() or int(size) != len(out):
+                    return False
+        if len(block):
+            if written + len(block) > len(out):
+                return False
+            out[written : written + len(block)] = block
+            written += len(block)
+        position = start + length
+        if flags & 1:  # the final block
+            break
+    trailer = raw[position : position + 4]
+    return (written == len(out) and len(trailer) == 4
+            and int.from_bytes(trailer, "big") == checksum)
+
+
 class PackBuilder:
     """The objects of one batch, compressed, in the order they will be packed."""
 
@@ -284,6 +338,15 @@ class Pack:
                              f"{size} bytes)")
         return data
 
+    def read_into(self, offset: int, out: memoryview) -> bool:
+        """Copy the whole blob at ``offset`` into ``out`` (exactly its size) straight from
+        the mapping when it is stored uncompressed; False if it is not such a blob."""
+        kind, size, start, _ = self.entry(offset)
+        if _NAMES.get(kind) != b"blob" or size != len(out):
+            return False
+        return copy_stored_blocks(memoryview(self._pack)[start : self._end(offset)], out,
+                                  git_header=False)
+
     def close(self) -> None:
         for mapping in (self._idx, self._pack):
             # A reader still holding a view keeps the mapping until it lets go.
@@ -355,6 +418,19 @@ class PackSet:
             if offset is not None:
                 return pack, offset
         return None
+
+    def read_blob_into(self, sha: bytes, out: memoryview) -> bool:
+        """Copy blob ``sha`` into ``out`` if a pack holds it as an uncompressed whole
+        object of that size (a big buffer's chunk); False otherwise (read it instead)."""
+        found = self.locate(sha)
+        if found is None:
+            return False
+        pack, offset = found
+        try:
+            return pack.read_into(offset, out)
+        except (IndexError, struct.error) as error:
+            raise ValueError(f"object {sha.hex()} is damaged in {pack.path.name} ({error})"
+                             ) from None
 
     def read(self, sha: bytes, *, rescan: bool = True) -> tuple[bytes, bytes] | None:
         """``(kind, data)`` of a packed object, or None if no pack holds it.

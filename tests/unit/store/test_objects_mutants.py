@@ -28,7 +28,6 @@ import pytest
 from disk_support import Syncs
 from kernos import _durable
 from kernos._durable import fsync_all, fsync_dir, replace_file, sync_filesystem
-from kernos.store import loose as objects_module
 from kernos.store import object_store
 from kernos.store.loose import LooseObjects
 from kernos.store.objects import (
@@ -42,6 +41,7 @@ from kernos.store.objects import (
     encode_tree,
     object_id,
 )
+from kernos.store.packs import copy_stored_blocks
 from support import git
 
 
@@ -541,7 +541,7 @@ def stored(blocks: list[bytes], *, head: bytes = b"\x78\x01", final: bool = True
 
 def copied(raw: bytes, size: int) -> bytes | None:
     out = bytearray(b"\xee" * size)
-    return bytes(out) if objects_module._copy_stored_blocks(raw, memoryview(out)) else None
+    return bytes(out) if copy_stored_blocks(raw, memoryview(out), git_header=True) else None
 
 
 @pytest.mark.parametrize("blocks", [
