@@ -243,13 +243,7 @@ class Bench:
 
     def figures(self, workspace: Path) -> None:
         phase("4. figure cells (matplotlib inline) on a fresh pair of kernels")
-        stock = KernelProcess("python3", run_dir=self.run_dir, tag="fig-stock")
-        try:
-            kernos = KernelProcess("kernos", run_dir=self.run_dir, tag="fig-kernos",
-                                   workspace=workspace)
-        except BaseException:
-            stock.stop()
-            raise
+        stock, kernos = kernel_pair(self.run_dir, "fig-", workspace)
         kernels = (stock, kernos)
         try:
             line = Samples()
@@ -364,15 +358,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def measure(bench: Bench) -> None:
-    workspace = bench.run_dir / "workspace"
-    stock = KernelProcess("python3", run_dir=bench.run_dir, tag="stock")
+def kernel_pair(run_dir: Path, prefix: str, workspace: Path
+                ) -> tuple[KernelProcess, KernelProcess]:
+    """A stock ``python3`` kernel and a ``kernos`` kernel on ``workspace``; the first is
+    stopped if the second does not start."""
+    stock = KernelProcess("python3", run_dir=run_dir, tag=f"{prefix}stock")
     try:
-        kernos = KernelProcess("kernos", run_dir=bench.run_dir, tag="kernos",
-                               workspace=workspace)
+        return stock, KernelProcess("kernos", run_dir=run_dir, tag=f"{prefix}kernos",
+                                    workspace=workspace)
     except BaseException:
         stock.stop()
         raise
+
+
+def measure(bench: Bench) -> None:
+    workspace = bench.run_dir / "workspace"
+    stock, kernos = kernel_pair(bench.run_dir, "", workspace)
     try:
         bench.build((stock, kernos), workspace)
         bench.cells((stock, kernos))

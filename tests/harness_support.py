@@ -11,6 +11,7 @@ from typing import Any
 
 from kernos import Image, Workspace
 from kernos.agents import AgentRuntime, Agents, Limits
+from kernos.client import KernosClient, RequestError
 from kernos.harness.service import HarnessService
 from kernos.op import Op
 
@@ -83,3 +84,25 @@ class Harness:
 
     def records(self) -> list[dict[str, Any]]:
         return [record for record in self.env.image.audit.records() if record["type"] == "op"]
+
+
+class LocalClient(KernosClient):
+    """A KernosClient whose requests go, as JSON, to an in-process HarnessService
+    (``sent`` lists their actions)."""
+
+    def __init__(self, harness: Harness) -> None:  # no kernel, no loop
+        self.harness = harness
+        self.sent: list[str] = []
+
+    def request(self, action: str, *, timeout: float | None = None,
+                progress: Any = None, **fields: Any) -> dict[str, Any]:
+        content = {"v": 1, "action": action,
+                   **{name: value for name, value in fields.items() if value is not None}}
+        encoded = json.dumps(content)
+        self.sent.append(action)
+        reply = self.harness.service.handle(json.loads(encoded), size=len(encoded)).reply
+        reply = json.loads(json.dumps(reply))
+        if reply["status"] == "error":
+            raise RequestError.from_reply(reply)
+        result: dict[str, Any] = reply["result"]
+        return result

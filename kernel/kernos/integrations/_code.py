@@ -31,13 +31,24 @@ from kernos.harness.results import OpResult
 
 from ._kernel import Kernel, to_the_end
 
-__all__ = ["FOR_THE_MODEL", "MAX_KEY_CHARS", "answer", "call_key", "check_agent",
-           "describe", "op_answer", "run_code"]
+__all__ = ["FOR_THE_MODEL", "MAX_KEY_CHARS", "PARAMETERS", "TOOL_NAME", "answer", "call_key",
+           "check_agent", "describe", "op_answer", "run_code"]
 
 FOR_THE_MODEL = frozenset({"denied", "oversized", "invalid"})
 """Refusals the model can act on (answered to it); any other refusal raises."""
 MAX_KEY_CHARS = 200
 """The longest idempotency key the kernel takes (``kernos.harness.protocol``)."""
+TOOL_NAME = "run_python"
+"""The code tool's name, unless the caller gives another."""
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"code": {"type": "string",
+                            "description": "The Python code to run; print what you need to "
+                                           "see, or end with an expression."}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
+"""The code tool's arguments, as a JSON schema: one string, ``code``."""
 
 
 def check_agent(agent: object) -> str:
@@ -76,14 +87,15 @@ async def run_code(kernel: Kernel, code: str, *, agent: str,
     try:
         result = await to_the_end(kernel.aop(code, principal=agent, key=key))
     except RequestError as refused:
-        if refused.kind not in FOR_THE_MODEL:
-            raise
         return refusal(refused)
     return op_answer(result)
 
 
 def refusal(refused: RequestError) -> dict[str, Any]:
-    """The answer for a refusal the model can act on."""
+    """The answer for a refusal the model can act on; any other is raised again (the
+    model cannot fix an unknown agent or a kernel that died)."""
+    if refused.kind not in FOR_THE_MODEL:
+        raise refused
     return answer(status="refused", error={
         "kind": refused.kind, "message": f"{refused} Nothing ran, nothing was kept."})
 

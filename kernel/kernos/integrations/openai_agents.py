@@ -102,7 +102,7 @@ from ._kernel import Client, Conversation, Kernel, to_the_end
 
 __all__ = ["DEFAULT_TOOL_NAME", "KernosSession", "kernos_python_tool"]
 
-DEFAULT_TOOL_NAME = "run_python"
+DEFAULT_TOOL_NAME = _code.TOOL_NAME
 _KEY_PREFIX = "openai-agents:"
 
 
@@ -175,15 +175,6 @@ def _json_items(items: list[TResponseInputItem]) -> list[dict[str, Any]]:
 # -- the tool --------------------------------------------------------------------------
 
 
-_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {"code": {"type": "string",
-                            "description": "The Python code to run; print what you need to "
-                                           "see, or end with an expression."}},
-    "required": ["code"],
-    "additionalProperties": False,
-}
-
 
 def kernos_python_tool(client: Client, agent: str, *, name: str = DEFAULT_TOOL_NAME,
                        description: str | None = None, session: KernosSession | None = None,
@@ -211,7 +202,7 @@ def kernos_python_tool(client: Client, agent: str, *, name: str = DEFAULT_TOOL_N
 
     on_invoke: Callable[[ToolContext[Any], str], Awaitable[Any]] = invoke
     return FunctionTool(name=name, description=description or _code.describe(agent),
-                        params_json_schema=_PARAMETERS, on_invoke_tool=on_invoke,
+                        params_json_schema=_code.PARAMETERS, on_invoke_tool=on_invoke,
                         strict_json_schema=True)
 
 

@@ -108,18 +108,10 @@ from ._kernel import Client, Conversation, Kernel, to_the_end
 
 __all__ = ["DEFAULT_TOOL_NAME", "KernosHistory", "KernosToolset"]
 
-DEFAULT_TOOL_NAME = "run_python"
+DEFAULT_TOOL_NAME = _code.TOOL_NAME
 _KEY_PREFIX = "pydantic-ai:"
 _SAVE_KEY_PREFIX = "pydantic-ai-history:"
 
-_CODE_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {"code": {"type": "string",
-                            "description": "The Python code to run; print what you need to "
-                                           "see, or end with an expression."}},
-    "required": ["code"],
-    "additionalProperties": False,
-}
 _CODE_VALIDATOR = SchemaValidator(core_schema.typed_dict_schema(
     {"code": core_schema.typed_dict_field(core_schema.str_schema(min_length=1, strict=True))},
     extra_behavior="forbid"))
@@ -283,7 +275,7 @@ class KernosToolset(AbstractToolset[Any]):
                 toolset=self, max_retries=self.max_retries, args_validator=_CODE_VALIDATOR,
                 tool_def=ToolDefinition(name=self.python_tool,
                                         description=_code.describe(self.agent),
-                                        parameters_json_schema=_CODE_PARAMETERS,
+                                        parameters_json_schema=_code.PARAMETERS,
                                         metadata={"kernos": "code"}))
         if not self.kernos_tools:
             return tools
@@ -337,7 +329,5 @@ async def call_kernos_tool(kernel: Kernel, tool: str, arguments: dict[str, Any],
         reply = await to_the_end(kernel.arequest("op", principal=agent, tool=tool,
                                                  arguments=dict(arguments), key=key))
     except RequestError as refused:
-        if refused.kind not in _code.FOR_THE_MODEL:
-            raise
         return _code.refusal(refused)
     return _code.op_answer(OpResult.from_json(reply))

@@ -32,35 +32,14 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from harness_support import Harness
-from kernos.client import KernosClient, RequestError
+from harness_support import Harness, LocalClient
+from kernos.client import RequestError
 from kernos.errors import UsageError
 from kernos.harness import checkpoint_requests
 from kernos.harness.checkpoint_requests import page_name
 from kernos.integrations.langgraph import LIST_PAGE, KernosSaver, task_key
 
 VERSIONS = itertools.count(1)
-
-
-class LocalClient(KernosClient):
-    """A KernosClient whose requests go, as JSON, to an in-process HarnessService."""
-
-    def __init__(self, harness: Harness) -> None:  # no kernel, no loop
-        self.harness = harness
-        self.sent: list[str] = []
-
-    def request(self, action: str, *, timeout: float | None = None,
-                progress: Any = None, **fields: Any) -> dict[str, Any]:
-        content = {"v": 1, "action": action,
-                   **{name: value for name, value in fields.items() if value is not None}}
-        encoded = json.dumps(content)
-        self.sent.append(action)
-        reply = self.harness.service.handle(json.loads(encoded), size=len(encoded)).reply
-        reply = json.loads(json.dumps(reply))
-        if reply["status"] == "error":
-            raise RequestError.from_reply(reply)
-        result: dict[str, Any] = reply["result"]
-        return result
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ tests/integration/test_replay_frameworks.py.
 from __future__ import annotations
 
 import base64
-import json
 import operator
 import random
 from pathlib import Path
@@ -27,34 +26,15 @@ pytest.importorskip("langgraph.graph")
 from langgraph.checkpoint.base import id as langgraph_ids
 from langgraph.graph import END, START, StateGraph
 
-from harness_support import Harness
+from harness_support import Harness, LocalClient
 from kernos.audit import open_audit
-from kernos.client import KernosClient, RequestError
+from kernos.client import RequestError
 from kernos.harness.checkpoint_requests import page_name
 from kernos.integrations.langgraph import KernosSaver
 from kernos.replay import _taken
 from kernos.replay._taken import TAKEN_ACTIONS, taken_action
 from kernos.replay.driver import replay
 from kernos.store.workspace import Workspace
-
-
-class LocalClient(KernosClient):
-    """A KernosClient whose requests go, as JSON, to an in-process HarnessService."""
-
-    def __init__(self, harness: Harness) -> None:  # no kernel, no loop
-        self.harness = harness
-
-    def request(self, action: str, *, timeout: float | None = None,
-                progress: Any = None, **fields: Any) -> dict[str, Any]:
-        content = {"v": 1, "action": action,
-                   **{name: value for name, value in fields.items() if value is not None}}
-        encoded = json.dumps(content)
-        reply = self.harness.service.handle(json.loads(encoded), size=len(encoded)).reply
-        reply = json.loads(json.dumps(reply))
-        if reply["status"] == "error":
-            raise RequestError.from_reply(reply)
-        result: dict[str, Any] = reply["result"]
-        return result
 
 
 class State(TypedDict):
