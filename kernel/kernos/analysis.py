@@ -36,7 +36,8 @@ value (``%kernos scan``).
 A reach also says which names the code only *reads* (``reads``): every
 occurrence a chain of attribute reads, subscripts and a few methods, ending
 in a sink that keeps no reference (``arr[5] == 1.0``, ``print(d['k']['v'])``,
-``len(d)``, ``f"{df.shape}"``).  For the value types ``kernos.readonly``
+``len(d)``, ``f"{df.shape}"``), or a name bound to a fresh result
+(``head = arr[:10].copy()``).  For the value types ``kernos.readonly``
 knows, such a name is neither re-pickled nor re-hashed.
 """
 
@@ -49,9 +50,9 @@ from dataclasses import dataclass, field
 
 from kernos.serialize.kinds import code_names
 
-__all__ = ["DYNAMIC_NAMES", "NONCONSTANT", "READ_ATTRS", "READ_METHODS", "SINK_CALLS", "Reach",
-           "Read", "Use", "reach_of_code", "reach_of_names", "reach_of_source", "reads_of_tree",
-           "uses_of_tree"]
+__all__ = ["DYNAMIC_NAMES", "FRESH_METHODS", "NONCONSTANT", "READ_ATTRS", "READ_METHODS",
+           "SINK_CALLS", "Reach", "Read", "Use", "reach_of_code", "reach_of_names",
+           "reach_of_source", "reads_of_tree", "uses_of_tree"]
 
 #: Names through which code can read or write the namespace without naming a variable.
 DYNAMIC_NAMES = frozenset({
@@ -95,8 +96,10 @@ class Read:
     arguments only).  ``sink``: what consumes the result, which keeps no
     reference to it: ``compare`` or ``arith`` (with constants only), ``format``
     (an f-string), ``test`` (``if``, ``while``, ``assert``), ``discard`` (an
-    expression statement) or ``call:F`` (the builtin ``F`` of
-    :data:`SINK_CALLS`).  Whether the chain indeed changes nothing depends on
+    expression statement), ``call:F`` (the builtin ``F`` of :data:`SINK_CALLS`)
+    or ``assign`` (``x = arr[:10].copy()``: the chain ends in a method of
+    :data:`FRESH_METHODS`, whose result, on the types that accept it, holds
+    nothing of the value).  Whether the chain indeed changes nothing depends on
     the value's type, which only the image knows (``kernos.readonly``).
     """
 
@@ -280,6 +283,14 @@ READ_METHODS = frozenset({
     "to_list", "to_numpy", "item", "isna", "notna", "abs", "equals", "value_counts", "cumsum",
     "get", "keys", "values", "items",
 })
+#: Of those, the ones whose result shares no object or memory with a numeric array or
+#: frame (never a view, as ``head`` or ``to_numpy`` may give): a name may be bound to it.
+#: ``copy`` counts only without arguments (``df.copy(False)`` shares the data).
+FRESH_METHODS = frozenset({
+    "sum", "mean", "min", "max", "std", "var", "prod", "any", "all", "argmax", "argmin",
+    "median", "count", "nunique", "unique", "describe", "copy", "tolist", "to_list", "item",
+    "isna", "notna", "abs", "equals", "value_counts", "cumsum",
+})
 #: Keywords those methods may be given (never ``out`` or ``inplace``).
 _READ_KEYWORDS = frozenset({"axis", "dtype", "ddof", "skipna", "numeric_only", "keepdims",
                             "decimals", "ascending", "n", "normalize", "dropna"})
@@ -332,6 +343,11 @@ def _read_of(node: ast.Name, parents: dict[int, ast.AST]) -> Read | None:
         else:
             break
     sink = _sink(top, parents)
+    if sink == "assign" and not (
+            isinstance(top, ast.Call) and steps and steps[-1][0] == "call"
+            and steps[-1][1] in FRESH_METHODS
+            and (steps[-1][1] != "copy" or not (top.args or top.keywords))):
+        return None  # the name bound would hold (a view of) the value itself
     return None if sink is None else Read(tuple(steps), sink)
 
 
@@ -354,6 +370,9 @@ def _sink(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
         return "format"
     if isinstance(parent, ast.Expr):
         return "discard"
+    if (isinstance(parent, ast.Assign) and parent.value is node
+            and all(isinstance(target, ast.Name) for target in parent.targets)):
+        return "assign"
     if isinstance(parent, ast.If | ast.While | ast.Assert | ast.IfExp) and parent.test is node:
         return "test"
     if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name)

@@ -3,11 +3,13 @@
 The analysis (``kernos.analysis.Read``) finds the names an op's code only
 reads, through chains of attribute reads, subscripts and a few method calls,
 each ending in a sink that keeps no reference (a comparison with a constant,
-``print``, ``len``, an f-string, ...).  Whether such a chain changes nothing
-depends on the type it runs on: ``x[0]`` on a dict is a lookup, on a user's
-class it is any code at all.  :func:`unchanged_by` answers for the value the
-name holds at commit (the same object it held before the op: the image checks
-identity first), and only for types whose every step is known:
+``print``, ``len``, an f-string, ...) or bound to a name when the last call
+gives a fresh value (``head = arr[:10].copy()``, ``total = df.sum()``).
+Whether such a chain changes nothing depends on the type it runs on: ``x[0]``
+on a dict is a lookup, on a user's class it is any code at all.
+:func:`unchanged_by` answers for the value the name holds at commit (the same
+object it held before the op: the image checks identity first), and only for
+types whose every step is known:
 
 * immutable builtins (``int``, ``float``, ``str``, ...): nothing changes them,
   whatever the code did;
@@ -15,7 +17,8 @@ identity first), and only for types whose every step is known:
   pandas ``DataFrame`` or ``Series`` whose columns all have such dtypes: every
   attribute, subscript and method the analysis allows returns a new value or
   a view, and the sinks read it;
-* an exact ``dict``, ``list`` or ``tuple`` read through constant subscripts:
+* an exact ``dict``, ``list`` or ``tuple`` read through constant subscripts (never
+  a method: ``d.copy()`` would share the values it holds):
   the chain is followed now, and each container on the way must be an exact
   builtin container and the value it ends on plain data (builtin containers
   and immutable builtins, at most :data:`PLAIN_BUDGET` objects); ``len`` of

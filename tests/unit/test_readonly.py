@@ -28,6 +28,7 @@ def reads(source: str) -> dict[str, frozenset[Read]]:
     "arr.shape == (3,)", "arr[5] == 1.0", "print(arr)", "len(d)", "d['k']['v'] == -1",
     "x = 1 if arr.any() else 2", "f'{arr.sum():.2f}'", "int(df['a'].iloc[-1]) == 3",
     "assert df.iat[1, 1] != 0", "arr.mean(axis=0) + 1", "arr[i] < 0", "-arr[0]",
+    "x = arr[:10].copy()", "total = df['b'].sum()", "x = y = arr.mean(axis=0)",
 ])
 def test_these_only_read_the_name(source: str) -> None:
     name = next(n for n in ("arr", "df", "d") if n in source)
@@ -40,6 +41,8 @@ def test_these_only_read_the_name(source: str) -> None:
     "arr.sum(0, None, o)", "df.fillna(0, inplace=True)", "arr.resize(3)", "del arr[0]",
     "arr.shape = (3,)", "for x in arr: pass", "[x for x in arr]", "g(*arr)", "y = (arr and 1)",
     "arr.flags.writeable", "d.setdefault('k', [])", "lambda: arr", "(z := arr)",
+    "x = arr[:10]", "x = arr.T", "x = df.copy(False)", "x = df.head()", "x = arr.to_numpy()",
+    "x.attr = arr.sum()", "x[0] = arr.copy()", "x, y = arr.copy(), 1", "x = d.get('k')",
 ])
 def test_these_may_change_the_name(source: str) -> None:
     assert "arr" not in reads(source) and "d" not in reads(source) \
@@ -108,6 +111,20 @@ def test_a_read_only_cell_pickles_nothing_and_writes_no_snapshot(env: CoreEnv) -
     assert report.unchanged and calls == [] and isinstance(env.image, Image)
 
 
+def test_binding_a_fresh_result_of_a_big_value_checks_only_the_new_name(env: CoreEnv) -> None:
+    calls: list[list[str]] = []
+    dump = env.image.serializer.dump
+
+    def counting(roots: list[tuple[str, object]], **kwargs: object) -> object:
+        calls.append([name for name, _ in roots])
+        return dump(roots, **kwargs)  # type: ignore[arg-type]
+
+    env.image.serializer.dump = counting  # type: ignore[method-assign]
+    report = env.run("head = arr[:10].copy()\ntotal = df['a'].sum()")
+    assert report.added == ["head", "total"] and calls == [["head"], ["total"]]
+    assert not unchanged_by({"k": [1]}, reads("x = d.copy()")["d"], {})  # shares its lists
+
+
 class Meddler:
     def __init__(self) -> None:
         self.seen = 0
@@ -133,6 +150,8 @@ class Meddler:
     ("m = Meddler()", "m[0] == 0", "m.seen == 1"),
     ("d['m'] = Meddler()", "d['m'] == 1", "d['m'].seen == 1"),
     ("def print(x):\n    x.append(4)", "print(lst)", "lst == [1, 2, 3, 4]"),
+    ("", "first = arr[:5]\nfirst[0] = -1.0\ndel first", "arr[0] == -1.0"),
+    ("", "rows = d.copy()\nrows['k7']['v'] = -7", "d['k7']['v'] == -7"),
 ])
 def test_a_change_that_looks_like_a_read_is_still_saved(env: CoreEnv, setup: str, change: str,
                                                         check: str) -> None:
