@@ -299,3 +299,73 @@ def test_restore_refuses_nothing_but_checkout_refuses_a_broken_snapshot(session)
         op.checkout("HEAD")
     op.abort()
     assert session.namespace["x"] == 1
+
+
+MAKE_PAIR = "def make(n):\n    shared = {'n': n}\n    return [shared], [shared]\n"
+
+
+def test_names_rebound_together_that_still_share_are_pickled_once(
+    session, reopen, monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    session.run(MAKE_PAIR + "a, b = make(1)")
+    dumps = spy_dumps(session, monkeypatch)
+    report = session.run("a, b = make(2)")
+    assert [names for names in dumps if "a" in names or "b" in names] == [["a", "b"]]
+    assert report.changed == ["a", "b"]
+    again = session.run("a, b = make(2)")  # new objects, the same content
+    assert "a" not in again.changed and "b" not in again.changed
+    restored = reopen(session.image.workspace).namespace
+    assert restored["a"][0] is restored["b"][0] and restored["a"][0] == {"n": 2}
+
+
+def test_names_rebound_together_that_no_longer_share_are_stored_apart(
+    session, reopen, monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    session.run(MAKE_PAIR + "a, b = make(1)")
+    assert session.image.group_of["a"] == session.image.group_of["b"]
+    session.run("a, b = [{'n': 2}], [{'n': 2}]")
+    assert session.image.group_of["a"] != session.image.group_of["b"]
+    restored = reopen(session.image.workspace).namespace
+    assert restored["a"] == restored["b"] and restored["a"][0] is not restored["b"][0]
+
+
+def test_a_new_name_sharing_with_a_group_rebound_whole_joins_it(
+    session, reopen, monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    session.run(MAKE_PAIR + "a, b = make(1)")
+    session.run("a, b = make(3)\nc = [a[0]]")
+    assert session.image.group_of["c"] == session.image.group_of["a"]
+    restored = reopen(session.image.workspace).namespace
+    assert restored["c"][0] is restored["a"][0] is restored["b"][0]
+
+
+def test_a_group_stored_without_markers_still_loads_and_keeps_its_sharing(
+    session, reopen, monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    from kernos.serialize import pickler
+
+    with monkeypatch.context() as patched:  # how groups were stored before the markers
+        patched.setattr(pickler, "marked", lambda values: values)
+        session.run(MAKE_PAIR + "a, b = make(1)")
+        session.run("a, b = make(2)")
+    restored = reopen(session.image.workspace)
+    assert restored.namespace["a"][0] is restored.namespace["b"][0]
+    restored.run("a, b = make(3)")  # the old group rebound whole: stored the new way
+    again = reopen(restored.image.workspace).namespace
+    assert again["a"][0] is again["b"][0] and again["a"][0] == {"n": 3}
+
+
+def test_a_rebound_groups_other_names_keep_their_own_content_hash(
+    session, reopen, monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    session.run("data = [1, 2]\ndef pair(n):\n    shared = {'d': data, 'n': n}\n"
+                "    return [shared], [shared]\na, b = pair(1)")
+    group = session.image.group_of
+    assert group["a"] == group["b"] == group["data"]
+    dumps = spy_dumps(session, monkeypatch)
+    report = session.run("a, b = pair(2)")
+    assert ["a", "b", "data"] in dumps and ["data"] in dumps  # the group once; data's own hash
+    assert ["a"] not in dumps and ["b"] not in dumps
+    assert report.changed == ["a", "b"]
+    restored = reopen(session.image.workspace).namespace
+    assert restored["a"][0] is restored["b"][0] and restored["a"][0]["d"] is restored["data"]

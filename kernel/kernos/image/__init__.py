@@ -135,6 +135,7 @@ class Image(ImageState):
         self._restore_bytes = (0, 0)
         """Bytes a background restore loaded before ops could run, and of the whole snapshot."""
         self._history_bytes: int | None = None
+        self._meta_json: dict[str, tuple[NameMeta, bytes]] = {}
         self.baselines: dict[bytes, str] = {}
         """Stored group (its tree) -> content hash of what its values pickled to when they
         were loaded (see :meth:`_note_baseline`)."""

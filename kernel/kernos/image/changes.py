@@ -11,7 +11,15 @@ commit, step by step:
    keeps its stored group as is: no pickling, no hashing, no new objects.
 2. *Pickle* the affected names one by one; when more than one is affected,
    note which objects each reaches, and store names that share objects as
-   one group so identity survives a restore.
+   one group so identity survives a restore.  A stored group that the op
+   rebound names of (a cell that makes a new figure and its axes, which
+   share objects with each other and perhaps with the data they plot) is
+   pickled once, whole, each name noted as its own owner: if its names still
+   share objects with each other and with nothing else, that one dump is
+   their group.  A rebound name's content hash is then the group's with its
+   name (it is reported changed when its group's content changed); the
+   others are pickled alone too, without recording, for their own hash.
+   Otherwise the op pickles them one by one after all.
 3. *Write* the new chunks, group trees, the tracked files that changed
    (``kernos.files``: its participant's ``prepare``), the manifest, the root
    tree and the commit object.  None of it is reachable yet.
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import replace
 from typing import Any
 
 from kernos import _faults, readonly
@@ -42,7 +51,13 @@ from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
 from kernos.serialize.unpersisted import Unpersisted
-from kernos.store.snapshots import SnapshotWriter, StoredGroup, StoredPart, commit_message
+from kernos.store.snapshots import (
+    SnapshotWriter,
+    StoredGroup,
+    StoredPart,
+    commit_message,
+    manifest_json,
+)
 from kernos.transaction import Transaction
 
 __all__ = ["ImageParticipant"]
@@ -91,6 +106,8 @@ class ImageParticipant(Rollback):
         self._published = False
         self._state: dict[str, Any] = {}
         self._segmented: dict[str, segments.Segmented] = {}
+        self._together: dict[tuple[str, ...], Pickled] = {}
+        """Groups pickled once, whole, in this commit (see _pickle)."""
         self._name_baselines: dict[tuple[bytes, str], str] = {}
         """Image.name_baselines carried over to the groups this commit stores again."""
         """Values this commit stored in segments, as it cut them (see tpc_finish)."""
@@ -204,18 +221,16 @@ class ImageParticipant(Rollback):
             if intact and not names & touched:
                 final[key] = GroupState(stored=stored)
                 claimed |= names
-        for key, state in image.groups.items():
-            names = set(state.stored.names)
-            if names & claimed:
+        gone = dirty | set(deleted)
+        for key, state in image.groups.items():  # every group: cheap checks first
+            stored_names = state.stored.names
+            if claimed and not claimed.isdisjoint(stored_names):
                 continue
-            unchanged = all(current.get(name, MISSING) is committed.get(name, MISSING)
-                            for name in names)
-            if state.load_error is not None and unchanged:
-                final[key] = state  # still the placeholders of a failed restore: keep the data
-                claimed |= names
-            elif not names & (dirty | set(deleted)):
+            if gone.isdisjoint(stored_names) or (state.load_error is not None and all(
+                    current.get(name, MISSING) is committed.get(name, MISSING)
+                    for name in stored_names)):  # still the placeholders of a failed restore
                 final[key] = state
-                claimed |= names
+                claimed.update(stored_names)
         # Loaded values the op reached but left as they were pickle to other bytes than
         # stored only as a restore makes them (see Image.baselines): keep their groups,
         # but only if nothing else is pickled, since whatever is pickled may have come to
@@ -238,7 +253,7 @@ class ImageParticipant(Rollback):
 
         clock = time.perf_counter()
         individual, components = self._pickle(
-            affected, current, reach.without_uses(set(added) | rebound))
+            affected, current, reach.without_uses(set(added) | rebound), rebound)
         self._refuse_unstorable_system_state(individual)
         _faults.point("serialize")
         timings["serialize"] = (time.perf_counter() - clock) * 1000
@@ -249,6 +264,8 @@ class ImageParticipant(Rollback):
         for members in components:
             if len(members) == 1:
                 pickled = individual[members[0]]
+            elif tuple(members) in self._together:
+                pickled = self._together[tuple(members)]  # their one dump (see _pickle)
             else:
                 pickled = image.serializer.dump([(name, current[name]) for name in members],
                                                 op=op.id)
@@ -292,8 +309,7 @@ class ImageParticipant(Rollback):
             "committed_at": report.committed_at,
             "changes": {"added": report.added, "changed": report.changed,
                         "deleted": report.deleted},
-            "names": {name: meta[name].to_json() for name in sorted(meta)},
-        }
+        }  # and "names", each name's facts: encoded as they change (manifest_names)
         stored_changes = {kind: paths for kind, paths in files.changes.items()
                           if kind != "notices"}
         if stored_changes:
@@ -314,7 +330,8 @@ class ImageParticipant(Rollback):
             report.history_bytes = image.history_bytes()
         else:
             self.commit_sha = writer.commit(
-                groups=[state.stored for state in final.values()], manifest=manifest,
+                groups=[state.stored for state in final.values()],
+                manifest=manifest_json(manifest, image.manifest_names(meta)),
                 source=(_sealed_source(sealed) if sealed and op.source is not None
                         else op.source),
                 parent=image.head,
@@ -388,9 +405,10 @@ class ImageParticipant(Rollback):
         return [dict(transient.info(), op=self.op.id) for transient in found
                 if id(transient.obj) not in known]
 
-    def _pickle(self, names: list[str], current: dict[str, object], reach: Reach
-                ) -> tuple[dict[str, Pickled], list[list[str]]]:
-        """Pickle each name alone; find which names share objects."""
+    def _pickle(self, names: list[str], current: dict[str, object], reach: Reach,
+                rebound: set[str]) -> tuple[dict[str, Pickled], list[list[str]]]:
+        """Pickle each name alone, or a group rebound whole at once; find which names
+        share objects."""
         serializer = self.image.serializer
         # Recording costs a Python call per object, so only values that can share
         # objects at all are recorded, and only if two or more of them are affected.
@@ -399,8 +417,23 @@ class ImageParticipant(Rollback):
                          current[name], serializer.is_by_value)}
         record = SharingRecord() if len(shareable) > 1 else None
         sharing = _UnionFind(names)
-        individual = {}
+        individual: dict[str, Pickled] = {}
+        self._together = {}
+        joint = self._rebound_groups(set(names) & shareable, rebound, current) if record else []
+        for members in joint:
+            together = serializer.dump([(name, current[name]) for name in members],
+                                       op=self.op.id, record=record)
+            if set(together.owners_by_root) != set(members) or together.transients:
+                return self._pickle(names, current, reach, set())  # one by one after all
+            self._together[tuple(members)] = together
+            for name in members:
+                individual[name] = (replace(together, joint=tuple(members)) if name in rebound
+                                    else serializer.dump([(name, current[name])], op=self.op.id))
+                for other in together.owners_by_root[name]:
+                    sharing.union(name, other)
         for name in names:
+            if name in individual:
+                continue
             pickled = None
             if segments.candidate(current[name]) and not name.startswith("kernos:"):
                 pickled = self._segments(name, current[name], reach,
@@ -411,7 +444,25 @@ class ImageParticipant(Rollback):
             individual[name] = pickled
             for other in pickled.touched_owners:
                 sharing.union(name, other)
-        return individual, sharing.groups()
+        groups = sharing.groups()
+        if not self._together.keys() <= set(map(tuple, groups)):
+            return self._pickle(names, current, reach, set())  # they no longer share alone
+        return individual, groups
+
+    def _rebound_groups(self, shareable: set[str], rebound: set[str],
+                        current: dict[str, object]) -> list[list[str]]:
+        """The stored groups of two or more names, all affected and shareable, that the
+        op rebound names of."""
+        image = self.image
+        found = []
+        for key in {image.group_of[name] for name in rebound if name in image.group_of}:
+            members = sorted(image.groups[key].stored.names)
+            if (len(members) > 1 and shareable.issuperset(members)
+                    and not image.groups[key].live_transients
+                    and not any(name.startswith("kernos:") or segments.candidate(current[name])
+                                for name in members)):
+                found.append(members)
+        return sorted(found)
 
     def _segments(self, name: str, value: Any, reach: Reach,
                   record: SharingRecord | None) -> Pickled | None:
@@ -455,7 +506,7 @@ class ImageParticipant(Rollback):
         for name, value in current.items():
             if name in new_parts:
                 pickled, stored = new_parts[name]
-                digest = _content_hash(pickled, stored, writer)
+                digest = _content_hash(pickled, stored, writer, name)
                 size = len(pickled.stream) + sum(view.nbytes for view in pickled.buffers)
             elif name in self.adopted_meta and group_of[name] in self.adopted:
                 adopted = self.adopted_meta[name]
@@ -503,10 +554,14 @@ class ImageParticipant(Rollback):
         return known
 
 
-def _content_hash(pickled: Pickled, stored: StoredGroup, writer: SnapshotWriter) -> str:
+def _content_hash(pickled: Pickled, stored: StoredGroup, writer: SnapshotWriter,
+                  name: str) -> str:
     """A stable content hash of one name: its stream plus the ids of its buffer chunks."""
     digest = hashlib.blake2b(pickled.stream, digest_size=16)
-    if len(stored.names) == 1:
+    if pickled.joint:  # the group's one dump: its content, and which of its names
+        digest.update(b"\0".join(name.encode() for name in pickled.joint))
+        digest.update(b"\1" + name.encode())
+    if len(stored.names) == 1 or pickled.joint:
         parts: tuple[StoredPart, ...] = stored.buffers
     else:
         parts = tuple(writer.part(view, readonly=view.readonly) for view in pickled.buffers)

@@ -34,7 +34,7 @@ from kernos.serialize import segments
 from kernos.serialize.pickler import Pickled, Serializer, Transient
 from kernos.serialize.segments import Segmented
 from kernos.serialize.unpersisted import Unpersisted
-from kernos.store.snapshots import ChunkCache, StoredGroup, chunk_ids, read_part
+from kernos.store.snapshots import ChunkCache, StoredGroup, chunk_ids, manifest_member, read_part
 from kernos.store.workspace import Workspace
 
 __all__ = ["EAGER_BASELINE_BYTES", "SYSTEM_PREFIX", "GroupState", "ImageState", "NameMeta",
@@ -125,6 +125,7 @@ class ImageState:
     identity_override: str | None
     _loading_behind: bool
     _history_bytes: int | None
+    _meta_json: dict[str, tuple[NameMeta, bytes]]
 
     def history_bytes(self) -> int:
         """The history's size on disk: its objects when first asked, plus what ops wrote since
@@ -137,6 +138,21 @@ class ImageState:
                         total += os.lstat(os.path.join(folder, name)).st_size
             self._history_bytes = total
         return self._history_bytes
+
+    def manifest_names(self, meta: dict[str, NameMeta]) -> list[bytes]:
+        """The manifest's member for each name, in order, encoded: one whose facts are
+        the same object as at the last commit is not encoded again."""
+        cache = self._meta_json
+        if len(cache) > 2 * len(meta) + 64:
+            cache = self._meta_json = {name: cache[name] for name in meta if name in cache}
+        entries = []
+        for name in sorted(meta):
+            facts = meta[name]
+            cached = cache.get(name)
+            if cached is None or cached[0] is not facts:
+                cached = cache[name] = (facts, manifest_member(name, facts.to_json()))
+            entries.append(cached[1])
+        return entries
 
     def history_grew(self, written: int) -> int:
         """Count ``written`` new bytes in the history; returns its new size."""

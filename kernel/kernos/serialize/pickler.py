@@ -41,8 +41,8 @@ import mmap
 import pickle
 import sys
 import types
-from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernos.serialize import rebuild
@@ -68,7 +68,7 @@ from kernos.serialize.kinds import (
 )
 from kernos.serialize.resources import transient_verdict
 from kernos.serialize.sealing import SEALERS
-from kernos.serialize.sharing import RecordingPickling, SharingRecord
+from kernos.serialize.sharing import RecordingPickling, SharingRecord, marked
 from kernos.serialize.trial import Trials
 from kernos.serialize.unpersistable import (
     CarefulPickling,
@@ -104,6 +104,10 @@ class Pickled:
     kinds: frozenset[type] = frozenset()
     """Types of the objects that pickled by their own reduction (not by a reducer of
     Kernos's, by name or as a reference): what a restore would call back into."""
+    owners_by_root: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """With ``each``: for every root, the other variables whose objects it reached."""
+    joint: tuple[str, ...] = ()
+    """The names pickled together in this stream, when it stands for one of them."""
 
 
 class Serializer:
@@ -147,10 +151,15 @@ class Serializer:
         """Pickle the values of ``roots`` (``(name, value)`` pairs) as one tuple.
 
         With ``record``, every object that can be shared is noted as belonging
-        to the (single) root's name, and the names of other roots whose
-        objects this one reaches are returned in ``touched_owners``.
+        to the root's name, and the names of other roots whose objects this one
+        reaches are returned in ``touched_owners``.  Several roots are a group:
+        each is pickled behind a marker (``sharing.marked``), and with
+        ``record`` each is its own owner, ``owners_by_root`` saying whom each
+        met (empty if that could not be told).
         """
         values = tuple(self.namespace_ref(value) for _, value in roots)
+        if len(values) > 1:
+            values = marked(values)
         register_late_types()
         MODULE_GLOBALS.refresh(self.module_name)
         try:
@@ -173,6 +182,7 @@ class Serializer:
             code_refs=frozenset(pickler.code_refs),
             touched_owners=frozenset(pickler.touched_owners),
             kinds=frozenset(pickler.kinds),
+            owners_by_root=getattr(pickler, "owners_by_root", {}),
         )
 
     def _dump_whole_values(self, values: tuple[object, ...],
@@ -232,6 +242,8 @@ class Serializer:
         pickler = klass(io.BytesIO(), self, roots=roots, op=op, careful=careful, record=record)
         pickler.replace = replace or {}
         pickler.values = values
+        if isinstance(pickler, RecordingPickling) and len(roots) > 1:
+            pickler.markers = values
         pickler.dump(values)
         return pickler
 

@@ -45,11 +45,12 @@ from collections.abc import Collection
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from kernos.serialize.kinds import IMMUTABLE, identity_free_kind, lookup
+from kernos.serialize import rebuild
+from kernos.serialize.kinds import IMMUTABLE, Ref, identity_free_kind, lookup
 from kernos.serialize.paths import search
 from kernos.serialize.unpersistable import enters_library
 
-__all__ = ["RecordingPickling", "SharingRecord"]
+__all__ = ["RecordingPickling", "SharingRecord", "marked"]
 
 
 class SharingRecord:
@@ -119,7 +120,8 @@ class SharingRecord:
         fresh = common - judged
         if fresh:
             by_id = {id(obj): obj for obj in objects if id(obj) in fresh}
-            self._index(home)
+            if any(key not in self._roots and key not in self._library for key in by_id):
+                self._index(home)  # only a verdict still to make needs it
             for key, obj in by_id.items():
                 verdict = self._library.get(key)
                 if verdict is None:
@@ -240,10 +242,15 @@ class RecordingPickling:
     roots: Any
     serializer: Any
     touched_owners: set[str]
+    values: tuple[object, ...]
 
     def __init__(self, file: Any, serializer: Any, **kwargs: Any) -> None:
         self.reached: list[object] = []
         self.always: list[object] = []
+        self.markers: tuple[object, ...] = ()
+        """With :func:`marked`, each root's marker (the values pickled): the dump is split
+        at them, and each root recorded as its own owner."""
+        self.owners_by_root: dict[str, frozenset[str]] = {}
         # An instance attribute: the C pickler looks persistent_id up when it is made.
         self.persistent_id = self.reached.append
         super().__init__(file, serializer, **kwargs)  # type: ignore[call-arg]
@@ -253,23 +260,56 @@ class RecordingPickling:
 
     def settle(self) -> None:
         """Add what this dump reached to the record; note whose objects it met."""
+        if self.markers:
+            return self._settle_each()
+        record = self.record
+        assert record is not None
+        kept = self._shareable(self.reached) + self.always
+        self.touched_owners.update(record.add(
+            self.owner, kept, roots=tuple(value for _, value in self.roots),
+            home=self.serializer.module_name))
+        return None
+
+    def _settle_each(self) -> None:
+        """Record each root of a marked dump as its own owner (see :func:`marked`).
+
+        A root's part of the dump runs from its marker to the next one: what an
+        earlier root reached first is that root's, and where a later root meets
+        it again (the pickler notes every meeting, a memo hit too) the two share.
+        If the markers are not all where they were put (a value was replaced
+        whole), nothing is recorded and ``owners_by_root`` stays empty.
+        """
         record = self.record
         assert record is not None
         reached = self.reached
+        markers = set(map(id, self.markers))
+        bounds = list(itertools.compress(itertools.count(), map(
+            markers.__contains__, map(id, reached))))
+        if len(bounds) != len(self.roots) or any(
+                reached[at] is not marker
+                for at, marker in zip(bounds, self.markers, strict=True)):
+            return
+        bounds.append(len(reached))
+        for index, (name, value) in enumerate(self.roots):
+            part = reached[bounds[index] + 1:bounds[index + 1]]
+            kept = self._shareable(part)
+            if self.always:
+                ids = set(map(id, part))
+                kept += [obj for obj in self.always if id(obj) in ids]
+            self.owners_by_root[name] = frozenset(record.add(
+                name, kept, roots=(value,), home=self.serializer.module_name))
+
+    def _shareable(self, reached: list[object]) -> list[object]:
+        """The objects of ``reached`` of kinds that can be shared."""
         flags = list(map(_shareable_kinds.get, map(type, reached)))
         if None in flags:  # kinds not met before: sort them out once
             for kind in set(map(type, reached)) - _shareable_kinds.keys():
                 _shareable_kinds[kind] = self._shareable_kind(kind)
             if len(_shareable_kinds) > 50_000:  # redefined classes pile up in a long session
                 _shareable_kinds.clear()
-                return self.settle()
+                return self._shareable(reached)
             flags = list(map(_shareable_kinds.__getitem__, map(type, reached)))
-        kept = list(itertools.compress(reached, flags))
-        kept += self.always
-        self.touched_owners.update(record.add(
-            self.owner, kept, roots=tuple(value for _, value in self.roots),
-            home=self.serializer.module_name))
-        return None
+        return list(itertools.compress(reached, flags))
 
     def _shareable_kind(self, kind: type) -> bool:
         if kind in IMMUTABLE or issubclass(kind, _NEVER_SHARED):
@@ -277,6 +317,17 @@ class RecordingPickling:
         if kind.__name__ in _CYTHON_FUNCTIONS and kind.__module__.startswith("_cython"):
             return False  # pickled by name, or not at all
         return not identity_free_kind(kind, self.serializer.is_by_value)
+
+
+def marked(values: tuple[object, ...]) -> tuple[Ref, ...]:
+    """``values`` to pickle as one group, each behind a marker where its part begins.
+
+    A recording dump of these records each root as its own owner, so that one
+    dump of a group both stores it and shows whether its roots still share
+    objects (``RecordingPickling.owners_by_root``).  A marker pickles as a call
+    of :func:`kernos.serialize.rebuild.member`, which gives the value back.
+    """
+    return tuple(Ref(rebuild.member, (value,)) for value in values)
 
 
 # Objects of these kinds are written by reference (classes, functions and modules

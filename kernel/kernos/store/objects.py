@@ -11,6 +11,7 @@ log`` read what Kernos writes.  It reads and writes no file.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -47,18 +48,17 @@ class TreeEntry:
         return self.mode == TREE_MODE
 
 
-def _sort_key(entry: TreeEntry) -> bytes:
-    name = entry.name.encode()
-    return name + b"/" if entry.is_tree else name
-
-
 def encode_tree(entries: Iterable[TreeEntry]) -> bytes:
-    parts = []
-    for entry in sorted(entries, key=_sort_key):
-        if not entry.name or "/" in entry.name or "\0" in entry.name:
-            raise ValueError(f"{entry.name!r} cannot be a git tree entry name")
-        parts.append(b"%s %s\0%s" % (entry.mode, entry.name.encode(), entry.sha))
-    return b"".join(parts)
+    keyed = []
+    for entry in entries:  # each name checked and encoded once (a namespace has thousands)
+        name = entry.name
+        if not name or "/" in name or "\0" in name:
+            raise ValueError(f"{name!r} cannot be a git tree entry name")
+        raw = name.encode()
+        keyed.append((raw + b"/" if entry.mode == TREE_MODE else raw,
+                      b"%s %s\0%s" % (entry.mode, raw, entry.sha)))
+    keyed.sort(key=operator.itemgetter(0))  # git's order: a tree's name as if ending in /
+    return b"".join(encoded for _, encoded in keyed)
 
 
 def decode_tree(data: bytes) -> list[TreeEntry]:

@@ -33,6 +33,7 @@ nothing at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
@@ -72,7 +73,10 @@ __all__ = [
     "StoredPart",
     "chunk_ids",
     "commit_message",
+    "encode_json",
     "group_key",
+    "manifest_json",
+    "manifest_member",
     "read_group",
     "read_part",
     "read_snapshot",
@@ -121,8 +125,8 @@ class StoredGroup:
     code_refs: frozenset[str] = frozenset()
     unpersisted: tuple[dict[str, Any], ...] = ()
 
-    @property
-    def size(self) -> int:
+    @functools.cached_property
+    def size(self) -> int:  # a commit sums every group's: worked out once
         return self.stream.size + sum(part.size for part in self.buffers)
 
 
@@ -273,7 +277,7 @@ class SnapshotWriter:
         *,
         groups: Iterable[StoredGroup] = (),
         namespace_tree: bytes | None = None,
-        manifest: dict[str, Any],
+        manifest: dict[str, Any] | bytes,
         source: str | None,
         parent: bytes | None,
         message: str,
@@ -291,7 +295,8 @@ class SnapshotWriter:
                 TreeEntry(TREE_MODE, group.key, group.tree) for group in groups)
             namespace_tree = self._write(b"tree", namespace)
         entries = [
-            TreeEntry(BLOB_MODE, MANIFEST, self.blob(_json(manifest))),
+            TreeEntry(BLOB_MODE, MANIFEST, self.blob(
+                manifest if isinstance(manifest, bytes) else _json(manifest))),
             TreeEntry(TREE_MODE, NAMESPACE, namespace_tree),
         ]
         if source is not None:
@@ -355,8 +360,25 @@ def commit_message(*, op: int, principal: str, kind: str, headline: str) -> str:
     )
 
 
-def _json(value: object) -> bytes:
+def encode_json(value: object) -> bytes:
+    """JSON as snapshots store it: keys sorted, no spaces, UTF-8."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_json = encode_json
+
+
+def manifest_member(name: str, entry: object) -> bytes:
+    """One member of a manifest's ``"names"`` object, encoded (see :func:`manifest_json`)."""
+    return encode_json(name) + b":" + encode_json(entry)
+
+
+def manifest_json(manifest: dict[str, Any], names: Iterable[bytes]) -> bytes:
+    """``encode_json`` of ``manifest`` with ``"names"`` holding ``names``: its members, each
+    from :func:`manifest_member`, in sorted order (a commit encodes only what changed)."""
+    head = encode_json({**manifest, "names": {}})
+    at = head.rindex(b'"names":{}')  # the last: what follows it are plain fields
+    return head[:at] + b'"names":{' + b",".join(names) + b"}" + head[at + len(b'"names":{}'):]
 
 
 @dataclass(kw_only=True)
