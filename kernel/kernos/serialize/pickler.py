@@ -316,6 +316,7 @@ class _ImagePickler(pickle.Pickler):
         self.op = op
         self.careful = careful
         self.record = record
+        self.transient_classes = serializer.transient_classes  # once per dump, not per object
         self.owner = roots[0][0] if roots else ""
         self.buffers: list[memoryview] = []
         self.transients: list[Transient] = []
@@ -392,7 +393,7 @@ class _ImagePickler(pickle.Pickler):
             return self._unpersisted(obj.value, obj.reason, name=obj.name, failure=True)
         if kind is Unpersisted:
             return self._placeholder(obj)
-        if isinstance(obj, self.serializer.transient_classes) and not isinstance(
+        if isinstance(obj, self.transient_classes) and not isinstance(
             obj, PICKLABLE_STREAMS
         ):
             reason, lossless = transient_verdict(obj, self.transient_reason(obj))
