@@ -45,7 +45,7 @@ from typing import Any
 
 from kernos.analysis import NONCONSTANT, SINK_CALLS, Read
 
-__all__ = ["PLAIN_BUDGET", "unchanged_by"]
+__all__ = ["PLAIN_BUDGET", "numeric_array", "unchanged_by"]
 
 PLAIN_BUDGET = 10_000
 """The most objects a chain's end value may hold to be checked as plain data."""
@@ -73,6 +73,13 @@ def unchanged_by(value: object, reads: Iterable[Read], namespace: Mapping[str, o
     if kind in _CONTAINERS:
         return all(_plain_read(value, read) for read in reads)
     return False
+
+
+def numeric_array(value: object) -> bool:
+    """Whether ``value`` is an exact numpy array of a numeric dtype (no objects, no fields)."""
+    numpy = sys.modules.get("numpy")
+    return (numpy is not None and type(value) is numpy.ndarray
+            and _numeric_dtype(value.dtype, numpy))  # type: ignore[attr-defined]
 
 
 def _numeric(value: object) -> bool:

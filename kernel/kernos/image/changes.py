@@ -45,19 +45,15 @@ from kernos.errors import OpVetoed
 from kernos.files import FilesParticipant
 from kernos.image.rollback import ATOMIC, MISSING, Rollback
 from kernos.image.state import GroupState, ImageState, NameMeta
+from kernos.image.written import known_pieces
 from kernos.op import CommitReport, Op
 from kernos.serialize import segments
 from kernos.serialize.kinds import carries_no_identity
 from kernos.serialize.pickler import Pickled, SharingRecord
 from kernos.serialize.summary import describe, type_name
 from kernos.serialize.unpersisted import Unpersisted
-from kernos.store.snapshots import (
-    SnapshotWriter,
-    StoredGroup,
-    StoredPart,
-    commit_message,
-    manifest_json,
-)
+from kernos.store.encoding import manifest_json
+from kernos.store.snapshots import SnapshotWriter, StoredGroup, StoredPart, commit_message
 from kernos.transaction import Transaction
 
 __all__ = ["ImageParticipant"]
@@ -252,8 +248,8 @@ class ImageParticipant(Rollback):
         timings["analyze"] = (time.perf_counter() - clock) * 1000
 
         clock = time.perf_counter()
-        individual, components = self._pickle(
-            affected, current, reach.without_uses(set(added) | rebound), rebound)
+        reach = reach.without_uses(set(added) | rebound)
+        individual, components = self._pickle(affected, current, reach, rebound)
         self._refuse_unstorable_system_state(individual)
         _faults.point("serialize")
         timings["serialize"] = (time.perf_counter() - clock) * 1000
@@ -273,7 +269,9 @@ class ImageParticipant(Rollback):
                 problem = image.serializer.would_not_load(pickled)
                 if problem is not None:
                     unloadable.update(dict.fromkeys(members, problem))
-            stored = writer.group(members, pickled, op=op.id)
+            stored = writer.group(members, pickled, op=op.id, known=known_pieces(
+                image, members[0], current[members[0]], reach.uses.get(members[0]), pickled)
+                                  if len(members) == 1 else ())
             if len(members) == 1 and pickled.segmented is not None:
                 for piece, part in zip(pickled.segmented.segments, stored.buffers, strict=True):
                     piece.part = part

@@ -34,7 +34,8 @@ from kernos.serialize import segments
 from kernos.serialize.pickler import Pickled, Serializer, Transient
 from kernos.serialize.segments import Segmented
 from kernos.serialize.unpersisted import Unpersisted
-from kernos.store.snapshots import ChunkCache, StoredGroup, chunk_ids, manifest_member, read_part
+from kernos.store.encoding import manifest_member
+from kernos.store.snapshots import ChunkCache, StoredGroup, chunk_ids, read_part
 from kernos.store.workspace import Workspace
 
 __all__ = ["EAGER_BASELINE_BYTES", "SYSTEM_PREFIX", "GroupState", "ImageState", "NameMeta",

@@ -53,6 +53,7 @@ from kernos import _faults
 from kernos.errors import WorkspaceCorrupt
 from kernos.serialize.pickler import Pickled
 from kernos.store.buffers import PAGE
+from kernos.store.encoding import encode_json
 from kernos.store.objects import (
     BLOB_MODE,
     TREE_MODE,
@@ -73,10 +74,7 @@ __all__ = [
     "StoredPart",
     "chunk_ids",
     "commit_message",
-    "encode_json",
     "group_key",
-    "manifest_json",
-    "manifest_member",
     "read_group",
     "read_part",
     "read_snapshot",
@@ -206,14 +204,30 @@ class SnapshotWriter:
         return self._write(b"tree", encode_tree(entries))
 
     def part(self, data: bytes | memoryview, *, readonly: bool = False,
-             stream: bool = False) -> StoredPart:
-        """Store ``data`` in chunks; a pickle ``stream`` is cut by content when long."""
+             stream: bool = False,
+             known: tuple[StoredPart, frozenset[int]] | None = None) -> StoredPart:
+        """Store ``data`` in chunks; a pickle ``stream`` is cut by content when long.
+
+        ``known``: the part that stored these bytes at the last commit, and the
+        indices of the only pieces that can differ since (the caller knows where
+        the op wrote).  Every other piece keeps its chunk without being read.  It
+        is used only if the part was cut as this one is.
+        """
         view = _bytes_view(data)
         by_content = stream and len(view) >= STREAM_CDC_FROM
-        chunks = []
+        chunks: list[bytes] = []
         sizes = []
         cached = self.workspace.buffers if _cacheable(len(view), by_content) else None
+        last, dirty = known if known is not None else (None, frozenset())
+        if last is not None and (by_content or last.by_content or last.size != len(view)):
+            last = None
         for piece in _pieces(view, by_content):
+            at = len(chunks)
+            if (last is not None and at not in dirty and at < len(last.chunks)
+                    and last.sizes[at] == len(piece)):
+                chunks.append(last.chunks[at])  # not written since: not even read
+                sizes.append(len(piece))
+                continue
             chunks.append(self.blob(piece))
             sizes.append(len(piece))
             if cached is not None and cached.accepting and len(piece) % PAGE == 0:
@@ -233,9 +247,12 @@ class SnapshotWriter:
                           by_content=part.by_content,
                           tree=self._write(b"tree", encode_tree(entries)))
 
-    def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None) -> StoredGroup:
+    def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None,
+              known: Sequence[tuple[StoredPart, frozenset[int]] | None] = ()) -> StoredGroup:
         """Store one group.  A value stored in segments has pickle streams for buffers:
-        they are cut by content, and a segment the last commit wrote keeps its chunks."""
+        they are cut by content, and a segment the last commit wrote keeps its chunks.
+        ``known``: for a buffer, the part that stored it last and the only pieces that
+        may differ since (see :meth:`part`)."""
         stream = self.part(pickled.stream, stream=True)
         segmented = pickled.segmented if len(names) == 1 else None
         if segmented is not None:
@@ -243,7 +260,10 @@ class SnapshotWriter:
                 piece.part if piece.part is not None else self.segment(view)
                 for piece, view in zip(segmented.segments, pickled.buffers, strict=True))
         else:
-            buffers = tuple(self.part(view, readonly=view.readonly) for view in pickled.buffers)
+            buffers = tuple(
+                self.part(view, readonly=view.readonly,
+                          known=known[number] if number < len(known) else None)
+                for number, view in enumerate(pickled.buffers))
         unpersisted = tuple(dict(transient.info(), op=op) for transient in pickled.transients)
         index: dict[str, Any] = {
             "names": list(names),
@@ -360,25 +380,7 @@ def commit_message(*, op: int, principal: str, kind: str, headline: str) -> str:
     )
 
 
-def encode_json(value: object) -> bytes:
-    """JSON as snapshots store it: keys sorted, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 _json = encode_json
-
-
-def manifest_member(name: str, entry: object) -> bytes:
-    """One member of a manifest's ``"names"`` object, encoded (see :func:`manifest_json`)."""
-    return encode_json(name) + b":" + encode_json(entry)
-
-
-def manifest_json(manifest: dict[str, Any], names: Iterable[bytes]) -> bytes:
-    """``encode_json`` of ``manifest`` with ``"names"`` holding ``names``: its members, each
-    from :func:`manifest_member`, in sorted order (a commit encodes only what changed)."""
-    head = encode_json({**manifest, "names": {}})
-    at = head.rindex(b'"names":{}')  # the last: what follows it are plain fields
-    return head[:at] + b'"names":{' + b",".join(names) + b"}" + head[at + len(b'"names":{}'):]
 
 
 @dataclass(kw_only=True)

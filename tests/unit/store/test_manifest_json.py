@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kernos.store.snapshots import encode_json, manifest_json, manifest_member
+from kernos.store.encoding import encode_json, manifest_json, manifest_member
 
 
 def entry(rng: random.Random) -> dict[str, object]:
