@@ -283,19 +283,21 @@ class RecordingPickling:
         assert record is not None
         reached = self.reached
         markers = set(map(id, self.markers))
-        bounds = list(itertools.compress(itertools.count(), map(
-            markers.__contains__, map(id, reached))))
+        always = set(map(id, self.always))
+        # One pass at C speed finds the markers and where the always-counted objects are.
+        hits = list(itertools.compress(itertools.count(), map(
+            (markers | always).__contains__, map(id, reached))))
+        bounds = [at for at in hits if id(reached[at]) in markers]
         if len(bounds) != len(self.roots) or any(
                 reached[at] is not marker
                 for at, marker in zip(bounds, self.markers, strict=True)):
             return
         bounds.append(len(reached))
         for index, (name, value) in enumerate(self.roots):
-            part = reached[bounds[index] + 1:bounds[index + 1]]
-            kept = self._shareable(part)
-            if self.always:
-                ids = set(map(id, part))
-                kept += [obj for obj in self.always if id(obj) in ids]
+            start, end = bounds[index] + 1, bounds[index + 1]
+            kept = self._shareable(reached[start:end])
+            kept += [reached[at] for at in hits
+                     if start <= at < end and id(reached[at]) in always]
             self.owners_by_root[name] = frozenset(record.add(
                 name, kept, roots=(value,), home=self.serializer.module_name))
 
