@@ -47,16 +47,42 @@ _MAX_DELTA_DEPTH = 10_000
 
 # Data that does not shrink by a tenth is stored with zlib level 0: compressing
 # 200 MB of floats at level 1 costs seconds and saves almost nothing.
-_PROBE_BYTES = 16 * 1024
+_PROBE_BYTES = 4 * 1024
 _WORTH_COMPRESSING = 0.9
+_STORED_BLOCK = 0xFFFF  # the most a deflate "stored" block holds
 
 
 def compresses(data: bytes | memoryview) -> bool:
-    """Whether zlib is worth its time on ``data`` (judged on its first 16 KiB)."""
+    """Whether zlib is worth its time on ``data`` (judged on its first 4 KiB)."""
     if len(data) <= _PROBE_BYTES:
         return True
     probe = bytes(data[:_PROBE_BYTES])
     return len(zlib.compress(probe, 1)) < _WORTH_COMPRESSING * len(probe)
+
+
+def zlib_stream(data: bytes | memoryview, prefix: bytes = b"") -> bytes | bytearray:
+    """``prefix``, then ``data`` as a zlib stream: deflated at level 1 if that pays
+    (:func:`compresses`), else in "stored" blocks written here (one copy and an adler32,
+    what zlib's level 0 makes at a fraction of its cost)."""
+    if compresses(data):
+        compressor = zlib.compressobj(1)
+        return prefix + compressor.compress(data) + compressor.flush()
+    view = memoryview(data).cast("B")
+    size = len(view)
+    blocks = max(1, -(-size // _STORED_BLOCK))
+    out = bytearray(len(prefix) + 2 + 5 * blocks + size + 4)
+    out[: len(prefix)] = prefix
+    at = len(prefix)
+    out[at : at + 2] = b"\x78\x01"  # deflate, 32 KiB window: (0x78 << 8 | 0x01) % 31 == 0
+    at += 2
+    for number in range(blocks):
+        piece = view[number * _STORED_BLOCK : (number + 1) * _STORED_BLOCK]
+        length = len(piece)
+        out[at : at + 5] = struct.pack("<BHH", number == blocks - 1, length, length ^ 0xFFFF)
+        out[at + 5 : at + 5 + length] = piece
+        at += 5 + length
+    out[at:] = struct.pack(">I", zlib.adler32(view))
+    return out
 
 
 def _entry_header(kind: int, size: int) -> bytes:
@@ -150,7 +176,7 @@ class PackBuilder:
 
     def __init__(self) -> None:
         self._entries: list[tuple[bytes, int, int]] = []  # (sha, crc32, offset)
-        self._pieces: list[bytes] = []
+        self._pieces: list[bytes | bytearray] = []
         self.size = 12  # the pack header
 
     def __len__(self) -> int:
@@ -158,9 +184,7 @@ class PackBuilder:
 
     def add(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
         """Append one object; return what it takes in the pack."""
-        compressor = zlib.compressobj(1 if compresses(data) else 0)
-        raw = (_entry_header(_KINDS[kind], len(data)) + compressor.compress(data)
-               + compressor.flush())
+        raw = zlib_stream(data, prefix=_entry_header(_KINDS[kind], len(data)))
         self._entries.append((sha, zlib.crc32(raw), self.size))
         self._pieces.append(raw)
         self.size += len(raw)
@@ -175,7 +199,7 @@ class PackBuilder:
     def raw_entries(self) -> Iterator[tuple[bytes, bytes]]:
         """``(id, entry)`` of every object added, as the pack will hold it."""
         for (sha, _crc, _offset), raw in zip(self._entries, self._pieces, strict=True):
-            yield sha, raw
+            yield sha, bytes(raw)  # a tail frame's: small (see tail.FRAME_MAX)
 
     def write(self, directory: Path, announce: Callable[[Path], None]) -> Path:
         """Write the pack and its index into ``directory``; return the pack's path.

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernos.store.packs import PackSet
+from kernos.store.packs import PackSet, copy_stored_blocks, zlib_stream
 from support import git
 
 
@@ -72,3 +72,23 @@ def test_a_damaged_stored_chunk_is_not_copied_and_the_read_says_so(repo: Path) -
     assert not packs.read_blob_into(sha, memoryview(out))  # the adler32 does not match
     with pytest.raises(ValueError, match="is damaged in"):
         packs.read(sha)
+
+
+@pytest.mark.parametrize("size", [4097, 65535, 65536, 65535 * 2, (1 << 20) + 3])
+def test_stored_blocks_written_by_hand_are_a_zlib_stream_of_the_data(size: int) -> None:
+    data = os.urandom(size)  # does not compress: stored blocks
+    stream = zlib_stream(data, prefix=b"head")
+    assert stream[:4] == b"head" and zlib.decompress(bytes(stream[4:])) == data
+    out = bytearray(size)
+    assert copy_stored_blocks(memoryview(stream)[4:], memoryview(out), git_header=False)
+    assert out == data
+    damaged = bytearray(stream)
+    damaged[-1] ^= 1  # the adler32
+    with pytest.raises(zlib.error):
+        zlib.decompress(bytes(damaged[4:]))
+
+
+def test_data_that_compresses_is_deflated() -> None:
+    data = b"abc" * 100_000
+    stream = zlib_stream(data)
+    assert len(stream) < len(data) // 10 and zlib.decompress(stream) == data
