@@ -231,12 +231,23 @@ def _resource_phrase(obj: object) -> str | None:
         late = getattr(sys.modules.get(module_name), class_name, None)
         if isinstance(late, type) and isinstance(obj, late):
             return phrase
-    close = getattr(obj, "close", None)
-    is_open = getattr(obj, "closed", None) is False or getattr(obj, "isopen", 0) in (1, True)
+    close = _found(obj, "close")
+    is_open = _found(obj, "closed") is False or _found(obj, "isopen") in (1, True)
     if callable(close) and is_open and not isinstance(obj, type):
         # A library's own handle (tables.File, zipfile's, h5py's): has close() and is open.
         return "an open file" if "file" in type(obj).__name__.lower() else "an open resource"
     return None
+
+
+def _found(obj: object, name: str) -> object:
+    """``obj``'s attribute ``name`` as its instance and class hold it, or None: never through
+    a ``__getattr__`` hook, which may make what it is asked for (a mock makes a child mock
+    for any name, so looking at a mock changed it, and a search through its children never
+    ended)."""
+    try:
+        return object.__getattribute__(obj, name)
+    except Exception:
+        return None
 
 
 def holder_reason(located: list[tuple[Located, Transient]]) -> str:

@@ -185,3 +185,17 @@ def test_one_library_object_holding_several_bad_objects_gives_one_notice(noteboo
     transient = only(notebook.dump("adapter").transients)
     assert transient.path == "adapter"
     assert "network connection (socket.socket at adapter.extra['a'])" in transient.reason
+
+
+def test_looking_for_what_a_mock_holds_leaves_the_mock_as_it_was(notebook):
+    from unittest.mock import MagicMock
+
+    mock = MagicMock(spec_set=dict)  # looks like a dict, and cannot be pickled
+    notebook["mock"] = mock
+    transient = only(notebook.dump("mock").transients)
+    assert transient.reason.startswith("it cannot be pickled"), transient.reason
+    # Looking for a held resource asks for close, closed and isopen, never through a
+    # mock's __getattr__, which would make each of them a child mock (and so on).
+    made = {name for child in mock._mock_children.values()
+            for name in getattr(child, "_mock_children", {})}
+    assert not made & {"close", "closed", "isopen"}, made
