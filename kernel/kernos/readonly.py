@@ -83,10 +83,10 @@ def numeric_array(value: object) -> bool:
 
 
 def _numeric(value: object) -> bool:
+    if numeric_array(value):
+        return True
     kind = type(value)
     numpy = sys.modules.get("numpy")
-    if numpy is not None and kind is numpy.ndarray:
-        return _numeric_dtype(value.dtype, numpy)  # type: ignore[attr-defined]
     pandas = sys.modules.get("pandas")
     if pandas is None or numpy is None:
         return False

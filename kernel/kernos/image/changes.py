@@ -557,7 +557,7 @@ def _content_hash(pickled: Pickled, stored: StoredGroup, writer: SnapshotWriter,
     """A stable content hash of one name: its stream plus the ids of its buffer chunks."""
     digest = hashlib.blake2b(pickled.stream, digest_size=16)
     if pickled.joint:  # the group's one dump: its content, and which of its names
-        digest.update(b"\0".join(name.encode() for name in pickled.joint))
+        digest.update(b"\0".join(member.encode() for member in pickled.joint))
         digest.update(b"\1" + name.encode())
     if len(stored.names) == 1 or pickled.joint:
         parts: tuple[StoredPart, ...] = stored.buffers

@@ -105,7 +105,7 @@ class Pickled:
     """Types of the objects that pickled by their own reduction (not by a reducer of
     Kernos's, by name or as a reference): what a restore would call back into."""
     owners_by_root: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """With ``each``: for every root, the other variables whose objects it reached."""
+    """Several roots and a record: for each root, the other variables it met."""
     joint: tuple[str, ...] = ()
     """The names pickled together in this stream, when it stands for one of them."""
 

@@ -242,7 +242,6 @@ class RecordingPickling:
     roots: Any
     serializer: Any
     touched_owners: set[str]
-    values: tuple[object, ...]
 
     def __init__(self, file: Any, serializer: Any, **kwargs: Any) -> None:
         self.reached: list[object] = []

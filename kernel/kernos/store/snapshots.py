@@ -248,7 +248,7 @@ class SnapshotWriter:
                           tree=self._write(b"tree", encode_tree(entries)))
 
     def group(self, names: Sequence[str], pickled: Pickled, *, op: int | None,
-              known: Sequence[tuple[StoredPart, frozenset[int]] | None] = ()) -> StoredGroup:
+              known: Sequence[tuple[StoredPart, frozenset[int]]] = ()) -> StoredGroup:
         """Store one group.  A value stored in segments has pickle streams for buffers:
         they are cut by content, and a segment the last commit wrote keeps its chunks.
         ``known``: for a buffer, the part that stored it last and the only pieces that
