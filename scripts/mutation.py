@@ -78,8 +78,9 @@ TARGETS: dict[str, Target] = {
     "audit.verify": Target(files=("audit/verify.py",), tests=("tests/unit/audit",)),
     **{
         f"store.{name}": Target(files=(f"store/{name}.py",), tests=("tests/unit/store",))
-        for name in ("buffers", "location", "lock", "loose", "maintenance", "object_store",
-                     "objects", "packs", "retention", "snapshots", "tail", "workspace")
+        for name in ("aligned", "buffers", "location", "lock", "loose", "maintenance",
+                     "object_store", "objects", "packs", "retention", "snapshots", "streams",
+                     "tail", "workspace")
     },
 }
 

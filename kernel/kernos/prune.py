@@ -183,7 +183,6 @@ def prune(path: str | Path, policy: Policy, *, dry_run: bool = False) -> PruneRe
             _undo(workspace, log, plan, record)
             raise
         retention.finish(workspace, plan.intent(), freed=freed.objects)
-        workspace.buffers.drop()  # raw copies of big buffers: the next kernel refills it
         return _report(workspace, plan, freed, before=before,
                        after=footprint(workspace.git_dir), record=record, dry_run=False)
 

@@ -155,11 +155,11 @@ def test_failed_commit_rolls_back_and_leaves_no_trace(session, monkeypatch) -> N
     real_write = objects.write
     calls = {"n": 0}
 
-    def failing_write(kind, data, sha):  # type: ignore[no-untyped-def]
+    def failing_write(kind, data, sha, **options):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(28, "No space left on device")
-        return real_write(kind, data, sha)
+        return real_write(kind, data, sha, **options)
 
     monkeypatch.setattr(objects, "write", failing_write)
     with pytest.raises(CommitFailed, match="No space left on device") as raised:

@@ -18,10 +18,10 @@ def pieces_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     original = SnapshotWriter.blob
 
-    def blob(self: SnapshotWriter, data: Any) -> bytes:
+    def blob(self: SnapshotWriter, data: Any, **options: Any) -> bytes:
         if len(data) >= CHUNK_BYTES // 2:
             seen.append(len(data))
-        return original(self, data)
+        return original(self, data, **options)
 
     monkeypatch.setattr(SnapshotWriter, "blob", blob)
     return seen

@@ -191,7 +191,7 @@ def _store_piece(piece: bytes, writer: SnapshotWriter, known: set[bytes],
     if sha is None:
         sha = object_id(b"blob", piece)
         if sha not in known:  # else the last commit stored it: not compressed, not written
-            writer.blob(piece)
+            writer.blob(piece, aligned=False)  # files are copied out, never mapped
         learned.append((digest, sha))
     return sha
 

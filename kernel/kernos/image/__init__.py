@@ -60,7 +60,6 @@ from kernos.store.snapshots import (
     StoredGroup,
     read_group,
     read_snapshot,
-    trim_buffer_cache,
 )
 from kernos.store.trust import require_trusted
 from kernos.store.workspace import Workspace, op_of
@@ -273,7 +272,6 @@ class Image(ImageState):
                  background: bool = False) -> RestoreReport:
         groups = {key: read_group(self.workspace, key, tree)
                   for key, tree in snapshot.group_trees.items()}
-        trim_buffer_cache(self.workspace, groups.values())
         now = groups
         if background:
             now = {key: group for key, group in groups.items()

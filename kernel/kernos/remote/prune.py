@@ -235,7 +235,6 @@ def drop_pruned(workspace: Workspace, since: PrunedSince, old_head: bytes,
     replace_file(workspace.path / retention.INTENT, intent.to_json(), durable=workspace.durable)
     workspace.objects.wait_for_maintenance()  # no repack of ours may race the one below
     retention.finish(workspace, intent)
-    workspace.buffers.drop()  # raw copies of big buffers: the next kernel refills it
     return len(gone)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernos._durable import fsync_all, fsync_dir, has_syncfs, sync_filesystem
-from kernos.store.packs import compresses, copy_stored_blocks
+from kernos.store.streams import compresses, copy_stored_blocks
 
 if TYPE_CHECKING:
     from git.db import GitCmdObjectDB

@@ -40,7 +40,7 @@ from kernos.store.packs import SPILL_BYTES, PackBuilder, PackSet, inflate_entry
 from kernos.store.space import NOT_FOLDED, NOTHING_COMMITTED, reporting_full_disk
 from kernos.store.tail import FRAME_MAX, Frame, Tail
 
-__all__ = ["GIT_FSYNC", "REPACK_LOOSE", "REPACK_PACKS", "ObjectStore"]
+__all__ = ["GIT_FSYNC", "KEEP_PACK_BYTES", "REPACK_LOOSE", "REPACK_PACKS", "ObjectStore"]
 
 
 REPACK_PACKS = 64
@@ -48,6 +48,10 @@ REPACK_PACKS = 64
 handful, so one runs about every 60 commits)."""
 REPACK_LOOSE = 6700
 """... or when about this many loose objects do (git's own ``gc.auto``)."""
+KEEP_PACK_BYTES = 32 << 20
+"""The background repack leaves packs this big alone (and does not count them): their
+big buffers' chunks stay page-aligned where they are, for restores to map
+(:mod:`kernos.store.aligned`).  ``kernos prune`` and ``kernos gc`` repack everything."""
 GIT_FSYNC = ("-c", "core.fsync=objects,derived-metadata,reference",
               "-c", "core.fsyncMethod=fsync")
 
@@ -123,7 +127,8 @@ class ObjectStore(LooseObjects):
         self._batch.clear()
         self._written.clear()
 
-    def write(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
+    def write(self, kind: bytes, data: bytes | memoryview, sha: bytes, *,
+              aligned: bool = True) -> int:
         """Add the object ``sha`` to the batch's pack unless the batch has it already.
 
         Only this batch is checked: an object that an older pack (or a loose
@@ -136,7 +141,7 @@ class ObjectStore(LooseObjects):
         if sha in self._batch:
             return 0
         self._batch.add(sha)
-        written = self._builder.add(kind, data, sha)
+        written = self._builder.add(kind, data, sha, aligned=aligned)
         if self._builder.size >= SPILL_BYTES:
             self._flush()
         return written
@@ -270,13 +275,17 @@ class ObjectStore(LooseObjects):
             self._loose_estimate = None
         if self._loose_estimate is None:
             self._loose_estimate = _estimate_loose(self.objects)
-        if len(self.packs) < REPACK_PACKS and self._loose_estimate < REPACK_LOOSE:
+        # Big packs hold big buffers' chunks, laid out for restores to map: git would
+        # move them (and they are few, and merging them saves no lookups worth it).
+        kept = [pack.path.name for pack in self.packs if pack.size >= KEEP_PACK_BYTES]
+        if (len(self.packs) - len(kept) < REPACK_PACKS
+                and self._loose_estimate < REPACK_LOOSE):
             return False
         # Under a watchdog that ends it with this process, and under a lock that keeps
         # it alone (kernos.store.repack): a dead kernel's repack may still be ending.
         self._repack = repack.start(self.git_dir, [
             *_NICE, "git", *GIT_FSYNC, f"--git-dir={self.git_dir}", "repack", "-d", "-q",
-            "--geometric=2"])
+            "--geometric=2", *(f"--keep-pack={name}" for name in kept)])
         if self._repack is None:
             return False
         self._loose_estimate = 0

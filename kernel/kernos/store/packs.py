@@ -30,9 +30,13 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kernos import _faults
+from kernos.store.aligned import ALIGN_FROM, Run, pieces
+from kernos.store.aligned import runs as aligned_runs
+from kernos.store.streams import compresses, copy_stored_blocks, zlib_stream
 
 __all__ = ["SPILL_BYTES", "Pack", "PackBuilder", "PackSet", "inflate_entry"]
 
@@ -44,46 +48,6 @@ _OFS_DELTA = 6
 _REF_DELTA = 7
 _IDX_MAGIC = b"\377tOc\x00\x00\x00\x02"
 _MAX_DELTA_DEPTH = 10_000
-
-# Data that does not shrink by a tenth is stored with zlib level 0: compressing
-# 200 MB of floats at level 1 costs seconds and saves almost nothing.
-_PROBE_BYTES = 4 * 1024
-_WORTH_COMPRESSING = 0.9
-_STORED_BLOCK = 0xFFFF  # the most a deflate "stored" block holds
-
-
-def compresses(data: bytes | memoryview) -> bool:
-    """Whether zlib is worth its time on ``data`` (judged on its first 4 KiB)."""
-    if len(data) <= _PROBE_BYTES:
-        return True
-    probe = bytes(data[:_PROBE_BYTES])
-    return len(zlib.compress(probe, 1)) < _WORTH_COMPRESSING * len(probe)
-
-
-def zlib_stream(data: bytes | memoryview, prefix: bytes = b"") -> bytes | bytearray:
-    """``prefix``, then ``data`` as a zlib stream: deflated at level 1 if that pays
-    (:func:`compresses`), else in "stored" blocks written here (one copy and an adler32,
-    what zlib's level 0 makes at a fraction of its cost)."""
-    if compresses(data):
-        compressor = zlib.compressobj(1)
-        return prefix + compressor.compress(data) + compressor.flush()
-    view = memoryview(data).cast("B")
-    size = len(view)
-    blocks = max(1, -(-size // _STORED_BLOCK))
-    out = bytearray(len(prefix) + 2 + 5 * blocks + size + 4)
-    out[: len(prefix)] = prefix
-    at = len(prefix)
-    out[at : at + 2] = b"\x78\x01"  # deflate, 32 KiB window: (0x78 << 8 | 0x01) % 31 == 0
-    at += 2
-    for number in range(blocks):
-        piece = view[number * _STORED_BLOCK : (number + 1) * _STORED_BLOCK]
-        length = len(piece)
-        out[at : at + 5] = struct.pack("<BHH", number == blocks - 1, length, length ^ 0xFFFF)
-        out[at + 5 : at + 5 + length] = piece
-        at += 5 + length
-    out[at:] = struct.pack(">I", zlib.adler32(view))
-    return out
-
 
 def _entry_header(kind: int, size: int) -> bytes:
     byte = (kind << 4) | (size & 0x0F)
@@ -117,112 +81,140 @@ def inflate_entry(raw: bytes) -> tuple[bytes, bytes]:
     return _NAMES[kind], data
 
 
-def copy_stored_blocks(raw: bytes | memoryview, out: memoryview, *, git_header: bool) -> bool:
-    """Copy a zlib stream made only of stored blocks into ``out``; False if it is not one.
+class _Entry:
+    """One object of a batch: its pack entry's parts, and its crc32 (for the index)."""
 
-    Large chunks are stored with zlib level 0, whose deflate stream is the data
-    itself in "stored" blocks: copying those blocks straight into ``out`` (and
-    checking the adler32 trailer as zlib would) saves a decompress and a copy.  A
-    loose object's stream (``git_header``) starts with git's ``blob <size>\\0``
-    header, which is checked and left out; a pack entry's is the content alone.
-    """
-    if len(raw) < 6 or raw[0] & 0x0F != 8 or raw[1] & 0x20 or (raw[0] << 8 | raw[1]) % 31:
-        return False
-    view = memoryview(raw)
-    position = 2
-    header = b"" if git_header else b"\0"
-    written = 0
-    checksum = 1
-    while True:
-        if position + 5 > len(raw):
-            return False
-        flags = raw[position]
-        if (flags >> 1) & 0b11 != 0:  # not a stored block
-            return False
-        length = raw[position + 1] | raw[position + 2] << 8
-        if length ^ (raw[position + 3] | raw[position + 4] << 8) != 0xFFFF:
-            return False
-        start = position + 5
-        block = view[start : start + length]
-        if len(block) != length:
-            return False
-        checksum = zlib.adler32(block, checksum)
-        if len(header) < 64 and b"\0" not in header:
-            nul = bytes(block[:64]).find(b"\0")
-            if nul < 0:
-                header += bytes(block)
-                block = block[len(block):]
-            else:
-                header += bytes(block[:nul + 1])
-                block = block[nul + 1 :]
-                kind, _, size = header[:-1].partition(b" ")
-                if kind != b"blob" or not size.isdigit() or int(size) != len(out):
-                    return False
-        if len(block):
-            if written + len(block) > len(out):
-                return False
-            out[written : written + len(block)] = block
-            written += len(block)
-        position = start + length
-        if flags & 1:  # the final block
-            break
-    trailer = raw[position : position + 4]
-    return (written == len(out) and len(trailer) == 4
-            and int.from_bytes(trailer, "big") == checksum)
+    __slots__ = ("_trailer", "crc", "offset", "parts", "sha")
+
+    def __init__(self, sha: bytes, offset: int, parts: list[bytes | bytearray | memoryview],
+                 crc: int | None = None, trailer: Future[bytes] | None = None) -> None:
+        self.sha, self.offset, self.parts, self.crc = sha, offset, parts, crc
+        self._trailer = trailer
+        """The background job that sums a page-aligned entry's data for its trailer."""
+
+    def whole(self) -> list[bytes | bytearray | memoryview]:
+        """The entry's parts, its trailer among them (waiting for its job if need be).
+        Both the writing thread and the checksum's call it: it changes nothing."""
+        if self._trailer is None:
+            return self.parts
+        return [*self.parts, self._trailer.result()]
+
+    def settle(self) -> None:
+        """Sum the crc32 of the whole entry if it is not known yet (the index needs it)."""
+        if self.crc is None:
+            crc = 0
+            for part in self.whole():
+                crc = zlib.crc32(part, crc)
+            self.crc = crc
+
+    def drop(self) -> None:
+        """Let go of the data (written): the index's facts stay."""
+        self.settle()
+        self.parts, self._trailer = [], None
+
+
+def _trailer(data: memoryview) -> bytes:
+    return struct.pack(">I", zlib.adler32(data))
+
+
+_worker: ThreadPoolExecutor | None = None
+
+
+def _background() -> ThreadPoolExecutor:
+    """One thread beside the committing one: checksums release the interpreter lock, so
+    it sums one chunk while the op hashes the next, and hashes a pack while it is written."""
+    global _worker
+    if _worker is None:
+        _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernos-pack")
+    return _worker
+
+
+def _forget_worker() -> None:
+    global _worker
+    _worker = None
+
+
+os.register_at_fork(after_in_child=_forget_worker)  # a child has no such thread
 
 
 class PackBuilder:
-    """The objects of one batch, compressed, in the order they will be packed."""
+    """The objects of one batch, in the order they will be packed.
+
+    A long blob that does not compress is laid out page-aligned
+    (:mod:`kernos.store.aligned`) from views of its data, not copied.  Its adler32 is
+    summed by a background thread while the committing one hashes the next object; that
+    thread sums the pack's checksum too while this one writes the pack and sums the
+    entries' crc32s.  The data must not change until :meth:`write` returns.
+    """
 
     def __init__(self) -> None:
-        self._entries: list[tuple[bytes, int, int]] = []  # (sha, crc32, offset)
-        self._pieces: list[bytes | bytearray] = []
+        self._entries: list[_Entry] = []
         self.size = 12  # the pack header
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def add(self, kind: bytes, data: bytes | memoryview, sha: bytes) -> int:
-        """Append one object; return what it takes in the pack."""
-        raw = zlib_stream(data, prefix=_entry_header(_KINDS[kind], len(data)))
-        self._entries.append((sha, zlib.crc32(raw), self.size))
-        self._pieces.append(raw)
-        self.size += len(raw)
-        return len(raw)
+    def add(self, kind: bytes, data: bytes | memoryview, sha: bytes, *,
+            aligned: bool = True) -> int:
+        """Append one object; return what it takes in the pack.  Unless not ``aligned``,
+        a long blob that does not compress is laid out page-aligned."""
+        prefix = _entry_header(_KINDS[kind], len(data))
+        if (aligned and kind == b"blob" and len(data) >= ALIGN_FROM
+                and not compresses(data)):
+            view = memoryview(data).cast("B")
+            parts = pieces(view, prefix, self.size)
+            size = sum(len(part) for part in parts) + 4
+            trailer = _background().submit(_trailer, view)
+            self._entries.append(_Entry(sha, self.size, parts, trailer=trailer))
+        else:
+            raw = zlib_stream(data, prefix=prefix)
+            size = len(raw)
+            self._entries.append(_Entry(sha, self.size, [raw], zlib.crc32(raw)))
+        self.size += size
+        return size
 
     def add_raw(self, sha: bytes, raw: bytes) -> None:
         """Append an object already encoded as a pack entry (see :meth:`raw_entries`)."""
-        self._entries.append((sha, zlib.crc32(raw), self.size))
-        self._pieces.append(raw)
+        self._entries.append(_Entry(sha, self.size, [raw], zlib.crc32(raw)))
         self.size += len(raw)
 
     def raw_entries(self) -> Iterator[tuple[bytes, bytes]]:
         """``(id, entry)`` of every object added, as the pack will hold it."""
-        for (sha, _crc, _offset), raw in zip(self._entries, self._pieces, strict=True):
-            yield sha, bytes(raw)  # a tail frame's: small (see tail.FRAME_MAX)
+        for entry in self._entries:
+            yield entry.sha, b"".join(entry.whole())  # a tail frame's: small (tail.FRAME_MAX)
+
+    def _checksum(self, header: bytes) -> bytes:
+        digest = hashlib.sha1(header)
+        for entry in self._entries:
+            for part in entry.whole():
+                digest.update(part)
+        return digest.digest()
 
     def write(self, directory: Path, announce: Callable[[Path], None]) -> Path:
         """Write the pack and its index into ``directory``; return the pack's path.
 
         ``announce(path)`` is called with the pack's final path before anything
-        is created, so a journal can name what a crash would leave behind.
+        gets that name, so a journal can name what a crash would leave behind
+        (the temporary files written before are deleted by any recovery).
         Nothing is synced here: the caller syncs the whole batch once.
         """
-        digest = hashlib.sha1(b"PACK" + struct.pack(">II", 2, len(self._entries)))
-        for piece in self._pieces:
-            digest.update(piece)
-        checksum = digest.digest()
-        pack = directory / f"pack-{checksum.hex()}.pack"
-        announce(pack)
+        header = b"PACK" + struct.pack(">II", 2, len(self._entries))
         # Git reads every *.idx in the directory (fsck too): the files being written are
         # named as git names its own, with no such suffix, until they are renamed.
         temporary = {suffix: directory / f"tmp_kernos_{suffix}_{os.getpid()}"
                      for suffix in ("pack", "idx")}  # one batch at a time
+        hashing = _background().submit(self._checksum, header)  # after the entries' own jobs
         try:
             with open(temporary["pack"], "wb") as handle:
-                handle.write(b"PACK" + struct.pack(">II", 2, len(self._entries)))
-                handle.writelines(self._pieces)
+                handle.write(header)
+                for entry in self._entries:
+                    handle.writelines(entry.whole())
+                for entry in self._entries:  # while the checksum is summed
+                    entry.settle()
+                checksum = hashing.result()
                 handle.write(checksum)
+            pack = directory / f"pack-{checksum.hex()}.pack"
+            announce(pack)
             with open(temporary["idx"], "wb") as handle:
                 index = self._index(checksum)
                 handle.write(index[: len(index) // 2])
@@ -234,14 +226,17 @@ class PackBuilder:
             _faults.point("pack")
             os.replace(temporary["idx"], pack.with_suffix(".idx"))
         except BaseException:
+            with contextlib.suppress(BaseException):
+                hashing.result()  # never leave the job reading what the caller frees
             for path in temporary.values():
                 path.unlink(missing_ok=True)
             raise
-        self._pieces.clear()
+        for entry in self._entries:
+            entry.drop()
         return pack
 
     def _index(self, checksum: bytes) -> bytes:
-        entries = sorted(self._entries)
+        entries = sorted((entry.sha, entry.crc, entry.offset) for entry in self._entries)
         fanout = [0] * 256
         for sha, _crc, _offset in entries:
             fanout[sha[0]] += 1
@@ -286,6 +281,11 @@ class Pack:
         self._offsets = self._shas + 24 * self.count
         self._large = self._offsets + 4 * self.count
         self._ends: list[int] | None = None
+
+    @property
+    def size(self) -> int:
+        """The pack file's bytes."""
+        return len(self._pack)
 
     def find(self, sha: bytes) -> int | None:
         """The offset of ``sha`` in the pack, or None."""
@@ -362,12 +362,30 @@ class Pack:
                              f"{size} bytes)")
         return data
 
+    def runs(self, offset: int, size: int) -> tuple[list[Run], int] | None:
+        """Where the blob of ``size`` bytes at ``offset`` has its bytes in the file, and
+        its adler32, if it is laid out page-aligned (:mod:`kernos.store.aligned`)."""
+        kind, length, start, _ = self.entry(offset)
+        if _NAMES.get(kind) != b"blob" or length != size:
+            return None
+        return aligned_runs(self._pack, start, size)
+
+    def slice(self, position: int, length: int) -> memoryview:
+        """``length`` bytes of the pack file from ``position`` (a view of the mapping)."""
+        return memoryview(self._pack)[position : position + length]
+
     def read_into(self, offset: int, out: memoryview) -> bool:
         """Copy the whole blob at ``offset`` into ``out`` (exactly its size) straight from
         the mapping when it is stored uncompressed; False if it is not such a blob."""
         kind, size, start, _ = self.entry(offset)
         if _NAMES.get(kind) != b"blob" or size != len(out):
             return False
+        found = aligned_runs(self._pack, start, size)
+        if found is not None:
+            pack = memoryview(self._pack)
+            for position, at, length in found[0]:
+                out[at : at + length] = pack[position : position + length]
+            return zlib.adler32(out) == found[1]
         return copy_stored_blocks(memoryview(self._pack)[start : self._end(offset)], out,
                                   git_header=False)
 

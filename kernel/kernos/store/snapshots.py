@@ -52,7 +52,7 @@ from pyfastcdc import FastCDC
 from kernos import _faults
 from kernos.errors import WorkspaceCorrupt
 from kernos.serialize.pickler import Pickled
-from kernos.store.buffers import PAGE
+from kernos.store.buffers import map_part
 from kernos.store.encoding import encode_json
 from kernos.store.objects import (
     BLOB_MODE,
@@ -184,19 +184,22 @@ class SnapshotWriter:
         if error is not None:
             self.workspace.objects.discard()
 
-    def blob(self, data: bytes | memoryview) -> bytes:
+    def blob(self, data: bytes | memoryview, *, aligned: bool = True) -> bytes:
+        """Write a blob unless the chunk cache knows it; return its id.  ``aligned``:
+        a long one that does not compress is laid out for restores to map
+        (:mod:`kernos.store.aligned`)."""
         if len(data) < _SMALL:
             return self._write(b"blob", data)
         digest = self.cache.digest(data)
         sha = self.cache.get(digest) or self._new_cache_entries.get(digest)
         if sha is None:
-            sha = self._write(b"blob", data)
+            sha = self._write(b"blob", data, aligned=aligned)
             self._new_cache_entries[digest] = sha
         return sha
 
-    def _write(self, kind: bytes, data: bytes | memoryview) -> bytes:
+    def _write(self, kind: bytes, data: bytes | memoryview, *, aligned: bool = True) -> bytes:
         sha = object_id(kind, data)
-        self.bytes_written += self.workspace.objects.write(kind, data, sha)
+        self.bytes_written += self.workspace.objects.write(kind, data, sha, aligned=aligned)
         return sha
 
     def tree(self, entries: Iterable[TreeEntry]) -> bytes:
@@ -211,13 +214,14 @@ class SnapshotWriter:
         ``known``: the part that stored these bytes at the last commit, and the
         indices of the only pieces that can differ since (the caller knows where
         the op wrote).  Every other piece keeps its chunk without being read.  It
-        is used only if the part was cut as this one is.
+        is used only if the part was cut as this one is.  The pieces it writes are
+        not laid out page-aligned: they are few, their small pack is soon repacked by
+        git (which moves them), and a restore copies them in a moment.
         """
         view = _bytes_view(data)
         by_content = stream and len(view) >= STREAM_CDC_FROM
         chunks: list[bytes] = []
         sizes = []
-        cached = self.workspace.buffers if _cacheable(len(view), by_content) else None
         last, dirty = known if known is not None else (None, frozenset())
         if last is not None and (by_content or last.by_content or last.size != len(view)):
             last = None
@@ -228,10 +232,8 @@ class SnapshotWriter:
                 chunks.append(last.chunks[at])  # not written since: not even read
                 sizes.append(len(piece))
                 continue
-            chunks.append(self.blob(piece))
+            chunks.append(self.blob(piece, aligned=last is None))
             sizes.append(len(piece))
-            if cached is not None and cached.accepting and len(piece) % PAGE == 0:
-                cached.add(chunks[-1], piece)  # for the next restore to map (buffers.py)
         return StoredPart(chunks=tuple(chunks), sizes=tuple(sizes), readonly=readonly,
                           by_content=by_content)
 
@@ -484,10 +486,10 @@ def read_part(
         if on_chunk:
             on_chunk(len(data))
         return data
-    # Chunks the workspace's buffer cache holds are mapped, not copied (see buffers.py).
+    # Chunks laid out page-aligned in the packs are mapped, not copied (see buffers.py).
     mapped = None
-    if _cacheable(part.size, part.by_content):
-        mapped = workspace.buffers.map_part(part.sizes, part.chunks, _check_in_pool)
+    if _mappable(part.size, part.by_content):
+        mapped = map_part(workspace.objects.packs, part.sizes, part.chunks, _check_in_pool)
     out: bytearray | mmap.mmap
     if mapped is not None:
         out, missing = mapped
@@ -502,14 +504,10 @@ def read_part(
         offsets.append(position)
         position += size
 
-    cached = workspace.buffers if _cacheable(part.size, part.by_content) else None
-
     def copy(index: int) -> int:
         size = part.sizes[index]
         start = offsets[index]
         workspace.read_blob_into(part.chunks[index], view[start : start + size])
-        if cached is not None and cached.accepting and size % PAGE == 0:
-            cached.add(part.chunks[index], view[start : start + size])  # for the next restore
         return size
 
     if len(missing) > 1:
@@ -527,30 +525,14 @@ def read_part(
 
 _LARGE = 1 << 20
 
-CACHED_BUFFER_BYTES = 1 << 20
-"""Buffers of at least this size are kept in the workspace's buffer cache for restores to map."""
-
-CACHE_SLACK_BYTES = 64 << 20
-"""A restore deletes (and refills) a buffer cache that holds more than twice what it needs
-plus this."""
+MAPPED_BUFFER_BYTES = 1 << 20
+"""Buffers of at least this size are mapped from the packs where they line up (buffers.py)."""
 
 
-def _cacheable(size: int, by_content: bool) -> bool:
-    return not by_content and size >= CACHED_BUFFER_BYTES
+def _mappable(size: int, by_content: bool) -> bool:
+    return not by_content and size >= MAPPED_BUFFER_BYTES
 
 
-def trim_buffer_cache(workspace: Workspace, groups: Iterable[StoredGroup]) -> None:
-    """Delete the workspace's buffer cache if it holds more than twice what these groups
-    need (plus :data:`CACHE_SLACK_BYTES`): old chunks pile up as big buffers change.
-    The restore that loads the groups then copies them from git and refills it."""
-    cache = workspace.buffers
-    if not cache.accepting:
-        return
-    needed = {sha: size for group in groups for part in group.buffers
-              if _cacheable(part.size, part.by_content)
-              for sha, size in zip(part.chunks, part.sizes, strict=True) if size % PAGE == 0}
-    if cache.size > 2 * sum(needed.values()) + CACHE_SLACK_BYTES:
-        cache.drop()
 _executor: ThreadPoolExecutor | None = None
 
 

@@ -8,8 +8,6 @@ Layout::
         lock              held by the one process that may write (see lock.py)
         history.git/      a bare git repository: one commit per committed op
         tail              small commits not yet folded into git (see tail.py)
-        buffers           a raw copy of the head's big buffers, for restores to map
-                          (see buffers.py; delete it at will)
         pending           exists only while a commit is being written
         pruning           exists only while a ``kernos prune`` is not finished
         pulling           exists only while a ``kernos pull`` or clone is landing
@@ -62,7 +60,6 @@ from kernos.errors import (
     WorkspaceError,
     WorkspaceFormatError,
 )
-from kernos.store.buffers import BufferCache
 from kernos.store.location import (
     WORKSPACE_NAME,
     check_workspace_name,
@@ -147,7 +144,9 @@ class Workspace:
             self.git_dir, journal=path / "pending", scratch=path / "tmp", durable=durable,
             tail=self.tail,
         )
-        self.buffers = BufferCache(path / "buffers", writable=lock is not None)
+        if lock is not None:  # a raw second copy of big buffers that older releases kept
+            with contextlib.suppress(OSError):
+                (path / "buffers").unlink(missing_ok=True)
         self.recovery_note: str | None = None
         self._repo: git.Repo | None = None
         self._grouping = 0
@@ -271,7 +270,6 @@ class Workspace:
                 with contextlib.suppress(OSError):
                     self.fold()
             self.objects.close()
-            self.buffers.close()
             if self._repo is not None:
                 self._repo.close()
                 self._repo = None

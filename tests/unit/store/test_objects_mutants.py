@@ -41,7 +41,7 @@ from kernos.store.objects import (
     encode_tree,
     object_id,
 )
-from kernos.store.packs import copy_stored_blocks
+from kernos.store.streams import copy_stored_blocks
 from support import git
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from kernos.store.packs import PackSet, copy_stored_blocks, zlib_stream
+from kernos.store.packs import PackSet
+from kernos.store.streams import copy_stored_blocks, zlib_stream
 from support import git
 
 

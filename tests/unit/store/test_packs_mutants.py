@@ -30,10 +30,11 @@ from kernos.store.packs import (
     Pack,
     PackBuilder,
     PackSet,
+    _Entry,
     apply_delta,
-    compresses,
     inflate_entry,
 )
+from kernos.store.streams import compresses
 
 BLOB = 3
 OFS_DELTA = 6
@@ -153,7 +154,8 @@ def test_a_written_pack_and_its_index_are_what_git_makes_of_them(tmp_path: Path)
     directory.mkdir()
     pack = builder.write(directory, lambda path: announced.append(
         (path, sorted(os.listdir(directory)))))
-    assert announced == [(pack, [])]  # named before anything is created
+    # Named before anything gets its name (the temporary file is any recovery's to delete).
+    assert announced == [(pack, [f"tmp_kernos_pack_{os.getpid()}"])]
     content = pack.read_bytes()
     assert content[:12] == b"PACK" + struct.pack(">II", 2, len(blobs))
     assert content[-20:] == hashlib.sha1(content[:-20]).digest()
@@ -213,7 +215,8 @@ def test_offsets_past_2_gib_go_to_the_index_large_table_and_are_read_back(
     builder = PackBuilder()
     shas = [bytes([byte]) * 20 for byte in (0x10, 0x20, 0x30, 0x40)]
     offsets = [12, (1 << 31) - 1, 1 << 31, (1 << 33) + 5]
-    builder._entries = [(sha, 0, offset) for sha, offset in zip(shas, offsets, strict=True)]
+    builder._entries = [_Entry(sha, offset, [], 0)
+                        for sha, offset in zip(shas, offsets, strict=True)]
     checksum = b"\x07" * 20
     index = builder._index(checksum)
     count = len(shas)
@@ -243,7 +246,7 @@ def test_find_looks_up_every_id_at_the_ends_of_the_fanout_and_misses_the_others(
     pack = Pack(pack_path)
     assert pack.count == len(shas)
     offsets = {sha: pack.find(sha) for sha in shas}
-    assert sorted(offsets.values()) == sorted(offset for _, _, offset in builder._entries)
+    assert sorted(offsets.values()) == sorted(entry.offset for entry in builder._entries)
     packs = PackSet(tmp_path / "pack")
     for number, sha in enumerate(shas):
         assert packs.read(sha) == (b"blob", str(number).encode())
@@ -304,7 +307,7 @@ def test_deltas_by_offset_and_by_reference_resolve_across_entries_and_packs(
     v2 = v1 + b"tail"
     delta2 = (varint(len(v1)) + varint(len(v2)) + bytes([0x80 | 0x10 | 0x20, len(v1) & 0xFF,
                                                           len(v1) >> 8]) + bytes([4]) + b"tail")
-    offset_v1 = second._entries[-1][2]
+    offset_v1 = second._entries[-1].offset
     second.add_raw(b"\x23" * 20, ofs_delta(delta2, second.size - offset_v1))
     # v3: a delta of the base in the *first* pack, by reference.
     v3 = b"head" + base

@@ -6,10 +6,11 @@ group's tree and index (buffers, segments, unpersisted values, code refs),
 the root tree and commit, where chunks are cut (1 MiB offsets, content cuts
 from 64 KiB, an empty value as one empty chunk), which chunks the cache is
 asked about (none under 4 KiB) and when it learns new ones (at publish, not
-before, not after a discard), which chunks go to the buffer cache and when
-it is dropped, what ``read_part`` returns (bytes, writable or read-only
-memory) and reports as it goes, and the message of every refusal to read a
-damaged snapshot.
+before, not after a discard), which chunks are laid out page-aligned in the
+packs (big ones, not content-cut ones, not the pieces an op rewrote in place),
+what ``read_part`` returns (bytes, writable or read-only memory, mapped from the
+packs or copied, by one thread or two) and reports as it goes, and the message
+of every refusal to read a damaged snapshot.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from kernos.errors import WorkspaceCorrupt
 from kernos.serialize.pickler import Pickled
 from kernos.serialize.unpersistable import Transient
 from kernos.store import snapshots
-from kernos.store.buffers import PAGE
+from kernos.store.buffers import PAGE, _address
 from kernos.store.objects import (
     BLOB_MODE,
     TREE_MODE,
@@ -44,7 +45,6 @@ from kernos.store.packs import PackBuilder
 from kernos.store.snapshots import (
     ChunkCache,
     SnapshotWriter,
-    StoredGroup,
     StoredPart,
     chunk_ids,
     commit_message,
@@ -52,7 +52,6 @@ from kernos.store.snapshots import (
     read_group,
     read_part,
     read_snapshot,
-    trim_buffer_cache,
 )
 from kernos.store.workspace import Workspace
 
@@ -373,32 +372,67 @@ def test_leaving_the_writer_with_an_error_discards_the_batch(workspace: Workspac
     workspace.objects.discard()
 
 
-def test_chunks_of_big_buffers_go_to_the_buffer_cache_whole_pages_only(
-        workspace: Workspace) -> None:
-    rng = random.Random(6)
-    assert workspace.buffers.accepting
+def write_part(workspace: Workspace, data: bytes | bytearray, **options: object) -> StoredPart:
     with SnapshotWriter(workspace, ChunkCache()) as writer:
-        big = writer.part(rng.randbytes(2 * MIB + 5))
-        exactly = writer.part(rng.randbytes(MIB))
-        writer.part(rng.randbytes(MIB - PAGE))  # too small to be worth mapping
-        # Cut by content, never mapped: zeros are cut at FastCDC's maximum, 32 whole pages.
-        zeros = writer.part(bytes(2 * MIB), stream=True)
-        assert zeros.by_content and zeros.sizes[0] == 128 * 1024
-        workspace.objects.discard()
-    assert workspace.buffers.entries() == {big.chunks[0]: MIB, big.chunks[1]: MIB,
-                                           exactly.chunks[0]: MIB}
-
-
-def write_part(workspace: Workspace, data: bytes, **options: bool) -> StoredPart:
-    with SnapshotWriter(workspace, ChunkCache()) as writer:
-        part = writer.part(data, **options)
+        part = writer.part(data, **options)  # type: ignore[arg-type]
         workspace.objects.seal(b"\x00" * 20)
         workspace.objects.finish()
     return part
 
 
-def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress(
+def laid_out(workspace: Workspace, part: StoredPart) -> list[bool]:
+    """Which of a part's chunks a pack holds laid out page-aligned (for restores to map)."""
+    located = [workspace.objects.packs.locate(sha) for sha in part.chunks]
+    return [found is not None and found[0].runs(found[1], size) is not None
+            for found, size in zip(located, part.sizes, strict=True)]
+
+
+def mapped_chunks(workspace: Workspace, out: object, part: StoredPart) -> list[bool]:
+    """For each chunk of ``part`` in ``out``, whether a pack file backs all its memory."""
+    assert isinstance(out, mmap.mmap)
+    packs = {str(path) for path in workspace.objects.pack_dir.glob("*.pack")}
+    backed = [0] * len(part.chunks)
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] in packs:
+            start, end = (int(bound, 16) - _address(out) for bound in fields[0].split("-"))
+            for index, size in enumerate(part.sizes):
+                at = sum(part.sizes[:index])
+                backed[index] += max(0, min(end, at + size) - max(start, at))
+    return [done == size for done, size in zip(backed, part.sizes, strict=True)]
+
+
+def test_big_chunks_are_laid_out_page_aligned_unless_rewritten_in_place(
         workspace: Workspace) -> None:
+    rng = random.Random(6)
+    data = rng.randbytes(2 * MIB + 5)
+    big = write_part(workspace, data)
+    assert laid_out(workspace, big) == [True, True, False]  # 5 bytes: too short to be
+    assert write_part(workspace, data) == big  # the same bytes, the same part
+    exactly = write_part(workspace, rng.randbytes(MIB))
+    smaller = write_part(workspace, rng.randbytes(MIB - PAGE))  # too small to map, but laid
+    assert laid_out(workspace, exactly) == laid_out(workspace, smaller) == [True]  # out
+    # Cut by content: chunks of at most 128 KiB, never laid out; zeros compress.
+    cut = write_part(workspace, rng.randbytes(2 * MIB), stream=True)
+    assert cut.by_content and not any(laid_out(workspace, cut))
+    zeros = write_part(workspace, bytes(2 * MIB), stream=True)
+    assert zeros.by_content and zeros.sizes[0] == 128 * 1024 and len(zeros.chunks) == 16
+    assert not any(laid_out(workspace, zeros)) and not any(laid_out(workspace, write_part(
+        workspace, bytes(2 * MIB))))
+    # A piece rewritten through ``known`` is stored compactly; the others are kept as they
+    # are, laid out.  A part of another size is written whole, laid out again.
+    edited = bytearray(data)
+    edited[MIB + 3] ^= 0xFF
+    again = write_part(workspace, edited, known=(big, frozenset({1})))
+    assert again.chunks[0] == big.chunks[0] and again.chunks[2] == big.chunks[2]
+    assert again.chunks[1] != big.chunks[1] and laid_out(workspace, again) == [True, False, False]
+    edited[3] ^= 0xFF
+    longer = write_part(workspace, edited + b"!", known=(big, frozenset({0})))
+    assert longer.chunks[0] not in big.chunks and laid_out(workspace, longer) == [True, True, False]
+
+
+def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(7)
     small = rng.randbytes(MIB - 1)
     part = write_part(workspace, small)
@@ -411,11 +445,15 @@ def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress
     view = read_part(workspace, readonly, writable=True)
     assert isinstance(view, memoryview) and view.readonly and view == small
 
-    exactly = rng.randbytes(MIB)  # one chunk, but 1 MiB: into fresh anonymous memory
+    exactly = rng.randbytes(MIB)  # one chunk, but 1 MiB: mapped from the pack
     one = write_part(workspace, exactly)
-    workspace.buffers.drop()  # not mapped from the buffer cache: allocated, then copied
     out = read_part(workspace, one)
     assert isinstance(out, mmap.mmap) and out[:] == exactly
+    assert mapped_chunks(workspace, out, one) == [True]
+    monkeypatch.setenv("KERNOS_MAP_BUFFERS", "off")  # not mapped: allocated, then copied
+    out = read_part(workspace, one)
+    assert isinstance(out, mmap.mmap) and out[:] == exactly
+    assert mapped_chunks(workspace, out, one) == [False]
 
     pieces = rng.randbytes(300 * 1024)
     cut = write_part(workspace, pieces, stream=True)
@@ -423,14 +461,9 @@ def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress
     out = read_part(workspace, cut, on_chunk=progress.append)
     assert type(out) is bytearray and out == pieces
     assert sorted(progress) == sorted(cut.sizes) and len(progress) == len(cut.chunks)
-    zeros = write_part(workspace, bytes(2 * MIB), stream=True)  # 16 chunks of 32 pages
-    cached = workspace.buffers.entries()
-    assert read_part(workspace, zeros)[:] == bytes(2 * MIB)
-    assert workspace.buffers.entries() == cached  # content-cut chunks are never cached
 
     pair = rng.randbytes(MIB + 5)
-    both = write_part(workspace, pair)
-    workspace.buffers.drop()  # neither chunk mapped: both copied, by the two threads
+    both = write_part(workspace, pair)  # neither chunk mapped: both copied, by two threads
     progress.clear()
     assert read_part(workspace, both, on_chunk=progress.append)[:] == pair
     assert progress == [MIB, 5]
@@ -442,20 +475,57 @@ def test_read_part_gives_bytes_writable_or_read_only_memory_and_reports_progress
     assert progress == [2000]
 
 
-def test_read_part_maps_what_the_buffer_cache_holds_and_refills_it(workspace: Workspace) -> None:
-    data = random.Random(8).randbytes(2 * MIB + 5)
+def test_read_part_maps_the_laid_out_chunks_and_copies_the_rest(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(8)
+    data = rng.randbytes(2 * MIB + 5)
     part = write_part(workspace, data)
-    assert set(workspace.buffers.entries()) == set(part.chunks[:2])
     progress: list[int] = []
     out = read_part(workspace, part, on_chunk=progress.append)
-    assert out[:] == data and progress == [2 * MIB, 5]  # the mapped chunks at once
-    workspace.buffers.drop()
+    assert isinstance(out, mmap.mmap) and out[:] == data
+    assert progress == [2 * MIB, 5]  # the mapped chunks at once, then the one copied
+    assert mapped_chunks(workspace, out, part) == [True, True, False]
+    out[:] = bytes(len(out))  # copy on write: the pack keeps the committed bytes
+    readonly = read_part(workspace, dataclasses.replace(part, readonly=True))
+    assert isinstance(readonly, memoryview) and readonly.readonly and readonly == data
+    # Content-cut parts are never mapped, even where their chunks would line up.
+    progress.clear()
+    out = read_part(workspace, dataclasses.replace(part, by_content=True),
+                    on_chunk=progress.append)
+    assert out[:] == data and progress == [MIB, MIB, 5]
+    assert mapped_chunks(workspace, out, part) == [False, False, False]
+    # Two chunks rewritten in place (compact) are copied by two threads, the kept one mapped.
+    longer = bytearray(data[: 2 * MIB] + rng.randbytes(MIB) + data[2 * MIB :])
+    three = write_part(workspace, longer)
+    longer[10] ^= 1
+    longer[MIB + 10] ^= 1
+    edited = write_part(workspace, longer, known=(three, frozenset({0, 1})))
+    assert laid_out(workspace, edited) == [False, False, True, False]
+    progress.clear()
+    out = read_part(workspace, edited, on_chunk=progress.append)
+    assert out[:] == longer and progress == [MIB, MIB, MIB, 5]
+    assert mapped_chunks(workspace, out, edited) == [False, False, True, False]
+    monkeypatch.setenv("KERNOS_MAP_BUFFERS", "off")
     progress.clear()
     out = read_part(workspace, part, on_chunk=progress.append)
     assert out[:] == data and progress == [MIB, MIB, 5]
-    assert set(workspace.buffers.entries()) == set(part.chunks[:2])  # copied, and kept
-    readonly = read_part(workspace, dataclasses.replace(part, readonly=True))
-    assert isinstance(readonly, memoryview) and readonly.readonly and readonly == data
+    assert mapped_chunks(workspace, out, part) == [False, False, False]
+
+
+def test_a_laid_out_chunk_damaged_in_its_pack_is_never_handed_out(workspace: Workspace) -> None:
+    data = random.Random(10).randbytes(2 * MIB)
+    part = write_part(workspace, data)
+    located = workspace.objects.packs.locate(part.chunks[1])
+    runs = located[0].runs(located[1], MIB) if located is not None else None
+    assert located is not None and runs is not None
+    with open(located[0].path, "r+b") as handle:  # a byte of the fourth run, by hand
+        handle.seek(runs[0][3][0] + 9)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    with pytest.raises(WorkspaceCorrupt) as raised:
+        read_part(workspace, part)
+    assert raised.value.problem.startswith(f"object {part.chunks[1].hex()} is unreadable")
 
 
 def test_a_chunk_of_the_wrong_size_is_reported_as_damage(workspace: Workspace) -> None:
@@ -465,41 +535,6 @@ def test_a_chunk_of_the_wrong_size_is_reported_as_damage(workspace: Workspace) -
         read_part(workspace, wrong)
     assert raised.value.problem == f"chunk {part.chunks[0].hex()} has the wrong size"
     assert raised.value.path == str(workspace.path)
-
-
-def test_the_buffer_cache_is_dropped_when_it_holds_over_twice_what_is_needed(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = random.Random(9).randbytes(2 * MIB + 5)
-    big = write_part(workspace, data)
-    size = workspace.buffers.size
-    assert size == 2 * (PAGE + MIB)
-
-    def group(*parts: StoredPart) -> StoredGroup:
-        return StoredGroup(key="k", names=("k",), tree=b"", stream=parts[0], buffers=parts)
-
-    half = dataclasses.replace(big, chunks=big.chunks[:1] + big.chunks[2:],
-                               sizes=(MIB, 5))  # needs one chunk of the two
-    monkeypatch.setattr(snapshots, "CACHE_SLACK_BYTES", size - 2 * MIB)
-    trim_buffer_cache(workspace, [group(half)])  # exactly twice plus the slack: kept
-    assert workspace.buffers.size == size
-    reader = Workspace.open(workspace.path, writable=False, durable=False)
-    trim_buffer_cache(reader, [])  # a reader never deletes the cache
-    reader.close()
-    assert workspace.buffers.size == size
-    # Chunks of streams, of content-cut parts and partial pages do not count as needed.
-    content_cut = dataclasses.replace(big, by_content=True)
-    tiny = dataclasses.replace(big, chunks=big.chunks[2:], sizes=(5,))
-    trim_buffer_cache(workspace, [group(content_cut, tiny), StoredGroup(
-        key="s", names=("s",), tree=b"", stream=big, buffers=())])
-    assert workspace.buffers.size == 0
-
-    assert write_part(workspace, data) == big  # the next write fills it again
-    assert workspace.buffers.size == size
-    monkeypatch.setattr(snapshots, "CACHE_SLACK_BYTES", size - 2 * MIB - 1)
-    trim_buffer_cache(workspace, [group(big)])  # needs both (not the partial page): kept
-    assert workspace.buffers.size == size
-    trim_buffer_cache(workspace, [group(half)])  # one byte more than twice plus the slack
-    assert workspace.buffers.size == 0
 
 
 def test_reading_a_damaged_snapshot_says_what_is_wrong(workspace: Workspace) -> None:

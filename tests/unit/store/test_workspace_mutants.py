@@ -156,9 +156,9 @@ def test_a_used_workspace_has_the_documented_layout(tmp_path: Path) -> None:
     env.run("x = 1")  # a small commit: a frame in the tail
     env.run("import numpy as np\ny = np.arange(300_000.0)")  # a big buffer: a pack
     env.close()
-    assert sorted(os.listdir(tmp_path / "ws")) == ["audit", "buffers", "history.git",
-                                                   "identity.json", "lock", "pending", "tail",
-                                                   "tmp", "workspace.json"]
+    assert sorted(os.listdir(tmp_path / "ws")) == ["audit", "history.git", "identity.json",
+                                                   "lock", "pending", "tail", "tmp",
+                                                   "workspace.json"]
     assert list((tmp_path / "ws" / "tmp").iterdir()) == []
     assert (tmp_path / "ws" / "tail").read_bytes() == b""  # folded at close
 
