@@ -26,7 +26,8 @@ commit, step by step:
 4. *Publish*: move the branch ref (an atomic rename).  That is the commit
    point; the reply that says "committed" is sent only after it.
 
-An op that changed nothing writes no snapshot.  Aborts: :class:`kernos.image.rollback.Rollback`.
+An op that changed nothing writes no snapshot.  Its abort is
+:class:`kernos.image.rollback.Rollback`'s.
 """
 
 from __future__ import annotations
@@ -101,11 +102,11 @@ class ImageParticipant(Rollback):
         self._published = False
         self._state: dict[str, Any] = {}
         self._segmented: dict[str, segments.Segmented] = {}
-        """Values this commit stored in segments, as it cut them (see tpc_finish)."""
         self._together: dict[tuple[str, ...], Pickled] = {}
         """Groups pickled once, whole, in this commit (see _pickle)."""
         self._name_baselines: dict[tuple[bytes, str], str] = {}
         """Image.name_baselines carried over to the groups this commit stores again."""
+        """Values this commit stored in segments, as it cut them (see tpc_finish)."""
         self.unchanged = False
         """The op changed nothing: no snapshot is written (see _prepare)."""
 
@@ -166,7 +167,6 @@ class ImageParticipant(Rollback):
         report.timings_ms["publish"] = (time.perf_counter() - started) * 1000
         report.timings_ms["total"] = (time.perf_counter() - self.op.started) * 1000
         self.op.report = report
-        self._let_go()
 
     def tpc_abort(self, txn: Transaction) -> None:
         if self.writer is not None and not self._published:
@@ -178,12 +178,6 @@ class ImageParticipant(Rollback):
         self.image.segmented.clear()
         self.op.abort_report = self._rollback()
         self.op.abort_report.files = list(self.files.undone)
-        self._let_go()
-
-    def _let_go(self) -> None:
-        """Drop the values this op held: it outlives itself, and what it deleted goes now."""
-        self._state, self._segmented, self._together, self._name_baselines = {}, {}, {}, {}
-        self.adopted, self.adopted_meta = {}, {}
 
     # -- commit work -----------------------------------------------------------
 

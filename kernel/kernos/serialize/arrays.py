@@ -43,11 +43,7 @@ from typing import Any
 
 from kernos.serialize import rebuild
 
-__all__ = ["OUT_OF_BAND_MIN_BYTES", "buffer_taker", "memory_owner", "reduce_array",
-           "reduce_memory"]
-
-#: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
-OUT_OF_BAND_MIN_BYTES = 64 * 1024
+__all__ = ["memory_owner", "reduce_array", "reduce_memory"]
 
 #: Modes whose memory is the file's (np.memmap normalises its mode to one of these or 'c').
 _FILE_MODES = frozenset({"r", "r+", "w+"})
@@ -138,20 +134,3 @@ def reduce_memory(memory: Any) -> Any:
 
 def reducers(numpy: Any) -> dict[type, Callable[[Any, Any], Any]]:
     return {numpy.ndarray: reduce_array, numpy.memmap: reduce_array}
-
-
-def buffer_taker(buffers: list[memoryview]) -> Callable[[pickle.PickleBuffer], bool]:
-    """A pickler's ``buffer_callback``: big contiguous buffers go out of band, into
-    ``buffers``; it answers whether to pickle one in band instead."""
-
-    def take(buffer: pickle.PickleBuffer) -> bool:
-        try:
-            view = buffer.raw()
-        except BufferError:
-            return True  # not contiguous: numpy falls back to an in-band copy
-        if view.nbytes < OUT_OF_BAND_MIN_BYTES:
-            return True
-        buffers.append(view)
-        return False
-
-    return take

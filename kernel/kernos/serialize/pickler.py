@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernos.serialize import rebuild
-from kernos.serialize.arrays import buffer_taker
 from kernos.serialize.kinds import (
     MODULE_GLOBALS,
     NAME_CONTAINERS,
@@ -83,6 +82,10 @@ from kernos.serialize.unpersistable import (
 from kernos.serialize.unpersisted import Unpersisted
 
 __all__ = ["Pickled", "Serializer", "SharingRecord", "Transient"]
+
+#: Buffers below this size stay in the stream: a blob per tiny array costs more than it saves.
+OUT_OF_BAND_MIN_BYTES = 64 * 1024
+
 
 @dataclass(kw_only=True)
 class Pickled:
@@ -305,10 +308,7 @@ class _ImagePickler(pickle.Pickler):
         careful: bool,
         record: SharingRecord | None,
     ) -> None:
-        self.buffers: list[memoryview] = []
-        # Not a bound method: the pickler would hold itself, and what it pickled would
-        # live on until the cyclic collector ran (an op's deleted values with it).
-        super().__init__(file, protocol=PROTOCOL, buffer_callback=buffer_taker(self.buffers))
+        super().__init__(file, protocol=PROTOCOL, buffer_callback=self._take_buffer)
         self.out = file
         self.serializer = serializer
         self.home_module = serializer.module_name
@@ -318,6 +318,7 @@ class _ImagePickler(pickle.Pickler):
         self.record = record
         self.transient_classes = serializer.transient_classes  # once per dump, not per object
         self.owner = roots[0][0] if roots else ""
+        self.buffers: list[memoryview] = []
         self.transients: list[Transient] = []
         self.code_refs: set[str] = set()
         self.kinds: set[type] = set()
@@ -350,6 +351,16 @@ class _ImagePickler(pickle.Pickler):
                        by_value=self.serializer.is_by_value, home=self.serializer.module_name,
                        max_visits=10_000)
         return found.name, found.path
+
+    def _take_buffer(self, buffer: pickle.PickleBuffer) -> bool:
+        try:
+            view = buffer.raw()
+        except BufferError:
+            return True  # not contiguous: numpy falls back to an in-band copy
+        if view.nbytes < OUT_OF_BAND_MIN_BYTES:
+            return True
+        self.buffers.append(view)
+        return False
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)

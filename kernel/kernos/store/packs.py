@@ -49,7 +49,6 @@ _REF_DELTA = 7
 _IDX_MAGIC = b"\377tOc\x00\x00\x00\x02"
 _MAX_DELTA_DEPTH = 10_000
 
-
 def _entry_header(kind: int, size: int) -> bytes:
     byte = (kind << 4) | (size & 0x0F)
     size >>= 4

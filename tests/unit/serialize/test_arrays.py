@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernos.serialize.arrays import OUT_OF_BAND_MIN_BYTES
+from kernos.serialize.pickler import OUT_OF_BAND_MIN_BYTES
 
 LARGE = OUT_OF_BAND_MIN_BYTES // 8 * 4  # float64 elements: four times the threshold
 
